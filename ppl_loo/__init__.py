@@ -1,5 +1,20 @@
-"""ppl_loo: adaptive importance-sampling LOO-CV for PyMC, Stan and JAX models."""
+"""ppl_loo: adaptive importance-sampling LOO-CV for PyMC, Stan and JAX models.
+
+>>> import ppl_loo as pl
+>>> res = pl.loo(data, model)          # doctest: +SKIP
+>>> data = pl.add_loo(data, res)       # doctest: +SKIP
+"""
 
 from ppl_loo import _config  # noqa: F401  (enables float64 in JAX before anything is traced)
 
+from ppl_loo import models
+from ppl_loo.models.jax_model import JaxModel
+from ppl_loo.workflow.add_loo import add_loo
+from ppl_loo.workflow.expectation import loo_expectation
+from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
+from ppl_loo.workflow.result import LooResult
+
 __version__ = "0.1.0"
+
+__all__ = ["loo", "add_loo", "loo_expectation", "LooResult", "JaxModel", "models", "DEFAULT_HBAR",
+           "DEFAULT_TRANSFORMS"]

@@ -76,6 +76,13 @@ class PosteriorModel:
     - ``adapt_index``: indices of ``theta`` the transformations act on (default: all). The
       other coordinates of each draw are held fixed; the Jacobian is block-triangular so only this
       block enters the determinant (notes 8.14).
+
+    Optional metadata, used when writing DataTrees (``ppl_loo.sampling.sample_nuts``):
+
+    - ``param_names``: names of the constrained variables, in the order of ``theta``;
+    - ``param_dims``: ``name -> tuple of dim names`` (without ``chain``/``draw``);
+    - ``coords``: coordinate values of those dims and of ``obs_dims``;
+    - ``observed``: the observed data, shape ``obs_shape`` (group ``observed_data``).
     """
 
     dim: int
@@ -87,6 +94,10 @@ class PosteriorModel:
     structure = None
     adapt_index = None
     factorizes: bool = True
+    param_names: tuple | None = None
+    param_dims: dict | None = None
+    coords: dict | None = None
+    observed = None
 
     # ------------------------------------------------------------------ per-draw (JAX) API
     def logp(self, theta):  # pragma: no cover - abstract

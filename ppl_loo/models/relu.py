@@ -1,0 +1,145 @@
+"""One-hidden-layer ReLU network classifier (000 Ex. 4.1; notes, section 4).
+
+``mu = W2 . relu(W1 [x, 1]) + b2`` with the first-layer bias as the last column of ``W1``
+(notes 8.8), declared as a :class:`~ppl_loo.models.base.ReluStructure` so that the engine can use
+the exact eigen-decomposition Jacobians (Eq. 29-32).
+"""
+
+from __future__ import annotations
+
+from math import log, pi
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ppl_loo.models.base import PosteriorModel, ReluStructure
+from ppl_loo.models.jax_model import ParameterLayout
+from ppl_loo.models.logistic import check_binary_data
+
+__all__ = ["ReluNet"]
+
+
+class ReluNet(PosteriorModel):
+    """Bernoulli-logit one-hidden-layer ReLU net with iid normal weights.
+
+    Parameters
+    ----------
+    X : array, shape (n, p)
+        Inputs (standardized); a constant-1 column is appended internally.
+    y : array, shape (n,)
+        Labels in {0, 1}.
+    hidden : int, default 3
+        Number of hidden units (the paper's ovarian net has 3).
+    prior_scale : float, default 1.0
+        Every weight is ``N(0, prior_scale^2)`` (the authors' Stan model uses 1).
+    var_name : str, default "y"
+    obs_dim : str, default "obs_id"
+
+    Notes
+    -----
+    ``theta = [vec(W1) row-major (unit 0's p+1 weights first), W2 (hidden), b2]``, dimension
+    ``hidden (p + 1) + hidden + 1``. Posterior variables ``W1`` (dims ``hidden``,
+    ``feature_aug``; the last column is the first-layer bias), ``W2`` (``hidden``), ``b2``.
+    The posterior is invariant under permutations of the hidden units and the likelihood
+    under positive rescalings ``(W1_k, W2_k) -> (c W1_k, W2_k / c)``, so chains can land in
+    different (equivalent) modes; that is a property of the model, not of the sampler.
+    """
+
+    def __init__(
+        self,
+        X,
+        y,
+        hidden: int = 3,
+        prior_scale: float = 1.0,
+        *,
+        var_name: str = "y",
+        obs_dim: str = "obs_id",
+    ):
+        X, yf = check_binary_data(X, y, "ReluNet")
+        hidden = int(hidden)
+        if hidden < 1:
+            raise ValueError(f"hidden must be >= 1, got {hidden}.")
+        if not prior_scale > 0:
+            raise ValueError(f"prior_scale must be > 0, got {prior_scale}.")
+        n, p = X.shape
+        self.n, self.p, self.hidden = n, p, hidden
+        self.prior_scale = float(prior_scale)
+        self.X = X
+        self.y = yf
+        Xa = np.concatenate([X, np.ones((n, 1))], axis=1)
+        self.Xa = Xa
+        self._Xa = jnp.asarray(Xa)
+        self._sign = jnp.asarray(2.0 * yf - 1.0)
+        self.layout = ParameterLayout(
+            {"W1": ((hidden, p + 1), None), "W2": ((hidden,), None), "b2": ((), None)},
+            {"W1": ("hidden", "feature_aug"), "W2": ("hidden",)},
+        )
+        self.dim = self.layout.dim
+        self.n_obs = n
+        self.var_name = str(var_name)
+        self.obs_dims = (str(obs_dim),)
+        self.obs_shape = (n,)
+        self.observed = yf.astype(np.int64)
+        self.coords = {"hidden": np.arange(hidden), "feature_aug": np.arange(p + 1)}
+        nw1 = hidden * (p + 1)
+        self.structure = ReluStructure(
+            X=Xa,
+            y=yf,
+            hidden=hidden,
+            w1_index=np.arange(nw1),
+            w2_index=np.arange(nw1, nw1 + hidden),
+            b2_index=nw1 + hidden,
+        )
+        self.adapt_index = None
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def param_names(self) -> tuple:
+        """Names of the constrained parameters, in the order of ``theta``."""
+        return self.layout.names
+
+    @property
+    def param_dims(self) -> dict:
+        """``name -> dims`` of each constrained parameter (without chain/draw)."""
+        return self.layout.param_dims
+
+    def constrain(self, theta) -> dict:
+        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
+        return self.layout.constrain(theta)
+
+    def unconstrain(self, posterior) -> np.ndarray:
+        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
+        return self.layout.unconstrain(posterior)
+
+    # ------------------------------------------------------------------ per-draw
+    def _unpack(self, theta):
+        h, pa = self.hidden, self.p + 1
+        nw1 = h * pa
+        return theta[:nw1].reshape(h, pa), theta[nw1 : nw1 + h], theta[nw1 + h]
+
+    def linear_predictor(self, theta, Xa=None):
+        """Logits ``W2 . relu(W1 [x, 1]) + b2`` of one draw, shape ``(n,)``."""
+        W1, W2, b2 = self._unpack(theta)
+        Xa = self._Xa if Xa is None else Xa
+        return jax.nn.relu(Xa @ W1.T) @ W2 + b2
+
+    def log_prior(self, theta):
+        """Log prior: iid ``N(0, prior_scale^2)`` on every entry of ``theta``."""
+        s = self.prior_scale
+        return -0.5 * jnp.sum(jnp.square(theta / s)) - self.dim * (log(s) + 0.5 * log(2 * pi))
+
+    def loglik(self, theta):
+        return -jax.nn.softplus(-self._sign * self.linear_predictor(theta))
+
+    def loglik_i(self, theta, i):
+        mu_i = self.linear_predictor(theta, self._Xa[i][None])[0]
+        return -jax.nn.softplus(-self._sign[i] * mu_i)
+
+    def logp(self, theta):
+        return self.log_prior(theta) + jnp.sum(self.loglik(theta))
+
+    def log_var_target(self, theta, i):
+        """Log of the complement probability ``f_i = p_i^{1-y_i} (1-p_i)^{y_i}`` (paper S.9)."""
+        mu_i = self.linear_predictor(theta, self._Xa[i][None])[0]
+        return -jax.nn.softplus(self._sign[i] * mu_i)

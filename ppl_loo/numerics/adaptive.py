@@ -1,0 +1,412 @@
+"""The adaptive importance-sampling search (001 section 3.6, "AdaptiveIS(i)").
+
+For one observation ``i``: build every requested transformation, evaluate every step size of the
+grid on all draws at once, compute the transformed weights (Eq. 10, or Eq. 13 for draws from an
+approximation), Pareto-smooth them, and keep the candidate with the lowest k-hat among those whose
+map is invertible at every draw. The per-observation function is jit-compiled once and mapped over
+the flagged observations in vectorized chunks (``jax.lax.map(..., batch_size=...)``).
+
+This module only sees a model through the protocol of :mod:`ppl_loo.models.base` (per-draw JAX
+functions and the batched line evaluation), so it sits below the adapters in the layering.
+"""
+
+from ppl_loo import _config  # noqa: F401
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import logsumexp
+
+from ppl_loo.numerics import structured
+from ppl_loo.numerics.moments import normalize_log_weights
+from ppl_loo.numerics.psis import psislw
+from ppl_loo.numerics.transforms import (
+    ObsContext,
+    Proposal,
+    gradient_direction,
+    logdet_exact,
+    logdet_first_order,
+    mm3,
+    newton,
+    pmm1,
+    pmm2,
+    step_scale,
+)
+
+__all__ = ["TRANSFORMS", "EngineConfig", "ObsResult", "build_engine", "psis_identity"]
+
+#: name -> (uses the hbar grid, family)
+TRANSFORMS = {
+    "pmm1": "grid",
+    "pmm2": "grid",
+    "mm1": "unit",
+    "mm2": "unit",
+    "mm3": "unit",
+    "kl": "grid",
+    "var": "grid",
+    "ll": "grid",
+    "newton": "grid",
+    "newton_mix": "grid",
+    "pmm1_mix": "grid",
+    "pmm2_mix": "grid",
+    "mm3_mix": "unit",
+}
+
+
+class EngineConfig(NamedTuple):
+    """Static configuration of the search (hashable: it keys the jit cache)."""
+
+    transforms: tuple
+    hbar: tuple
+    r_eff: float
+    jacobian: str = "auto"  # "auto" | "exact" | "first_order"
+    exact_max_dim: int = 64
+    newton_max_dim: int = 512
+
+
+class ObsResult(NamedTuple):
+    """Per-observation output of the search (arrays carry a leading observation axis when mapped)."""
+
+    k: jnp.ndarray  # (C,) score: max of the k-hats of the weights and of the elpd numerator
+    k_w: jnp.ndarray  # (C,) k-hat of the weights alone (the papers' criterion)
+    elpd: jnp.ndarray  # (C,) elpd_i of every candidate
+    usable: jnp.ndarray  # (C,) map invertible at every draw and transformation applicable
+    n_noninvertible: jnp.ndarray  # (C,) draws with signed det <= 0
+    best: jnp.ndarray  # () index of the chosen candidate
+    lw: jnp.ndarray  # (2S,) smoothed log weights of the chosen candidate over [draws, images]
+    ll_phi: jnp.ndarray  # (2S,) log-likelihood of i at [draws, images] (draw part unused: -inf weight)
+    mcse: jnp.ndarray  # () Monte Carlo SE of the chosen elpd_i
+
+
+def candidate_labels(cfg: EngineConfig):
+    """``(transform, hbar)`` for every candidate, in the order of :class:`ObsResult` arrays."""
+    out = []
+    for name in cfg.transforms:
+        steps = cfg.hbar if TRANSFORMS[name] == "grid" else (1.0,)
+        out.extend((name, float(t)) for t in steps)
+    return out
+
+
+def psis_identity(log_ratios, ll, r_eff):
+    """Plain PSIS-LOO of a batch: ``(elpd_i, k, lw)`` for log ratios and log-lik of shape ``(n, S)``."""
+    lw, k = psislw(log_ratios, r_eff)
+    return logsumexp(lw + ll, axis=-1), k, lw
+
+
+def _mcse_log_mean(lw, ll, r_eff):
+    """Delta-method Monte Carlo SE of ``log sum_k w_k l_k`` (self-normalized IS)."""
+    w = jnp.exp(lw)
+    lmax = jnp.max(ll)
+    lik = jnp.exp(ll - lmax)
+    est = jnp.sum(w * lik)
+    var = jnp.sum(w**2 * (lik - est) ** 2) / r_eff
+    return jnp.sqrt(var) / est
+
+
+def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None, posterior_draws=True):
+    """Return ``search(i, ll0) -> ObsResult`` for one observation, closed over the draws.
+
+    Parameters
+    ----------
+    model : PosteriorModel
+        JAX-traceable model (``model.is_jax``).
+    cfg : EngineConfig
+    theta : array (S, d)
+        Unconstrained draws.
+    logp0 : array (S,)
+        ``log p~(theta_k)``: the unnormalized log posterior at the draws.
+    log_q0 : array (S,)
+        Log density of the distribution the draws come from (up to a constant): ``logp0`` for
+        MCMC draws, the variational density for draws from an approximation (Eq. 13).
+    grad_logp0 : array (S, d), optional
+        Gradient of ``logp`` at the draws (needed by the closed-form Jacobians).
+    posterior_draws : bool
+        True for draws from the posterior itself; mixture proposals (``*_mix``) need it.
+    """
+    S, d = theta.shape
+    block = np.arange(d) if model.adapt_index is None else np.asarray(model.adapt_index)
+    ts = jnp.asarray(cfg.hbar, dtype=theta.dtype)
+    unit = jnp.ones((1,), dtype=theta.dtype)
+    theta_b = theta[:, block]
+    mean_b = jnp.mean(theta_b, axis=0)
+    sd_b = jnp.std(theta_b, axis=0, ddof=1)
+    struct = model.structure
+    closed_form = struct is not None and getattr(struct, "family", None) == "bernoulli_logit"
+    if closed_form:
+        if grad_logp0 is None:
+            _, grad_logp0 = model.log_density_and_grad(theta)
+        grad_logp0_b = grad_logp0[:, block]
+    is_glm = isinstance(struct, structured_types()[0])
+
+    def ll_i_fn(th, i):
+        if model.factorizes:
+            return model.loglik_i(th, i)
+        return model.logp(th) - model.loo_logp(th, i)
+
+    def embed(delta_b):
+        if block.shape[0] == d:
+            return delta_b
+        return jnp.zeros((S, d), delta_b.dtype).at[:, block].set(delta_b)
+
+    overridden_line = type(model).logp_line is not _base_logp_line()
+
+    def line(delta_b, steps, i):
+        delta = embed(delta_b)
+        if overridden_line:
+            lp = model.logp_line(theta, delta, steps)
+            loo = model.logp_line(theta, delta, steps, i=i)
+            return lp, lp - loo
+
+        def both(th):
+            lp = model.logp(th)
+            if model.factorizes:
+                return lp, model.loglik_i(th, i)
+            return lp, lp - model.loo_logp(th, i)
+
+        f = jax.vmap(both)
+        return jax.vmap(lambda t: f(theta + t * delta))(steps)
+
+    # ------------------------------------------------------------ structured (sigmoidal) pieces
+    def mu_and_grad(i):
+        """Linear predictor of observation i and its gradient on the block, per draw."""
+        if is_glm:
+            x = jnp.asarray(struct.X)[i]
+            return theta_b @ x, jnp.broadcast_to(x, theta_b.shape)
+        W1, W2, b2 = _relu_blocks(theta, struct)
+        x = jnp.asarray(struct.X)[i]
+        return structured.relu_mu(W1, W2, b2, x), structured.relu_grad_mu(W1, W2, b2, x)
+
+    def closed_form_logdet(kind, i, y, mu, gmu, log_abs_a, sign_a, c, steps):
+        """Exact log|det J| for Q = A grad(mu) (KL/Var) or the LL map (notes section 4)."""
+        tc = steps[:, None] * c  # (T, 1)
+        if kind == "ll":
+            sig = jax.nn.sigmoid(mu)
+            alpha = -tc * (y - sig)[None, :]
+            u = (tc * (sig * (1 - sig))[None, :])[..., None] * gmu[None]
+        else:
+            kappa = 1.0 if kind == "kl" else 2.0
+            A = sign_a * jnp.exp(log_abs_a)  # (S,)
+            b = grad_logp0_b + kappa * (1.0 - 2.0 * y) * gmu
+            alpha = tc * A[None, :]
+            u = alpha[..., None] * b[None]
+        if is_glm:
+            x = jnp.asarray(struct.X)[i]
+            logdet, sign = structured.glm_logdet(alpha, u, x)
+        else:
+            W1, W2, _ = _relu_blocks(theta, struct)
+            x = jnp.asarray(struct.X)[i]
+            logdet, sign = structured.relu_logdet(alpha, u, W1[None], W2[None], x)
+        return logdet, sign > 0
+
+    # ------------------------------------------------------------ gradient transformations
+    def gradient_proposal(kind, i, ll0, steps):
+        if closed_form:
+            y = jnp.asarray(struct.y, dtype=theta.dtype)[i]
+            mu, gmu = mu_and_grad(i)
+            if kind == "ll":
+                log_a, sign_a = jnp.zeros(S), -jnp.ones(S)
+                v = (y - jax.nn.sigmoid(mu))[:, None] * gmu
+            else:
+                kappa = 1.0 if kind == "kl" else 2.0
+                log_a = logp0 + kappa * mu * (1.0 - 2.0 * y)
+                log_a = log_a - jnp.max(log_a)
+                sign_a = jnp.full((S,), 1.0 - 2.0 * y)
+                v = gmu
+            log_c = step_scale(log_a, v, sd_b)
+            c = jnp.exp(log_c)
+            delta = (c * sign_a * jnp.exp(log_a))[:, None] * v
+            logdet, ok = closed_form_logdet(kind, i, y, mu, gmu, log_a, sign_a, c, steps)
+            return Proposal(delta, logdet, ok, jnp.asarray(True))
+
+        grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, block]
+        log_t = grad_lt = None
+        if kind == "var" and _has_var_target(model):
+            log_t, grad_lt = jax.vmap(jax.value_and_grad(model.log_var_target), in_axes=(0, None))(theta, i)
+            grad_lt = grad_lt[:, block]
+        log_a, sign_a, v = gradient_direction(kind, logp0, ll0, grad_ll, log_t, grad_lt)
+        C = jnp.max(_raw_log_a(kind, logp0, ll0, log_t))
+        log_c = step_scale(log_a, v, sd_b)
+        c = jnp.exp(log_c)
+        delta = (c * sign_a * jnp.exp(log_a))[:, None] * v
+
+        def delta_fn(th_b, th_full):
+            th = th_full.at[block].set(th_b)
+            lp = model.logp(th)
+            ll, g = jax.value_and_grad(ll_i_fn)(th, i)
+            g = g[block]
+            if kind == "kl":
+                return -c * jnp.exp(lp - ll - C) * g
+            if kind == "ll":
+                return -c * g
+            if _has_var_target(model):
+                lt, glt = jax.value_and_grad(model.log_var_target)(th, i)
+                gg = glt[block] - g
+                return c * jnp.exp(lp + 2.0 * (lt - ll) - C) * gg
+            return -c * jnp.exp(lp - 2.0 * ll - C) * g
+
+        jac = jax.vmap(jax.jacfwd(delta_fn), in_axes=(0, 0))(theta_b, theta)  # (S, d_b, d_b)
+        use_exact = cfg.jacobian == "exact" or (cfg.jacobian == "auto" and block.shape[0] <= cfg.exact_max_dim)
+        if use_exact:
+            logdet, ok = logdet_exact(jac, steps)
+        else:
+            logdet, ok = logdet_first_order(jnp.trace(jac, axis1=1, axis2=2), steps)
+        return Proposal(delta, logdet, ok, jnp.asarray(True))
+
+    # ------------------------------------------------------------ Newton step
+    def newton_proposal(i, ctx, steps):
+        if is_glm and closed_form:
+            y = jnp.asarray(struct.y, dtype=theta.dtype)[i]
+            x = jnp.asarray(struct.X, dtype=theta.dtype)[i]
+            mu = theta_b @ x
+            sig = jax.nn.sigmoid(mu)
+            g_bar = jnp.mean(y - sig) * x
+            nx = jnp.linalg.norm(x)
+            V = (x / nx)[:, None]
+            D = jnp.atleast_1d(-jnp.mean(sig * (1 - sig)) * nx**2)
+            return newton(ctx, steps, g_bar, V, D)
+        if block.shape[0] > cfg.newton_max_dim:
+            zeros = jnp.zeros((steps.shape[0], S))
+            return Proposal(jnp.zeros_like(theta_b), zeros, jnp.ones_like(zeros, bool), jnp.asarray(False))
+        grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, block]
+        g_bar = jnp.mean(grad_ll, axis=0)
+        mean_full = jnp.mean(theta, axis=0)
+        H = jax.hessian(ll_i_fn)(mean_full, i)[jnp.ix_(block, block)]
+        D, V = jnp.linalg.eigh(0.5 * (H + H.T))
+        return newton(ctx, steps, g_bar, V, D)
+
+    # ------------------------------------------------------------ evaluation of a proposal
+    def _scores(log_w, ll_pool):
+        """PSIS of the weights and of the elpd numerator ``w * l_i`` (Vehtari et al. 2024, sec. 2.3)."""
+        lw, k_w = psislw(log_w, cfg.r_eff)
+        _, k_num = psislw(log_w + ll_pool, cfg.r_eff)
+        elpd = logsumexp(lw + ll_pool, axis=-1)
+        return lw, k_w, k_num, elpd
+
+    def evaluate(prop: Proposal, steps, i, ll0, mixture):
+        lp, ll_phi = line(prop.delta, steps, i)  # (T, S)
+        T = steps.shape[0]
+        if not mixture:
+            log_eta = prop.logdet + lp - ll_phi - log_q0[None, :]
+            log_eta = jnp.where(jnp.isfinite(log_eta), log_eta, -jnp.inf)
+            lw, k_w, k_num, elpd = _scores(log_eta, ll_phi)
+            pad = jnp.full((T, S), -jnp.inf)
+            lw = jnp.concatenate([pad, lw], axis=1)
+            ll_pool = jnp.concatenate([jnp.zeros((T, S)), ll_phi], axis=1)
+        else:
+            # deterministic mixture q = (p + T#p) / 2 over the draws and their images (this project):
+            # the draws of p estimate the numerator E_p-i[l_i], the images the normalizer.
+            th_inv = jax.vmap(prop.inverse)(steps)  # (T, S, d_b)
+            lp_inv = jax.vmap(lambda tb: jax.vmap(model.logp)(_embed_points(tb)))(th_inv)
+            log_qmix_phi = jnp.logaddexp(lp, logp0[None, :] - prop.logdet)
+            log_qmix_th = jnp.logaddexp(logp0[None, :], lp_inv - prop.logdet)
+            log_w = jnp.concatenate([(logp0 - ll0)[None, :] - log_qmix_th, lp - ll_phi - log_qmix_phi], axis=1)
+            log_w = jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
+            ll_pool = jnp.concatenate([jnp.broadcast_to(ll0, (T, S)), ll_phi], axis=1)
+            lw, k_w, k_num, elpd = _scores(log_w, ll_pool)
+        n_bad = jnp.sum(~prop.ok, axis=-1)
+        k = jnp.maximum(k_w, k_num)
+        finite = jnp.isfinite(k) & jnp.isfinite(elpd)
+        usable = prop.applicable & (n_bad == 0) & finite
+        return k, k_w, elpd, usable, n_bad, lw, ll_pool
+
+    def _embed_points(points_b):
+        if block.shape[0] == d:
+            return points_b
+        return theta.at[:, block].set(points_b)
+
+    def make_proposal(full_name, i, ll0, ctx, steps):
+        name, mixture = _split_name(full_name)
+        if name in ("pmm1", "mm1"):
+            prop = pmm1(ctx, steps)
+        elif name in ("pmm2", "mm2"):
+            prop = pmm2(ctx, steps)
+        elif name == "mm3":
+            prop = mm3(ctx, steps)
+        elif name in ("kl", "var", "ll"):
+            prop = gradient_proposal(name, i, ll0, steps)
+        elif name == "newton":
+            prop = newton_proposal(i, ctx, steps)
+        else:  # pragma: no cover - validated by the caller
+            raise ValueError(name)
+        if mixture and not posterior_draws:
+            prop = prop._replace(applicable=jnp.asarray(False))
+        return prop, mixture
+
+    def context(ll0):
+        lw_raw = normalize_log_weights(logp0 - ll0 - log_q0)
+        return ObsContext(theta_b, lw_raw, mean_b, sd_b)
+
+    def search(i, ll0):
+        ctx = context(ll0)
+        outs = []
+        for full_name in cfg.transforms:
+            steps = ts if TRANSFORMS[full_name] == "grid" else unit
+            prop, mixture = make_proposal(full_name, i, ll0, ctx, steps)
+            outs.append(evaluate(prop, steps, i, ll0, mixture))
+        k, k_w, elpd, usable, n_bad, lw, ll_pool = (jnp.concatenate(z, axis=0) for z in zip(*outs))
+        k_sel = jnp.where(usable, k, jnp.inf)
+        best = jnp.argmin(k_sel)
+        mcse = _mcse_log_mean(lw[best], ll_pool[best], cfg.r_eff)
+        return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse)
+
+    def points(i, ll0, full_name, step):
+        """Pooled points ``[theta; phi]`` (shape ``(2S, d)``) of one candidate, matching ``ObsResult.lw``."""
+        steps = jnp.asarray([step], dtype=theta.dtype)
+        prop, _ = make_proposal(full_name, i, jnp.asarray(ll0), context(jnp.asarray(ll0)), steps)
+        phi = theta + step * embed(prop.delta)
+        return jnp.concatenate([theta, phi], axis=0)
+
+    search.points = points
+    return search
+
+
+def run_search(search, obs_idx, ll_cols, batch_size=1):
+    """Map ``search`` over observations (vectorized in chunks of ``batch_size``)."""
+    obs_idx = jnp.asarray(obs_idx)
+    f = jax.jit(lambda idx, cols: jax.lax.map(lambda a: search(a[0], a[1]), (idx, cols), batch_size=batch_size))
+    return f(obs_idx, ll_cols)
+
+
+# ----------------------------------------------------------------------------- small helpers
+def _split_name(full_name):
+    """``"newton_mix"`` -> ``("newton", True)``."""
+    if full_name.endswith("_mix"):
+        return full_name[: -len("_mix")], True
+    return full_name, False
+
+
+def _raw_log_a(kind, logp0, ll0, log_t):
+    if kind == "kl":
+        return logp0 - ll0
+    if kind == "var":
+        return logp0 + 2.0 * ((log_t if log_t is not None else 0.0) - ll0)
+    return jnp.zeros_like(ll0)
+
+
+def _has_var_target(model):
+    from ppl_loo.models.base import PosteriorModel
+
+    return type(model).log_var_target is not PosteriorModel.log_var_target
+
+
+def _base_logp_line():
+    from ppl_loo.models.base import PosteriorModel
+
+    return PosteriorModel.logp_line
+
+
+def structured_types():
+    from ppl_loo.models.base import GLMStructure, ReluStructure
+
+    return GLMStructure, ReluStructure
+
+
+def _relu_blocks(theta, struct):
+    S = theta.shape[0]
+    p = struct.X.shape[1]
+    W1 = theta[:, np.asarray(struct.w1_index)].reshape(S, struct.hidden, p)
+    W2 = theta[:, np.asarray(struct.w2_index)]
+    b2 = theta[:, int(struct.b2_index)]
+    return W1, W2, b2

@@ -1,0 +1,252 @@
+"""Fit a :class:`~ppl_loo.models.base.PosteriorModel` with NumPyro's NUTS and return a DataTree.
+
+The result has the groups the LOO workflow reads: ``posterior`` (named constrained variables,
+dims ``chain, draw, ...``), ``log_likelihood`` (the model's ``var_name`` over its observation
+dims), ``observed_data`` (when the model carries its data) and ``sample_stats``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+__all__ = ["sample_nuts"]
+
+_EXTRA_FIELDS = (
+    "diverging",
+    "num_steps",
+    "energy",
+    "accept_prob",
+    "potential_energy",
+    "adapt_state.step_size",
+)
+
+
+def _prng_key(random_seed):
+    """A raw JAX PRNG key from an int, a ``numpy.random.Generator`` or a JAX key."""
+    if isinstance(random_seed, np.random.Generator):
+        return jax.random.PRNGKey(int(random_seed.integers(2**63 - 1)))
+    if isinstance(random_seed, (int, np.integer)):
+        return jax.random.PRNGKey(int(random_seed))
+    if isinstance(random_seed, jax.Array):
+        if jnp.issubdtype(random_seed.dtype, jax.dtypes.prng_key):
+            return jax.random.key_data(random_seed)
+        return random_seed
+    raise TypeError(
+        "random_seed must be an int, a numpy.random.Generator or a JAX PRNG key, got "
+        f"{type(random_seed).__name__}; sampling needs an explicit seed."
+    )
+
+
+def _param_names_and_dims(model) -> tuple[tuple, dict]:
+    names = getattr(model, "param_names", None)
+    dims = dict(getattr(model, "param_dims", None) or {})
+    if names is None:
+        values = model.constrain(np.zeros((1, model.dim)))
+        names = tuple(values)
+        for n, v in values.items():
+            dims.setdefault(n, tuple(f"{n}_dim_{k}" for k in range(np.ndim(v) - 1)))
+    return tuple(names), dims
+
+
+def _initial_params(model, init, num_chains, key):
+    d = model.dim
+    if init is None or isinstance(init, (int, float)):
+        radius = 2.0 if init is None else float(init)
+        theta0 = jax.random.uniform(key, (num_chains, d), minval=-radius, maxval=radius)
+    elif isinstance(init, (Mapping, xr.Dataset, xr.DataTree)):
+        theta0 = jnp.asarray(model.unconstrain(init))
+    else:
+        theta0 = jnp.asarray(init, dtype=jnp.float64)
+    theta0 = jnp.atleast_2d(theta0)
+    if theta0.shape[-1] != d:
+        raise ValueError(
+            f"init has {theta0.shape[-1]} unconstrained coordinates but the model has dim={d}."
+        )
+    if theta0.shape[0] == 1:
+        theta0 = jnp.broadcast_to(theta0, (num_chains, d))
+    if theta0.shape[0] != num_chains:
+        raise ValueError(f"init has {theta0.shape[0]} rows; pass 1 or num_chains={num_chains}.")
+    if not bool(jnp.all(jnp.isfinite(jax.vmap(model.logp)(theta0)))):
+        raise ValueError("the model's log density is not finite at the initial point(s); pass init.")
+    return theta0 if num_chains > 1 else theta0[0]
+
+
+def _dataset(arrays: Mapping, dims: Mapping, coords: Mapping, sample_dims=("chain", "draw")):
+    data_vars = {}
+    for name, arr in arrays.items():
+        arr = np.asarray(arr)
+        vdims = tuple(sample_dims) + tuple(dims.get(name, ()))
+        if len(vdims) != arr.ndim:
+            vdims = tuple(sample_dims) + tuple(
+                f"{name}_dim_{k}" for k in range(arr.ndim - len(sample_dims))
+            )
+        data_vars[name] = (vdims, arr)
+    ds = xr.Dataset(data_vars)
+    cvals = {}
+    for dim, size in ds.sizes.items():
+        c = coords.get(dim)
+        cvals[dim] = np.asarray(c) if c is not None and len(c) == size else np.arange(size)
+    return ds.assign_coords(cvals)
+
+
+def sample_nuts(
+    model,
+    *,
+    num_chains: int = 2,
+    num_warmup: int = 500,
+    num_samples: int = 500,
+    random_seed,
+    target_accept: float = 0.8,
+    max_tree_depth: int = 10,
+    init=None,
+    progress_bar: bool = False,
+    numpyro_model: Callable | None = None,
+    chain_method: str = "sequential",
+    dense_mass: bool = False,
+) -> xr.DataTree:
+    """Sample a model's posterior with NumPyro's NUTS.
+
+    Parameters
+    ----------
+    model : PosteriorModel
+        A JAX-traceable model (``JaxModel``, ``LogisticRegression``, ``ReluNet``, ...).
+    num_chains, num_warmup, num_samples : int
+    random_seed : int, numpy.random.Generator or JAX key
+        Required: the only source of randomness (initial points and NUTS).
+    target_accept : float, default 0.8
+        NUTS target acceptance probability (Stan's ``adapt_delta``).
+    max_tree_depth : int, default 10
+    init : None, float, array or draws, optional
+        Initial points for the ``logp`` sampler: ``None`` draws uniform(-2, 2) in the
+        unconstrained space (Stan's default); a float sets that radius; an array ``(dim,)`` or
+        ``(num_chains, dim)`` gives ``theta``; a dict / Dataset of constrained values (one row or
+        one per chain) is passed through ``model.unconstrain``. With ``numpyro_model``, ``init`` is
+        a NumPyro init strategy (default ``init_to_uniform``).
+    progress_bar : bool, default False
+    numpyro_model : callable, optional
+        A NumPyro model of the same posterior in a better parameterization (for example
+        ``LogisticRegression.numpyro_model()``, non-centered). Its sample or deterministic sites
+        must include the model's constrained variables (``model.param_names``); the draws are
+        mapped to the model's unconstrained space with ``model.unconstrain``. Default: sample
+        ``potential_fn = -model.logp`` in the model's own unconstrained space.
+    chain_method : {"sequential", "vectorized", "parallel"}, default "sequential"
+        How NumPyro runs the chains; ``"parallel"`` needs one JAX device per chain.
+    dense_mass : bool, default False
+        Adapt a dense mass matrix (only sensible for small ``dim``).
+
+    Returns
+    -------
+    xarray.DataTree
+        Groups ``posterior``, ``log_likelihood``, ``observed_data`` (if ``model.observed`` is
+        set) and ``sample_stats`` (``diverging``, ``tree_depth``, ``n_steps``, ``energy``,
+        ``acceptance_rate``, ``step_size``, ``lp`` = log density of the sampler's
+        parameterization). ``posterior.attrs["sampling_time"]`` is the wall time in seconds.
+    """
+    from numpyro.infer import MCMC, NUTS
+
+    num_chains, num_warmup, num_samples = int(num_chains), int(num_warmup), int(num_samples)
+    if num_chains < 1 or num_samples < 1 or num_warmup < 0:
+        raise ValueError("num_chains and num_samples must be >= 1 and num_warmup >= 0.")
+    key = _prng_key(random_seed)
+    key_init, key_run = jax.random.split(key)
+    names, param_dims = _param_names_and_dims(model)
+
+    if numpyro_model is None:
+        init_params = _initial_params(model, init, num_chains, key_init)
+        kernel = NUTS(
+            potential_fn=lambda theta: -model.logp(theta),
+            target_accept_prob=target_accept,
+            max_tree_depth=max_tree_depth,
+            dense_mass=dense_mass,
+        )
+        run_kwargs = {"init_params": init_params}
+    else:
+        kwargs = {} if init is None else {"init_strategy": init}
+        kernel = NUTS(
+            numpyro_model,
+            target_accept_prob=target_accept,
+            max_tree_depth=max_tree_depth,
+            dense_mass=dense_mass,
+            **kwargs,
+        )
+        run_kwargs = {}
+
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=chain_method,
+        progress_bar=progress_bar,
+    )
+    t0 = time.perf_counter()
+    mcmc.run(key_run, extra_fields=_EXTRA_FIELDS, **run_kwargs)
+    samples = mcmc.get_samples(group_by_chain=True)
+    jax.block_until_ready(samples)
+    sampling_time = time.perf_counter() - t0
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+
+    C, D = num_chains, num_samples
+    if numpyro_model is None:
+        theta = np.asarray(samples).reshape(C * D, model.dim)
+        constrained = model.constrain(theta)
+        posterior = {n: np.asarray(constrained[n]).reshape((C, D) + constrained[n].shape[1:]) for n in names}
+    else:
+        missing = [n for n in names if n not in samples]
+        if missing:
+            raise ValueError(
+                f"numpyro_model has no sample or deterministic site named {missing}; it must "
+                f"produce the model's constrained variables {list(names)}."
+            )
+        posterior = {n: np.asarray(samples[n]) for n in names}
+        theta = model.unconstrain(posterior)
+
+    loglik = np.asarray(model.log_lik(theta)).reshape((C, D) + tuple(model.obs_shape))
+    coords = dict(getattr(model, "coords", None) or {})
+    obs_dims = tuple(model.obs_dims)
+    attrs = {
+        "created_at": datetime.now(UTC).isoformat(),
+        "inference_library": "numpyro",
+        "creation_library": "ppl_loo",
+        "sampling_time": sampling_time,
+        "num_warmup": num_warmup,
+        "parameterization": "model.logp" if numpyro_model is None else "numpyro_model",
+    }
+    try:
+        import numpyro
+
+        attrs["inference_library_version"] = numpyro.__version__
+    except Exception:  # pragma: no cover
+        pass
+
+    groups = {
+        "posterior": _dataset(posterior, param_dims, coords),
+        "log_likelihood": _dataset({model.var_name: loglik}, {model.var_name: obs_dims}, coords),
+    }
+    observed = getattr(model, "observed", None)
+    if observed is not None:
+        groups["observed_data"] = _dataset(
+            {model.var_name: np.asarray(observed)}, {model.var_name: obs_dims}, coords, ()
+        )
+    num_steps = np.asarray(extra["num_steps"]).astype(np.int64)
+    stats = {
+        "diverging": np.asarray(extra["diverging"]).astype(bool),
+        "n_steps": num_steps,
+        "tree_depth": np.where(num_steps > 0, np.floor(np.log2(np.maximum(num_steps, 1))) + 1, 0).astype(np.int64),
+        "energy": np.asarray(extra["energy"]),
+        "acceptance_rate": np.asarray(extra["accept_prob"]),
+        "lp": -np.asarray(extra["potential_energy"]),
+    }
+    if "adapt_state.step_size" in extra:
+        stats["step_size"] = np.asarray(extra["adapt_state.step_size"])
+    groups["sample_stats"] = _dataset(stats, {}, {})
+    for ds in groups.values():
+        ds.attrs.update(attrs)
+    return xr.DataTree.from_dict(groups)

@@ -1,0 +1,402 @@
+"""``ppl_loo.loo``: adaptive importance-sampling LOO-CV (workflow layer).
+
+DataTree in, :class:`~ppl_loo.workflow.result.LooResult` out. The numerics live in
+:mod:`ppl_loo.numerics`; this module reads the user's data, runs plain PSIS on every observation,
+decides which observations need adaptation, runs the adaptive search on those, and assembles the
+pointwise results over the observation dims of the log-likelihood variable.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from ppl_loo.numerics.adaptive import TRANSFORMS, EngineConfig, build_engine, candidate_labels, psis_identity
+from ppl_loo.numerics.psis import khat_threshold
+from ppl_loo.workflow.inputs import (
+    SAMPLE_DIMS,
+    check_datatree,
+    check_finite,
+    get_log_likelihood,
+    r_eff_of,
+    stack_draws,
+)
+from ppl_loo.workflow.result import LooResult
+
+__all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS"]
+
+DEFAULT_HBAR = tuple(float(x) for x in 4.0 ** -np.arange(11))
+#: the papers' seven, MM3, and the Newton-step proposal
+DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3", "newton", "newton_mix")
+
+
+@dataclass
+class _EngineState:
+    """What :func:`ppl_loo.loo_expectation` needs to rebuild the chosen proposals."""
+
+    model: object
+    theta: np.ndarray
+    config: EngineConfig
+    labels: list
+    obs_idx: np.ndarray  # flat indices of adapted observations
+    best: np.ndarray  # chosen candidate per adapted observation
+    lw: np.ndarray  # (n_adapted, S) smoothed log weights of the chosen candidate
+    lw_psis: np.ndarray  # (n, S) plain PSIS log weights
+    use_adapted: np.ndarray  # (n,) bool
+    ll: np.ndarray  # (S, n) log-likelihood at the draws
+    search: object = None  # the engine closure; ``search.points`` rebuilds a candidate's draws
+
+
+def loo(
+    data,
+    model=None,
+    *,
+    var_name=None,
+    transforms="all",
+    hbar=None,
+    k_threshold=None,
+    pointwise=True,
+    progressbar=True,
+    random_seed=None,
+    log_q=None,
+    influence_threshold=None,
+    jacobian="auto",
+    batch_size=1,
+):
+    """Adaptive PSIS-LOO-CV.
+
+    Parameters
+    ----------
+    data : xarray.DataTree
+        With a ``posterior`` group (and ``log_likelihood`` where present).
+    model : PosteriorModel or None
+        A :class:`~ppl_loo.JaxModel`, a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
+        :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
+        group (as ``arviz_stats.loo``).
+    var_name : str, optional
+        The log-likelihood variable (needed when there are several).
+    transforms : "all" or sequence of str
+        Names from ``"pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3"`` (the papers) and
+        ``"newton"`` (Newton-step proposal).
+    hbar : sequence of float, optional
+        Step grid; default ``4.0 ** -np.arange(11)`` (the papers' grid).
+    k_threshold : float, optional
+        Default ``min(1 - 1/log10(S), 0.7)``.
+    pointwise : bool
+        Keep pointwise results (always computed).
+    progressbar : bool
+        Show a progress bar over the adapted observations.
+    random_seed : int, optional
+        Unused by the deterministic search; accepted for API stability (DESIGN.md).
+    log_q : array-like (chain, draw), optional
+        Log density (up to a constant) of the approximation the draws come from, for draws from a
+        variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10.
+    influence_threshold : float, optional
+        Observations whose log-likelihood has posterior variance above this value are adapted even
+        when their plain-PSIS k is low: with such a spread the plain importance weights can miss
+        the LOO posterior entirely while k-hat looks fine. Default ``log(S / 100)`` (the variance
+        at which log-normal weights would keep an effective sample size of 100).
+    jacobian : {"auto", "exact", "first_order"}
+        Jacobian determinants of the gradient transforms: closed form where the model declares its
+        structure, exact autodiff ``log|det|`` for small blocks, else the first-order Eq. 22.
+    batch_size : int
+        Observations evaluated together in one vectorized call.
+
+    Returns
+    -------
+    LooResult
+    """
+    data = check_datatree(data)
+    if model is None:
+        return _plain_psis(data, var_name, k_threshold, pointwise)
+    if not getattr(model, "is_jax", False):
+        raise TypeError(
+            f"model of type {type(model).__name__} is not a ppl_loo model. Pass a pl.JaxModel, a "
+            "closed-form model from pl.models, or None for plain PSIS-LOO."
+        )
+    names = _check_transforms(transforms)
+    hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
+    if any((not math.isfinite(h)) or h < 0 for h in hbar):
+        raise ValueError(f"hbar must be finite and non-negative; got {hbar}.")
+
+    var_name = var_name or model.var_name
+    theta = np.asarray(model.unconstrain(data["posterior"].to_dataset()), dtype=np.float64)
+    check_finite(theta, "the unconstrained posterior draws", "Check the posterior group for NaN/inf draws.")
+    S, d = theta.shape
+    if S < 10:
+        raise ValueError(f"only {S} posterior draws: PSIS needs at least 10 (use hundreds).")
+    k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
+    theta_j = jnp.asarray(theta)
+
+    logp0, grad_logp0 = model.log_density_and_grad(theta_j)
+    ll = np.asarray(model.log_lik(theta_j))  # (S, n)
+    check_finite(np.asarray(logp0), "the model's log density at the posterior draws",
+                 "The draws may be outside the model's support or from a different model.")
+    check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws",
+                 "The draws may be outside the model's support or from a different model.")
+    _compare_log_lik(data, var_name, ll)
+    n = ll.shape[1]
+
+    if log_q is None:
+        log_q0 = logp0
+        approx = False
+    else:
+        log_q0 = jnp.asarray(np.asarray(log_q, dtype=np.float64).reshape(-1))
+        if log_q0.shape[0] != S:
+            raise ValueError(f"log_q must have one value per draw ({S}); got shape {np.shape(log_q)}.")
+        check_finite(np.asarray(log_q0), "log_q", "Pass the log density of the approximation at each draw.")
+        approx = True
+
+    r_eff = 1.0 if approx else r_eff_of(data, S)
+    # ---------------------------------------------------------------- plain PSIS on every observation
+    log_ratios = (-ll + (np.asarray(logp0) - np.asarray(log_q0))[:, None]).T  # (n, S)
+    elpd_psis, k_psis, lw_psis = (np.asarray(a) for a in psis_identity(jnp.asarray(log_ratios), jnp.asarray(ll.T), r_eff))
+    influence = np.var(ll, axis=0, ddof=1)
+    if influence_threshold is None:
+        influence_threshold = math.log(max(S / 100.0, 1.0 + 1e-9))
+    flagged = (k_psis > k_threshold) | (influence > influence_threshold) | ~np.isfinite(k_psis)
+    obs_idx = np.flatnonzero(flagged)
+
+    cfg = EngineConfig(tuple(names), hbar, float(r_eff), jacobian)
+    labels = candidate_labels(cfg)
+    elpd_i = elpd_psis.copy()
+    k_final = k_psis.copy()
+    transform = np.full(n, "psis", dtype=object)
+    hbar_used = np.full(n, np.nan)
+    mcse = np.asarray(_psis_mcse(lw_psis, ll.T, r_eff))
+    doubtful = np.zeros(n, bool)
+    cand_k = np.full((n, len(labels)), np.nan)
+    cand_elpd = np.full((n, len(labels)), np.nan)
+    cand_kw = np.full((n, len(labels)), np.nan)
+    use_adapted = np.zeros(n, bool)
+    best_all = np.zeros(len(obs_idx), int)
+    lw_adapted = np.zeros((len(obs_idx), 2 * S))
+
+    search = None
+    if len(obs_idx):
+        search = build_engine(model, cfg, theta_j, logp0, log_q0, grad_logp0, posterior_draws=not approx)
+        results = _run(search, obs_idx, ll, batch_size, progressbar)
+        for j, i in enumerate(obs_idx):
+            r = results[j]
+            cand_k[i], cand_elpd[i], cand_kw[i] = r["k"], r["elpd"], r["k_w"]
+            best = int(r["best"])
+            best_all[j] = best
+            lw_adapted[j] = r["lw"]
+            k_best = float(r["k"][best]) if r["usable"][best] else np.inf
+            psis_trusted = influence[i] <= influence_threshold
+            better = k_best < k_psis[i] or (not psis_trusted and k_best <= k_threshold)
+            if better:
+                use_adapted[i] = True
+                elpd_i[i] = float(r["elpd"][best])
+                k_final[i] = k_best
+                mcse[i] = float(r["mcse"])
+                name, step = labels[best]
+                transform[i] = name
+                hbar_used[i] = step
+            if k_final[i] > k_threshold:
+                transform[i] = "failed"
+            doubtful[i] = _doubtful(r, k_threshold, k_final[i], elpd_i[i], mcse[i])
+
+    lpd_i = _logmeanexp(ll)
+    p_loo_i = lpd_i - elpd_i
+    se = float(np.sqrt(n * np.var(elpd_i, ddof=1))) if n > 1 else 0.0
+    warn = bool(np.any(k_final > k_threshold))
+    if warn:
+        warnings.warn(
+            f"{int(np.sum(k_final > k_threshold))} observation(s) still have Pareto k above "
+            f"{k_threshold:.2f} after adaptive importance sampling; their elpd_i is unreliable. "
+            "Refit the model without them (exact LOO) or try more transforms/draws.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    da = _pointwise_factory(data, var_name, model, n)
+    engine = _EngineState(model, theta, cfg, labels, obs_idx, best_all, lw_adapted, lw_psis, use_adapted, ll,
+                          search if len(obs_idx) else None)
+    return LooResult(
+        elpd=float(np.sum(elpd_i)),
+        se=se,
+        p=float(np.sum(p_loo_i)),
+        n_samples=S,
+        n_data_points=n,
+        scale="log",
+        warning=warn,
+        good_k=k_threshold,
+        elpd_i=da(elpd_i, "elpd_i"),
+        pareto_k=da(k_final, "pareto_k"),
+        approx_posterior=approx,
+        p_loo_i=da(p_loo_i, "p_loo_i"),
+        influence_pareto_k=da(k_psis, "influence_pareto_k"),
+        pareto_k_psis=da(k_psis, "pareto_k_psis"),
+        transform=da(transform.astype(str), "transform"),
+        hbar_used=da(hbar_used, "hbar_used"),
+        mcse_elpd_i=da(mcse, "mcse_elpd_i"),
+        influence=da(influence, "influence"),
+        doubtful=da(doubtful, "doubtful"),
+        candidates={"labels": labels, "k": cand_k, "k_weights": cand_kw, "elpd": cand_elpd},
+        var_name=var_name,
+        _engine=engine,
+    )
+
+
+# ----------------------------------------------------------------------------- helpers
+def _check_transforms(transforms):
+    if isinstance(transforms, str):
+        if transforms != "all":
+            transforms = (transforms,)
+        else:
+            return list(DEFAULT_TRANSFORMS)
+    names = list(transforms)
+    unknown = [t for t in names if t not in TRANSFORMS]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown transformation(s) {unknown or names}: choose from {sorted(TRANSFORMS)} or 'all'."
+        )
+    return names
+
+
+def _run(search, obs_idx, ll, batch_size, progressbar):
+    """Run the jit-compiled search over observations in chunks, with a progress bar."""
+    import jax
+
+    from tqdm.auto import tqdm
+
+    f = jax.jit(lambda idx, cols: jax.lax.map(lambda a: search(a[0], a[1]), (idx, cols),
+                                              batch_size=batch_size))
+    out = []
+    chunk = max(int(batch_size), 1)
+    bar = tqdm(total=len(obs_idx), desc="adaptive LOO", disable=not progressbar, unit="obs")
+    for start in range(0, len(obs_idx), chunk):
+        idx = np.asarray(obs_idx[start:start + chunk])
+        if len(idx) < chunk:  # pad to keep one compiled shape
+            idx = np.concatenate([idx, np.repeat(idx[-1:], chunk - len(idx))])
+        res = f(jnp.asarray(idx), jnp.asarray(ll[:, idx].T))
+        res = jax.tree_util.tree_map(np.asarray, res)
+        for j in range(min(chunk, len(obs_idx) - start)):
+            out.append({k: getattr(res, k)[j] for k in res._fields})
+        bar.update(min(chunk, len(obs_idx) - start))
+    bar.close()
+    return out
+
+
+def _doubtful(r, k_threshold, k_final, elpd_final, mcse_final):
+    """Unreliable: k above the threshold, or good candidates that disagree beyond MC error."""
+    if not np.isfinite(k_final) or k_final > k_threshold:
+        return True
+    good = r["usable"] & (r["k"] <= k_threshold)
+    if good.sum() < 2:
+        return False
+    # proposals of comparable quality (k within 0.2 of the best) must agree
+    close = good & (r["k"] <= k_final + 0.2)
+    spread = np.abs(r["elpd"][close] - elpd_final)
+    return bool(np.any(spread > max(5.0 * mcse_final, 0.05)))
+
+
+def _logmeanexp(ll):
+    m = np.max(ll, axis=0)
+    return m + np.log(np.mean(np.exp(ll - m), axis=0))
+
+
+def _psis_mcse(lw, ll, r_eff):
+    w = np.exp(lw)
+    m = np.max(ll, axis=1, keepdims=True)
+    lik = np.exp(ll - m)
+    est = np.sum(w * lik, axis=1)
+    var = np.sum(w**2 * (lik - est[:, None]) ** 2, axis=1) / r_eff
+    return np.sqrt(var) / est
+
+
+def _compare_log_lik(data, var_name, ll):
+    """Warn when a stored log_likelihood group disagrees with the model at the same draws."""
+    stored = None
+    try:
+        stored = get_log_likelihood(data, var_name)
+    except ValueError:
+        return
+    if stored is None:
+        return
+    arr = stack_draws(stored)
+    if arr.shape != ll.shape:
+        raise ValueError(
+            f"log_likelihood[{var_name!r}] has {arr.shape[1]} observations x {arr.shape[0]} draws but "
+            f"the model gives {ll.shape[1]} x {ll.shape[0]}: the data or the draws do not match the model."
+        )
+    diff = np.nanmax(np.abs(arr - ll))
+    if diff > 1e-6 * (1.0 + np.nanmax(np.abs(ll))):
+        warnings.warn(
+            f"the stored log_likelihood[{var_name!r}] differs from the model's by up to {diff:.3g} at "
+            "the same draws; ppl_loo uses the model's values. Check that the model and its data are "
+            "the ones that produced the draws.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _pointwise_factory(data, var_name, model, n):
+    """Build DataArrays over the observation dims of the log-likelihood variable."""
+    ref = None
+    try:
+        ref = get_log_likelihood(data, var_name)
+    except ValueError:
+        ref = None
+    if ref is not None and int(np.prod([ref.sizes[d] for d in ref.dims if d not in SAMPLE_DIMS])) == n:
+        ref0 = ref.isel(chain=0, draw=0, drop=True)
+        dims, shape, coords = ref0.dims, ref0.shape, {k: v for k, v in ref0.coords.items()}
+    else:
+        shape = tuple(model.obs_shape) if getattr(model, "obs_shape", ()) else (n,)
+        dims = tuple(model.obs_dims)[: len(shape)] if len(model.obs_dims) >= len(shape) else tuple(
+            f"{var_name}_dim_{j}" for j in range(len(shape)))
+        coords = {}
+
+    def make(values, name):
+        return xr.DataArray(np.asarray(values).reshape(shape), dims=dims, coords=coords, name=name)
+
+    return make
+
+
+def _plain_psis(data, var_name, k_threshold, pointwise):
+    """``model=None``: plain PSIS-LOO from the log_likelihood group (as ``arviz_stats.loo``)."""
+    da = get_log_likelihood(data, var_name)
+    if da is None:
+        raise ValueError(
+            "`data` has no 'log_likelihood' group and no model was given. Either pass model=... "
+            "(ppl_loo computes the log-likelihood), or add it with pm.compute_log_likelihood."
+        )
+    ll = stack_draws(da)
+    check_finite(ll, f"log_likelihood[{da.name!r}]", "Recompute the log-likelihood; NaN/inf are not allowed.")
+    S, n = ll.shape
+    r_eff = r_eff_of(data, S)
+    elpd_i, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(-ll.T), jnp.asarray(ll.T), r_eff))
+    k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
+    p_loo_i = _logmeanexp(ll) - elpd_i
+    ref0 = da.isel(chain=0, draw=0, drop=True)
+
+    def make(values, name):
+        return xr.DataArray(np.asarray(values).reshape(ref0.shape), dims=ref0.dims, coords=ref0.coords, name=name)
+
+    warn = bool(np.any(k > k_threshold))
+    tr = np.where(k > k_threshold, "failed", "psis")
+    return LooResult(
+        elpd=float(elpd_i.sum()),
+        se=float(np.sqrt(n * np.var(elpd_i, ddof=1))) if n > 1 else 0.0,
+        p=float(p_loo_i.sum()),
+        n_samples=S,
+        n_data_points=n,
+        scale="log",
+        warning=warn,
+        good_k=k_threshold,
+        elpd_i=make(elpd_i, "elpd_i"),
+        pareto_k=make(k, "pareto_k"),
+        p_loo_i=make(p_loo_i, "p_loo_i"),
+        pareto_k_psis=make(k, "pareto_k_psis"),
+        transform=make(tr, "transform"),
+        hbar_used=make(np.full(n, np.nan), "hbar_used"),
+        mcse_elpd_i=make(_psis_mcse(lw, ll.T, r_eff), "mcse_elpd_i"),
+        doubtful=make(k > k_threshold, "doubtful"),
+        var_name=da.name,
+    )

@@ -1,0 +1,83 @@
+"""Adaptive LOO against closed-form LOO on conjugate Gaussian models (exact posterior draws)."""
+
+import warnings
+
+import arviz_stats as azs
+import numpy as np
+import pytest
+
+import ppl_loo as pl
+from gaussian_models import leverage_regression, normal_mean_model
+
+
+@pytest.fixture(scope="module")
+def leverage():
+    model = leverage_regression()
+    data = model.exact_draws(n_chains=4, n_draws=1000, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(data, model, progressbar=False)
+        plain = azs.loo(data, pointwise=True)
+    return model, data, res, plain
+
+
+def test_leverage_regression_matches_cavity_formula(leverage):
+    model, _, res, plain = leverage
+    exact = model.exact_elpd_i()
+    # the case is hard: plain PSIS is far off on the two high-leverage outliers
+    assert abs(plain.elpd - exact.sum()) > 9.0
+    err = res.elpd_i.values - exact
+    tol = 4 * res.mcse_elpd_i.values + 0.02
+    assert np.all(np.abs(err) <= np.maximum(tol, 0.1)), (err, tol)
+    assert abs(res.elpd - exact.sum()) < 0.5
+    for i in (0, 1):
+        assert abs(err[i]) < 0.2
+        assert res.pareto_k.values[i] <= res.good_k
+        assert res.transform.values[i] not in ("psis", "failed")
+
+
+def test_leverage_regression_result_fields(leverage):
+    _, _, res, _ = leverage
+    assert res.pareto_k_psis.values[0] > 0.7  # plain PSIS flags the outlier ...
+    assert res.pareto_k.values[0] < 0.5  # ... adaptation fixes it
+    # p_loo_i = lpd_i - elpd_i identity
+    assert np.isclose(res.p, float(res.p_loo_i.sum()))
+    assert res.elpd_i.dims == ("obs",)
+    assert not bool(res.doubtful.values[[0, 1]].any())
+
+
+def test_normal_mean_outlier():
+    y = np.r_[np.random.default_rng(3).normal(size=11), 10.0]
+    model = normal_mean_model(y, sigma=1.0, tau=10.0)
+    data = model.exact_draws(n_chains=4, n_draws=1000, seed=2)
+    exact = model.exact_elpd_i()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(data, model, progressbar=False)
+    err = res.elpd_i.values - exact
+    assert res.pareto_k_psis.values[-1] > res.good_k  # plain PSIS fails on the outlier
+    assert np.all(np.abs(err) <= 4 * res.mcse_elpd_i.values + 0.02)
+    assert abs(err[-1]) < 0.1
+    assert res.pareto_k.values[-1] <= res.good_k
+    assert res.transform.values[-1] != "psis"
+
+
+def test_plain_psis_equals_arviz(leverage):
+    _, data, _, plain = leverage
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(data, None)
+    np.testing.assert_allclose(res.elpd_i.values, plain.elpd_i.values, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(res.pareto_k.values, plain.pareto_k.values, rtol=0, atol=1e-8)
+    assert abs(res.elpd - plain.elpd) < 1e-8 and abs(res.se - plain.se) < 1e-8
+
+
+def test_compare_accepts_results(leverage):
+    _, data, res, _ = leverage
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = pl.loo(data, None)
+        table = azs.compare({"adapted": res, "plain": plain}, round_to="none")
+    assert set(table.index) == {"adapted", "plain"}
+    assert np.isclose(table.loc["adapted", "elpd"], res.elpd)
+    assert "ppl_loo" in str(res)
