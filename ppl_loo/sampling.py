@@ -74,7 +74,9 @@ def _initial_params(model, init, num_chains, key):
     if theta0.shape[0] != num_chains:
         raise ValueError(f"init has {theta0.shape[0]} rows; pass 1 or num_chains={num_chains}.")
     if not bool(jnp.all(jnp.isfinite(jax.vmap(model.logp)(theta0)))):
-        raise ValueError("the model's log density is not finite at the initial point(s); pass init.")
+        raise ValueError(
+            "the model's log density is not finite at the initial point(s); pass init."
+        )
     return theta0 if num_chains > 1 else theta0[0]
 
 
@@ -197,7 +199,9 @@ def sample_nuts(
     if numpyro_model is None:
         theta = np.asarray(samples).reshape(C * D, model.dim)
         constrained = model.constrain(theta)
-        posterior = {n: np.asarray(constrained[n]).reshape((C, D) + constrained[n].shape[1:]) for n in names}
+        posterior = {
+            n: np.asarray(constrained[n]).reshape((C, D) + constrained[n].shape[1:]) for n in names
+        }
     else:
         missing = [n for n in names if n not in samples]
         if missing:
@@ -236,10 +240,12 @@ def sample_nuts(
             {model.var_name: np.asarray(observed)}, {model.var_name: obs_dims}, coords, ()
         )
     num_steps = np.asarray(extra["num_steps"]).astype(np.int64)
+    # a tree of depth j has at most 2^j - 1 leapfrog steps (Stan's treedepth__)
+    depth = np.floor(np.log2(np.maximum(num_steps, 1))) + 1
     stats = {
         "diverging": np.asarray(extra["diverging"]).astype(bool),
         "n_steps": num_steps,
-        "tree_depth": np.where(num_steps > 0, np.floor(np.log2(np.maximum(num_steps, 1))) + 1, 0).astype(np.int64),
+        "tree_depth": np.where(num_steps > 0, depth, 0).astype(np.int64),
         "energy": np.asarray(extra["energy"]),
         "acceptance_rate": np.asarray(extra["accept_prob"]),
         "lp": -np.asarray(extra["potential_energy"]),

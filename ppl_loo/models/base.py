@@ -147,6 +147,32 @@ class PosteriorModel:
         return self._batched[2](jnp.asarray(theta))
 
     # ------------------------------------------------------------------ line evaluations
+    def line_cache(self, theta):
+        """Per-draw quantities that every :meth:`line_eval` call can reuse (a pytree, or None).
+
+        Computed once per LOO run on the ``(S, d)`` draws and passed to the jit-compiled search as
+        an argument (for example the linear predictor at the draws).
+        """
+        return None
+
+    def line_eval(self, cache, theta, delta, ts, i):
+        """``(log p~(theta + t delta), log l_i(theta + t delta))`` for every ``t``: two ``(T, S)`` arrays.
+
+        ``log l_i`` is ``logp - loo_logp`` for models that do not factorize. This is the inner loop
+        of the adaptive search; models with a linear predictor override it (and
+        :meth:`line_cache`) to avoid re-evaluating the full model for every step.
+        """
+        ts = jnp.asarray(ts)
+
+        def both(th):
+            lp = self.logp(th)
+            if self.factorizes:
+                return lp, self.loglik_i(th, i)
+            return lp, lp - self.loo_logp(th, i)
+
+        f = jax.vmap(both)
+        return jax.vmap(lambda t: f(theta + t * delta))(ts)
+
     def logp_line(self, theta, delta, ts, i=None):
         """Log density at ``theta + t * delta`` for every ``t`` in ``ts``: shape ``(T, S)``.
 

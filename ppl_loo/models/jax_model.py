@@ -124,7 +124,7 @@ class ParameterLayout:
         return {n: self.bijectors[n].forward(u) for n, u in self.split(theta).items()}
 
     def constrain_with_logdet(self, theta):
-        """``(constrained dict, sum of log |Jacobian|)`` for one draw ``theta`` of shape ``(dim,)``."""
+        """``(constrained dict, summed log |Jacobian|)`` of one draw ``theta`` ``(dim,)``."""
         blocks = self.split(theta)
         values, logdet = {}, 0.0
         for n, u in blocks.items():

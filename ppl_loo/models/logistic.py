@@ -31,7 +31,8 @@ def check_binary_data(X, y, name: str = "LogisticRegression"):
         raise ValueError(f"{name}: X must be a 2-D array (n, p), got shape {X.shape}.")
     if y.ndim != 1 or y.shape[0] != X.shape[0]:
         raise ValueError(
-            f"{name}: y must be 1-D with one label per row of X ({X.shape[0]}), got shape {y.shape}."
+            f"{name}: y must be 1-D with one label per row of X ({X.shape[0]}), got shape "
+            f"{y.shape}."
         )
     if not np.isfinite(X).all():
         raise ValueError(
@@ -188,7 +189,8 @@ class LogisticRegression(PosteriorModel):
         self.obs_dims = (str(obs_dim),)
         self.obs_shape = (n,)
         self.observed = yf.astype(np.int64)
-        self.coords = {"feature": np.arange(p) if feature_coords is None else np.asarray(feature_coords)}
+        features = np.arange(p) if feature_coords is None else np.asarray(feature_coords)
+        self.coords = {"feature": features}
         beta_index = np.arange(self.q)
         self.structure = GLMStructure(X=Xt, y=yf, beta_index=beta_index)
         self.adapt_index = beta_index
@@ -274,11 +276,11 @@ class LogisticRegression(PosteriorModel):
     # ------------------------------------------------------------------ fast line evaluation
     @cached_property
     def _line_fns(self):
-        sign = self._sign
-        Xt = self._Xt
         q = self.q
 
-        def coefficients(theta, delta):
+        # The data enter as arguments, not closure constants, so that XLA does not embed or
+        # constant-fold them.
+        def coefficients(theta, delta, Xt):
             b, db = theta[:, :q], delta[:, :q]
             inv_var = jnp.exp(-2.0 * jax.vmap(self._log_sd)(theta))
             a0 = jax.vmap(self.log_prior)(theta)
@@ -286,20 +288,19 @@ class LogisticRegression(PosteriorModel):
             c2 = -0.5 * jnp.sum(db * db * inv_var, axis=1)
             return a0, b1, c2, b @ Xt.T, db @ Xt.T
 
-        def full(theta, delta, ts):
-            a0, b1, c2, mu0, dmu = coefficients(theta, delta)
+        def pointwise(theta, delta, ts, Xt, sign):
+            a0, b1, c2, mu0, dmu = coefficients(theta, delta, Xt)
             mu = mu0[None] + ts[:, None, None] * dmu[None]
-            ll = -jnp.sum(jax.nn.softplus(-sign * mu), axis=-1)
             t = ts[:, None]
-            return a0[None] + b1[None] * t + c2[None] * t * t + ll
+            return a0[None] + b1[None] * t + c2[None] * t * t, -jax.nn.softplus(-sign * mu)
 
-        def loo(theta, delta, ts, i):
-            a0, b1, c2, mu0, dmu = coefficients(theta, delta)
-            mu = mu0[None] + ts[:, None, None] * dmu[None]
-            lls = -jax.nn.softplus(-sign * mu)
-            ll = jnp.sum(lls, axis=-1) - lls[..., i]
-            t = ts[:, None]
-            return a0[None] + b1[None] * t + c2[None] * t * t + ll
+        def full(theta, delta, ts, Xt, sign):
+            prior, lls = pointwise(theta, delta, ts, Xt, sign)
+            return prior + jnp.sum(lls, axis=-1)
+
+        def loo(theta, delta, ts, i, Xt, sign):
+            prior, lls = pointwise(theta, delta, ts, Xt, sign)
+            return prior + (jnp.sum(lls, axis=-1) - lls[..., i])
 
         return jax.jit(full), jax.jit(loo)
 
@@ -325,8 +326,8 @@ class LogisticRegression(PosteriorModel):
                 return super().logp_line(theta, delta, ts, i)
         full, loo = self._line_fns
         if i is None:
-            return full(theta, delta, ts)
-        return loo(theta, delta, ts, i)
+            return full(theta, delta, ts, self._Xt, self._sign)
+        return loo(theta, delta, ts, i, self._Xt, self._sign)
 
     # ------------------------------------------------------------------ NumPyro model
     def numpyro_model(self):

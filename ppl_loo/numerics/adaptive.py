@@ -30,14 +30,16 @@ from ppl_loo.numerics.transforms import (
     logdet_first_order,
     mm3,
     newton,
+    not_applicable,
     pmm1,
     pmm2,
     step_scale,
 )
 
-__all__ = ["TRANSFORMS", "EngineConfig", "ObsResult", "build_engine", "psis_identity"]
+__all__ = ["TRANSFORMS", "EngineConfig", "EngineData", "ObsResult", "build_engine", "psis_identity"]
 
-#: name -> (uses the hbar grid, family)
+#: name -> its step grid: "grid" = the hbar grid, "unit" = hbar 1 only, "damped" = NEWTON_STEPS
+NEWTON_STEPS = (1.0, 0.5, 0.25)
 TRANSFORMS = {
     "pmm1": "grid",
     "pmm2": "grid",
@@ -47,8 +49,8 @@ TRANSFORMS = {
     "kl": "grid",
     "var": "grid",
     "ll": "grid",
-    "newton": "grid",
-    "newton_mix": "grid",
+    "newton": "damped",
+    "newton_mix": "damped",
     "pmm1_mix": "grid",
     "pmm2_mix": "grid",
     "mm3_mix": "unit",
@@ -77,14 +79,14 @@ class ObsResult(NamedTuple):
     best: jnp.ndarray  # () index of the chosen candidate
     lw: jnp.ndarray  # (2S,) smoothed log weights of the chosen candidate over [draws, images]
     ll_phi: jnp.ndarray  # (2S,) log-likelihood of i at [draws, images] (draw part unused: -inf weight)
-    mcse: jnp.ndarray  # () Monte Carlo SE of the chosen elpd_i
+    mcse: jnp.ndarray  # (C,) Monte Carlo SE of every candidate's elpd_i
 
 
 def candidate_labels(cfg: EngineConfig):
     """``(transform, hbar)`` for every candidate, in the order of :class:`ObsResult` arrays."""
     out = []
     for name in cfg.transforms:
-        steps = cfg.hbar if TRANSFORMS[name] == "grid" else (1.0,)
+        steps = _steps_of(name, cfg.hbar)
         out.extend((name, float(t)) for t in steps)
     return out
 
@@ -98,46 +100,60 @@ def psis_identity(log_ratios, ll, r_eff):
 def _mcse_log_mean(lw, ll, r_eff):
     """Delta-method Monte Carlo SE of ``log sum_k w_k l_k`` (self-normalized IS)."""
     w = jnp.exp(lw)
-    lmax = jnp.max(ll)
-    lik = jnp.exp(ll - lmax)
+    lmax = jnp.max(jnp.where(jnp.isfinite(lw), ll, -jnp.inf))
+    lik = jnp.exp(jnp.where(jnp.isfinite(lw), ll - lmax, -jnp.inf))
     est = jnp.sum(w * lik)
     var = jnp.sum(w**2 * (lik - est) ** 2) / r_eff
     return jnp.sqrt(var) / est
 
 
-def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None, posterior_draws=True):
-    """Return ``search(i, ll0) -> ObsResult`` for one observation, closed over the draws.
+class EngineData(NamedTuple):
+    """The draws and their log densities: passed to the jit-compiled search as arguments."""
+
+    theta: jnp.ndarray  # (S, d) unconstrained draws
+    logp0: jnp.ndarray  # (S,) log p~(theta_k), the unnormalized log posterior
+    log_q0: jnp.ndarray  # (S,) log density of the draws' distribution (logp0 for MCMC; Eq. 13 otherwise)
+    grad_logp0: jnp.ndarray  # (S, d) gradient of logp at the draws
+    cache: object = None  # model.line_cache(theta)
+
+
+def build_engine(model, cfg: EngineConfig, posterior_draws=True):
+    """Return ``search(data, i, ll0) -> ObsResult`` and ``points(data, i, ll0, name, step)``.
 
     Parameters
     ----------
     model : PosteriorModel
         JAX-traceable model (``model.is_jax``).
     cfg : EngineConfig
-    theta : array (S, d)
-        Unconstrained draws.
-    logp0 : array (S,)
-        ``log p~(theta_k)``: the unnormalized log posterior at the draws.
-    log_q0 : array (S,)
-        Log density of the distribution the draws come from (up to a constant): ``logp0`` for
-        MCMC draws, the variational density for draws from an approximation (Eq. 13).
-    grad_logp0 : array (S, d), optional
-        Gradient of ``logp`` at the draws (needed by the closed-form Jacobians).
     posterior_draws : bool
         True for draws from the posterior itself; mixture proposals (``*_mix``) need it.
+
+    The draws enter as an :class:`EngineData` argument (never as closure constants, which XLA
+    would try to constant-fold), so one compilation serves every observation.
     """
+
+    def bind(data: EngineData):
+        return _bind(model, cfg, posterior_draws, data)
+
+    def search(data, i, ll0):
+        return bind(data)[0](i, ll0)
+
+    def points(data, i, ll0, full_name, step):
+        return bind(data)[1](i, ll0, full_name, step)
+
+    return search, points
+
+
+def _bind(model, cfg, posterior_draws, data):
+    theta, logp0, log_q0, grad_logp0, cache = data
     S, d = theta.shape
     block = np.arange(d) if model.adapt_index is None else np.asarray(model.adapt_index)
-    ts = jnp.asarray(cfg.hbar, dtype=theta.dtype)
-    unit = jnp.ones((1,), dtype=theta.dtype)
     theta_b = theta[:, block]
     mean_b = jnp.mean(theta_b, axis=0)
     sd_b = jnp.std(theta_b, axis=0, ddof=1)
     struct = model.structure
     closed_form = struct is not None and getattr(struct, "family", None) == "bernoulli_logit"
-    if closed_form:
-        if grad_logp0 is None:
-            _, grad_logp0 = model.log_density_and_grad(theta)
-        grad_logp0_b = grad_logp0[:, block]
+    grad_logp0_b = grad_logp0[:, block]
     is_glm = isinstance(struct, structured_types()[0])
 
     def ll_i_fn(th, i):
@@ -150,23 +166,8 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
             return delta_b
         return jnp.zeros((S, d), delta_b.dtype).at[:, block].set(delta_b)
 
-    overridden_line = type(model).logp_line is not _base_logp_line()
-
     def line(delta_b, steps, i):
-        delta = embed(delta_b)
-        if overridden_line:
-            lp = model.logp_line(theta, delta, steps)
-            loo = model.logp_line(theta, delta, steps, i=i)
-            return lp, lp - loo
-
-        def both(th):
-            lp = model.logp(th)
-            if model.factorizes:
-                return lp, model.loglik_i(th, i)
-            return lp, lp - model.loo_logp(th, i)
-
-        f = jax.vmap(both)
-        return jax.vmap(lambda t: f(theta + t * delta))(steps)
+        return model.line_eval(cache, theta, embed(delta_b), steps, i)
 
     # ------------------------------------------------------------ structured (sigmoidal) pieces
     def mu_and_grad(i):
@@ -267,8 +268,7 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
             D = jnp.atleast_1d(-jnp.mean(sig * (1 - sig)) * nx**2)
             return newton(ctx, steps, g_bar, V, D)
         if block.shape[0] > cfg.newton_max_dim:
-            zeros = jnp.zeros((steps.shape[0], S))
-            return Proposal(jnp.zeros_like(theta_b), zeros, jnp.ones_like(zeros, bool), jnp.asarray(False))
+            return not_applicable(ctx, steps)
         grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, block]
         g_bar = jnp.mean(grad_ll, axis=0)
         mean_full = jnp.mean(theta, axis=0)
@@ -285,8 +285,12 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
         return lw, k_w, k_num, elpd
 
     def evaluate(prop: Proposal, steps, i, ll0, mixture):
-        lp, ll_phi = line(prop.delta, steps, i)  # (T, S)
         T = steps.shape[0]
+        if prop.applicable is False:  # statically impossible: report k = inf, evaluate nothing
+            inf = jnp.full((T,), jnp.inf)
+            return (inf, inf, jnp.full((T,), jnp.nan), jnp.zeros((T,), bool), jnp.zeros((T,), jnp.int64),
+                    jnp.full((T, 2 * S), -jnp.inf), jnp.zeros((T, 2 * S)))
+        lp, ll_phi = line(prop.delta, steps, i)  # (T, S)
         if not mixture:
             log_eta = prop.logdet + lp - ll_phi - log_q0[None, :]
             log_eta = jnp.where(jnp.isfinite(log_eta), log_eta, -jnp.inf)
@@ -297,8 +301,13 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
         else:
             # deterministic mixture q = (p + T#p) / 2 over the draws and their images (this project):
             # the draws of p estimate the numerator E_p-i[l_i], the images the normalizer.
-            th_inv = jax.vmap(prop.inverse)(steps)  # (T, S, d_b)
-            lp_inv = jax.vmap(lambda tb: jax.vmap(model.logp)(_embed_points(tb)))(th_inv)
+            one = jnp.ones((1,), dtype=theta.dtype)
+
+            def lp_at_inverse(t):
+                back = prop.inverse(t) - theta_b  # T_t^-1(theta) = theta + 1 * back
+                return line(back, one, i)[0][0]
+
+            lp_inv = jax.lax.map(lp_at_inverse, steps)  # (T, S)
             log_qmix_phi = jnp.logaddexp(lp, logp0[None, :] - prop.logdet)
             log_qmix_th = jnp.logaddexp(logp0[None, :], lp_inv - prop.logdet)
             log_w = jnp.concatenate([(logp0 - ll0)[None, :] - log_qmix_th, lp - ll_phi - log_qmix_phi], axis=1)
@@ -310,11 +319,6 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
         finite = jnp.isfinite(k) & jnp.isfinite(elpd)
         usable = prop.applicable & (n_bad == 0) & finite
         return k, k_w, elpd, usable, n_bad, lw, ll_pool
-
-    def _embed_points(points_b):
-        if block.shape[0] == d:
-            return points_b
-        return theta.at[:, block].set(points_b)
 
     def make_proposal(full_name, i, ll0, ctx, steps):
         name, mixture = _split_name(full_name)
@@ -331,7 +335,7 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
         else:  # pragma: no cover - validated by the caller
             raise ValueError(name)
         if mixture and not posterior_draws:
-            prop = prop._replace(applicable=jnp.asarray(False))
+            prop = prop._replace(applicable=False)
         return prop, mixture
 
     def context(ll0):
@@ -342,13 +346,13 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
         ctx = context(ll0)
         outs = []
         for full_name in cfg.transforms:
-            steps = ts if TRANSFORMS[full_name] == "grid" else unit
+            steps = jnp.asarray(_steps_of(full_name, cfg.hbar), dtype=theta.dtype)
             prop, mixture = make_proposal(full_name, i, ll0, ctx, steps)
             outs.append(evaluate(prop, steps, i, ll0, mixture))
         k, k_w, elpd, usable, n_bad, lw, ll_pool = (jnp.concatenate(z, axis=0) for z in zip(*outs))
         k_sel = jnp.where(usable, k, jnp.inf)
         best = jnp.argmin(k_sel)
-        mcse = _mcse_log_mean(lw[best], ll_pool[best], cfg.r_eff)
+        mcse = jax.vmap(_mcse_log_mean, in_axes=(0, 0, None))(lw, ll_pool, cfg.r_eff)
         return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse)
 
     def points(i, ll0, full_name, step):
@@ -358,18 +362,28 @@ def build_engine(model, cfg: EngineConfig, theta, logp0, log_q0, grad_logp0=None
         phi = theta + step * embed(prop.delta)
         return jnp.concatenate([theta, phi], axis=0)
 
-    search.points = points
-    return search
+    return search, points
 
 
-def run_search(search, obs_idx, ll_cols, batch_size=1):
-    """Map ``search`` over observations (vectorized in chunks of ``batch_size``)."""
-    obs_idx = jnp.asarray(obs_idx)
-    f = jax.jit(lambda idx, cols: jax.lax.map(lambda a: search(a[0], a[1]), (idx, cols), batch_size=batch_size))
-    return f(obs_idx, ll_cols)
+def mapped_search(search, batch_size=1):
+    """``f(data, idx, cols)``: ``search`` jit-compiled and mapped over observations ``idx``.
+
+    ``cols`` holds each observation's log-likelihood at the draws, shape ``(len(idx), S)``. The map
+    is vectorized in chunks of ``batch_size`` observations (``jax.lax.map``), trading memory for
+    speed.
+    """
+    return jax.jit(lambda data, idx, cols: jax.lax.map(lambda a: search(data, a[0], a[1]), (idx, cols),
+                                                       batch_size=batch_size))
 
 
 # ----------------------------------------------------------------------------- small helpers
+def _steps_of(name, hbar):
+    kind = TRANSFORMS[name]
+    if kind == "grid":
+        return tuple(hbar)
+    return NEWTON_STEPS if kind == "damped" else (1.0,)
+
+
 def _split_name(full_name):
     """``"newton_mix"`` -> ``("newton", True)``."""
     if full_name.endswith("_mix"):
@@ -389,12 +403,6 @@ def _has_var_target(model):
     from ppl_loo.models.base import PosteriorModel
 
     return type(model).log_var_target is not PosteriorModel.log_var_target
-
-
-def _base_logp_line():
-    from ppl_loo.models.base import PosteriorModel
-
-    return PosteriorModel.logp_line
 
 
 def structured_types():

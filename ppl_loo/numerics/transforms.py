@@ -35,6 +35,7 @@ from ppl_loo.numerics.moments import weighted_mean, weighted_var_about
 __all__ = [
     "Proposal",
     "ObsContext",
+    "not_applicable",
     "pmm1",
     "pmm2",
     "mm3",
@@ -63,6 +64,12 @@ class Proposal(NamedTuple):
     ok: jnp.ndarray  # (T, S) signed det > 0 (map locally invertible)
     applicable: jnp.ndarray  # () bool: False when the transformation cannot be built
     inverse: object = None  # affine maps: t -> T_t^{-1}(theta_b), shape (S, d_b); enables mixtures
+
+
+def not_applicable(ctx, ts):
+    """A proposal that cannot be built for these shapes (decided at trace time: never evaluated)."""
+    zeros = jnp.zeros((ts.shape[0], ctx.theta_b.shape[0]))
+    return Proposal(jnp.zeros_like(ctx.theta_b), zeros, jnp.ones_like(zeros, bool), False)
 
 
 def _const_logdet(logdet_t, S):
@@ -118,8 +125,7 @@ def mm3(ctx: ObsContext, ts) -> Proposal:
     """
     S, d = ctx.theta_b.shape
     if S < 2 * d:  # static shapes: decided at trace time, no d x d work is done
-        zeros = jnp.zeros((ts.shape[0], S))
-        return Proposal(jnp.zeros_like(ctx.theta_b), zeros, jnp.ones_like(zeros, bool), jnp.asarray(False))
+        return not_applicable(ctx, ts)
     centred = ctx.theta_b - ctx.mean_b
     cov = centred.T @ centred / (S - 1)
     mean_w = weighted_mean(ctx.theta_b, ctx.lw_raw)

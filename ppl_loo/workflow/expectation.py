@@ -51,7 +51,7 @@ def loo_expectation(data, res, values):
         if not eng.use_adapted[i]:
             continue
         name, step = eng.labels[eng.best[j]]
-        pts = np.asarray(eng.search.points(int(i), eng.ll[:, i], name, step))
+        pts = np.asarray(eng.points(eng.edata, int(i), eng.ll[:, i], name, step))
         fi = np.asarray(values(model.constrain(pts)), dtype=float).reshape(pts.shape[0], -1)[:, i]
         lw = eng.lw[j]
         keep = np.isfinite(lw)

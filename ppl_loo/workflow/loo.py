@@ -16,7 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ppl_loo.numerics.adaptive import TRANSFORMS, EngineConfig, build_engine, candidate_labels, psis_identity
+from ppl_loo.numerics.adaptive import (
+    TRANSFORMS,
+    EngineConfig,
+    EngineData,
+    build_engine,
+    candidate_labels,
+    mapped_search,
+    psis_identity,
+)
 from ppl_loo.numerics.psis import khat_threshold
 from ppl_loo.workflow.inputs import (
     SAMPLE_DIMS,
@@ -49,7 +57,8 @@ class _EngineState:
     lw_psis: np.ndarray  # (n, S) plain PSIS log weights
     use_adapted: np.ndarray  # (n,) bool
     ll: np.ndarray  # (S, n) log-likelihood at the draws
-    search: object = None  # the engine closure; ``search.points`` rebuilds a candidate's draws
+    points: object = None  # ``points(data, i, ll0, name, step)`` rebuilds a candidate's draws
+    edata: object = None
 
 
 def loo(
@@ -177,10 +186,10 @@ def loo(
     best_all = np.zeros(len(obs_idx), int)
     lw_adapted = np.zeros((len(obs_idx), 2 * S))
 
-    search = None
+    edata = EngineData(theta_j, logp0, log_q0, grad_logp0, model.line_cache(theta_j))
+    search, points = build_engine(model, cfg, posterior_draws=not approx)
     if len(obs_idx):
-        search = build_engine(model, cfg, theta_j, logp0, log_q0, grad_logp0, posterior_draws=not approx)
-        results = _run(search, obs_idx, ll, batch_size, progressbar)
+        results = _run(mapped_search(search, batch_size), edata, obs_idx, ll, batch_size, progressbar)
         for j, i in enumerate(obs_idx):
             r = results[j]
             cand_k[i], cand_elpd[i], cand_kw[i] = r["k"], r["elpd"], r["k_w"]
@@ -194,13 +203,13 @@ def loo(
                 use_adapted[i] = True
                 elpd_i[i] = float(r["elpd"][best])
                 k_final[i] = k_best
-                mcse[i] = float(r["mcse"])
+                mcse[i] = float(r["mcse"][best])
                 name, step = labels[best]
                 transform[i] = name
                 hbar_used[i] = step
             if k_final[i] > k_threshold:
                 transform[i] = "failed"
-            doubtful[i] = _doubtful(r, k_threshold, k_final[i], elpd_i[i], mcse[i])
+            doubtful[i] = _doubtful(r, labels, k_threshold, k_final[i], elpd_i[i], mcse[i])
 
     lpd_i = _logmeanexp(ll)
     p_loo_i = lpd_i - elpd_i
@@ -217,7 +226,7 @@ def loo(
 
     da = _pointwise_factory(data, var_name, model, n)
     engine = _EngineState(model, theta, cfg, labels, obs_idx, best_all, lw_adapted, lw_psis, use_adapted, ll,
-                          search if len(obs_idx) else None)
+                          points, edata)
     return LooResult(
         elpd=float(np.sum(elpd_i)),
         se=se,
@@ -260,14 +269,12 @@ def _check_transforms(transforms):
     return names
 
 
-def _run(search, obs_idx, ll, batch_size, progressbar):
+def _run(f, edata, obs_idx, ll, batch_size, progressbar):
     """Run the jit-compiled search over observations in chunks, with a progress bar."""
     import jax
 
     from tqdm.auto import tqdm
 
-    f = jax.jit(lambda idx, cols: jax.lax.map(lambda a: search(a[0], a[1]), (idx, cols),
-                                              batch_size=batch_size))
     out = []
     chunk = max(int(batch_size), 1)
     bar = tqdm(total=len(obs_idx), desc="adaptive LOO", disable=not progressbar, unit="obs")
@@ -275,7 +282,7 @@ def _run(search, obs_idx, ll, batch_size, progressbar):
         idx = np.asarray(obs_idx[start:start + chunk])
         if len(idx) < chunk:  # pad to keep one compiled shape
             idx = np.concatenate([idx, np.repeat(idx[-1:], chunk - len(idx))])
-        res = f(jnp.asarray(idx), jnp.asarray(ll[:, idx].T))
+        res = f(edata, jnp.asarray(idx), jnp.asarray(ll[:, idx].T))
         res = jax.tree_util.tree_map(np.asarray, res)
         for j in range(min(chunk, len(obs_idx) - start)):
             out.append({k: getattr(res, k)[j] for k in res._fields})
@@ -284,17 +291,26 @@ def _run(search, obs_idx, ll, batch_size, progressbar):
     return out
 
 
-def _doubtful(r, k_threshold, k_final, elpd_final, mcse_final):
-    """Unreliable: k above the threshold, or good candidates that disagree beyond MC error."""
+def _doubtful(r, labels, k_threshold, k_final, elpd_final, mcse_final):
+    """Unreliable: k above the threshold, or good proposals that disagree beyond Monte Carlo error.
+
+    Every transformation family's best candidate with k below the threshold is an independent
+    estimate of the same elpd_i; if two of them differ by more than 4 combined Monte Carlo
+    standard errors, at least one is wrong while its k looks fine.
+    """
     if not np.isfinite(k_final) or k_final > k_threshold:
         return True
     good = r["usable"] & (r["k"] <= k_threshold)
-    if good.sum() < 2:
-        return False
-    # proposals of comparable quality (k within 0.2 of the best) must agree
-    close = good & (r["k"] <= k_final + 0.2)
-    spread = np.abs(r["elpd"][close] - elpd_final)
-    return bool(np.any(spread > max(5.0 * mcse_final, 0.05)))
+    best_of_family = {}
+    for c in np.flatnonzero(good):
+        fam = labels[c][0]
+        if fam not in best_of_family or r["k"][c] < r["k"][best_of_family[fam]]:
+            best_of_family[fam] = c
+    for c in best_of_family.values():
+        z = abs(r["elpd"][c] - elpd_final) / np.sqrt(r["mcse"][c] ** 2 + mcse_final**2 + 1e-12)
+        if z > 4.0 and abs(r["elpd"][c] - elpd_final) > 0.05:
+            return True
+    return False
 
 
 def _logmeanexp(ll):

@@ -1,0 +1,118 @@
+"""Engine benchmark: logistic regression at ovarian size, every transformation over the full grid.
+
+n = 54 observations, p = 1536 genes + intercept (d = 1537 coefficients), S = 1000 draws from NUTS,
+*all* observations flagged (k_threshold = -inf), all transformations of ``pl.DEFAULT_TRANSFORMS``
+over hbar = 4^-r, r = 0..10. Prints a table and writes ``benchmarks/results/engine.json``.
+
+    .venv/bin/python benchmarks/engine.py [--prior normal|horseshoe] [--draws 1000]
+
+Wall time is measured for the first call (JIT compilation included: what a user waits for) and
+for a second call on the same shapes (compiled). Peak memory is the process's maximum resident
+set size (``ru_maxrss``), which includes the Python/JAX runtime and the draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+def _draws(prior, n_draws, seed):
+    """NUTS draws of the ovarian logistic regression, cached in benchmarks/.cache."""
+    from ppl_loo.datasets import load_ovarian
+    from ppl_loo.models import LogisticRegression
+    from ppl_loo.sampling import sample_nuts
+
+    X, y = load_ovarian()
+    model = LogisticRegression(X, y, prior=prior)
+    cache = HERE / ".cache" / f"ovarian_{prior}_{n_draws}_{seed}.npz"
+    import xarray as xr
+
+    if cache.exists():
+        z = np.load(cache)
+        post = xr.Dataset({k: (("chain", "draw", *([f"{k}_dim"] if z[k].ndim == 3 else [])), z[k]) for k in z.files})
+        return model, xr.DataTree.from_dict({"posterior": post}), 0.0
+    kw = {"numpyro_model": model.numpyro_model()} if prior == "horseshoe" else {}
+    t0 = time.perf_counter()
+    data = sample_nuts(model, num_chains=2, num_warmup=500, num_samples=n_draws // 2, random_seed=seed, **kw)
+    t_fit = time.perf_counter() - t0
+    post = data["posterior"].to_dataset()
+    cache.parent.mkdir(exist_ok=True)
+    np.savez_compressed(cache, **{k: np.asarray(post[k].values) for k in post.data_vars})
+    return model, data, t_fit
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prior", default="normal", choices=["normal", "horseshoe"])
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--out", default=str(HERE / "results" / "engine.json"))
+    args = ap.parse_args(argv)
+
+    import jax
+
+    import ppl_loo as pl
+
+    model, data, t_fit = _draws(args.prior, args.draws, args.seed)
+    transforms = list(pl.DEFAULT_TRANSFORMS)
+    rows = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for label in ("first call (JIT compile included)", "second call (compiled)"):
+            t0 = time.perf_counter()
+            res = pl.loo(data, model, transforms=transforms, k_threshold=-np.inf, progressbar=False,
+                         batch_size=args.batch_size)
+            rows[label] = time.perf_counter() - t0
+    n_cand = len(res.candidates["labels"])
+    n = res.n_data_points
+    evals = n * n_cand
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
+    k_psis = res.pareto_k_psis.values
+    summary = {
+        "prior": args.prior,
+        "n": n,
+        "d_adapted": int(len(model.adapt_index)) if model.adapt_index is not None else model.dim,
+        "d_total": model.dim,
+        "S": res.n_samples,
+        "transforms": transforms,
+        "candidates_per_observation": n_cand,
+        "wall_first_s": rows["first call (JIT compile included)"],
+        "wall_second_s": rows["second call (compiled)"],
+        "us_per_obs_transform_hbar": rows["second call (compiled)"] / evals * 1e6,
+        "peak_rss_gb": peak_gb,
+        "nuts_s": t_fit,
+        "above_threshold_psis": int(np.sum(k_psis > res.good_k)),
+        "above_threshold_adapted": int(np.sum(res.pareto_k.values > res.good_k)),
+        "jax_backend": jax.default_backend(),
+        "cpu_count": os.cpu_count(),
+    }
+    print(f"ovarian logistic regression ({args.prior} prior): n={n}, d adapted={summary['d_adapted']} "
+          f"(of {model.dim}), S={res.n_samples}, {n_cand} (transform, hbar) candidates per observation, "
+          f"all {n} observations adapted")
+    print(f"{'measure':<40} {'value':>12}")
+    print(f"{'wall, first call (JIT included) [s]':<40} {summary['wall_first_s']:>12.2f}")
+    print(f"{'wall, second call (compiled) [s]':<40} {summary['wall_second_s']:>12.2f}")
+    print(f"{'per (obs, transform, hbar) [us]':<40} {summary['us_per_obs_transform_hbar']:>12.1f}")
+    print(f"{'peak resident memory [GB]':<40} {peak_gb:>12.2f}")
+    print(f"{'k > threshold: plain PSIS':<40} {summary['above_threshold_psis']:>12d}")
+    print(f"{'k > threshold: adaptive':<40} {summary['above_threshold_adapted']:>12d}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
