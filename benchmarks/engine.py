@@ -79,6 +79,9 @@ def main(argv=None):
     n = res.n_data_points
     evals = n * n_cand
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
+    from ppl_loo.numerics.psis import khat_threshold
+
+    thr = khat_threshold(res.n_samples)
     k_psis = res.pareto_k_psis.values
     summary = {
         "prior": args.prior,
@@ -93,8 +96,8 @@ def main(argv=None):
         "us_per_obs_transform_hbar": rows["second call (compiled)"] / evals * 1e6,
         "peak_rss_gb": peak_gb,
         "nuts_s": t_fit,
-        "above_threshold_psis": int(np.sum(k_psis > res.good_k)),
-        "above_threshold_adapted": int(np.sum(res.pareto_k.values > res.good_k)),
+        "above_threshold_psis": int(np.sum(k_psis > thr)),
+        "above_threshold_adapted": int(np.sum(res.pareto_k.values > thr)),
         "jax_backend": jax.default_backend(),
         "cpu_count": os.cpu_count(),
     }

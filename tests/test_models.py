@@ -466,3 +466,22 @@ def test_time_nuts_ovarian(prior):
         f"divergences {int(dt['sample_stats']['diverging'].sum())}, "
         f"max R-hat {max(float(r[v].max()) for v in r.data_vars):.3f}"
     )
+
+
+@pytest.mark.parametrize("prior", ["normal", "horseshoe"])
+def test_logistic_line_eval_fast_path_equals_default(prior):
+    """The cached line evaluation equals the generic vmapped one (base-class implementation)."""
+    from ppl_loo.models.base import PosteriorModel
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(15, 6))
+    y = (rng.random(15) < 0.5).astype(int)
+    m = LogisticRegression(X, y, prior=prior, p0=2)
+    theta = jnp.asarray(rng.normal(size=(9, m.dim)) * 0.3)
+    delta = jnp.zeros_like(theta).at[:, : m.q].set(rng.normal(size=(9, m.q)))
+    ts = jnp.asarray([1.0, 0.25, 0.0, -0.5])
+    for i in (0, 4, 14):
+        fast = m.line_eval(m.line_cache(theta), theta, delta, ts, i)
+        slow = PosteriorModel.line_eval(m, None, theta, delta, ts, i)
+        for a, b in zip(fast, slow):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)

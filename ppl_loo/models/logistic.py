@@ -329,6 +329,33 @@ class LogisticRegression(PosteriorModel):
             return full(theta, delta, ts, self._Xt, self._sign)
         return loo(theta, delta, ts, i, self._Xt, self._sign)
 
+    def line_cache(self, theta):
+        """Prior value, prior precisions of the beta block and linear predictor at the draws."""
+        theta = jnp.asarray(theta)
+        inv_var = jnp.exp(-2.0 * jax.vmap(self._log_sd)(theta))  # (S, q)
+        a0 = jax.vmap(self.log_prior)(theta)  # (S,)
+        mu0 = theta[:, : self.q] @ jnp.asarray(self._Xt).T  # (S, n)
+        return a0, inv_var, mu0
+
+    def line_eval(self, cache, theta, delta, ts, i):
+        """Fast path of :meth:`PosteriorModel.line_eval` for ``delta`` zero outside the beta block.
+
+        The engine only moves the ``(beta0, beta)`` block (``adapt_index``). Along the line the
+        linear predictor is ``mu0 + t Xtilde delta`` and the Gaussian prior on the block given the
+        hyperparameters is ``a0 + b1 t + c2 t^2``, so one ``O(S n q)`` product serves every ``t``.
+        """
+        a0, inv_var, mu0 = cache
+        q = self.q
+        b, db = theta[:, :q], delta[:, :q]
+        b1 = -jnp.sum(b * db * inv_var, axis=1)
+        c2 = -0.5 * jnp.sum(db * db * inv_var, axis=1)
+        dmu = db @ jnp.asarray(self._Xt).T  # (S, n)
+        t = jnp.asarray(ts)[:, None]
+        mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n)
+        lls = -jax.nn.softplus(-jnp.asarray(self._sign) * mu)
+        logp = a0[None] + b1[None] * t + c2[None] * t * t + jnp.sum(lls, axis=-1)
+        return logp, lls[..., i]
+
     # ------------------------------------------------------------------ NumPyro model
     def numpyro_model(self):
         """A NumPyro model of the same posterior in a sampler-friendly parameterization.

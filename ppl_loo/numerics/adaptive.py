@@ -180,25 +180,30 @@ def _bind(model, cfg, posterior_draws, data):
         return structured.relu_mu(W1, W2, b2, x), structured.relu_grad_mu(W1, W2, b2, x)
 
     def closed_form_logdet(kind, i, y, mu, gmu, log_abs_a, sign_a, c, steps):
-        """Exact log|det J| for Q = A grad(mu) (KL/Var) or the LL map (notes section 4)."""
+        """Exact log|det J| for Q = A grad(mu) (KL/Var) or the LL map (notes section 4).
+
+        ``J = I + alpha Hess(mu) + grad(mu) (s u)^T`` with a per-draw vector ``u`` and a scalar
+        ``s`` per (step, draw), so no (T, S, d) array is formed.
+        """
         tc = steps[:, None] * c  # (T, 1)
         if kind == "ll":
             sig = jax.nn.sigmoid(mu)
             alpha = -tc * (y - sig)[None, :]
-            u = (tc * (sig * (1 - sig))[None, :])[..., None] * gmu[None]
+            u_base = gmu
+            u_scale = tc * (sig * (1 - sig))[None, :]
         else:
             kappa = 1.0 if kind == "kl" else 2.0
             A = sign_a * jnp.exp(log_abs_a)  # (S,)
-            b = grad_logp0_b + kappa * (1.0 - 2.0 * y) * gmu
+            u_base = grad_logp0_b + kappa * (1.0 - 2.0 * y) * gmu  # b of the notes
             alpha = tc * A[None, :]
-            u = alpha[..., None] * b[None]
+            u_scale = alpha
+        x = jnp.asarray(struct.X)[i]
         if is_glm:
-            x = jnp.asarray(struct.X)[i]
-            logdet, sign = structured.glm_logdet(alpha, u, x)
+            logdet, sign = structured.glm_logdet(None, u_scale[..., None] * (u_base @ x)[None, :, None],
+                                                 jnp.ones((1,), dtype=theta.dtype))
         else:
             W1, W2, _ = _relu_blocks(theta, struct)
-            x = jnp.asarray(struct.X)[i]
-            logdet, sign = structured.relu_logdet(alpha, u, W1[None], W2[None], x)
+            logdet, sign = structured.relu_logdet(alpha, u_base, W1, W2, x, u_scale=u_scale)
         return logdet, sign > 0
 
     # ------------------------------------------------------------ gradient transformations

@@ -355,7 +355,7 @@ def _exclusive_prod(v):
     return pre * suf
 
 
-def relu_logdet(alpha, u, W1, W2, x):
+def relu_logdet(alpha, u, W1, W2, x, u_scale=None):
     """Exact ``log|det J|`` and ``sign(det J)`` of (*) for a one-hidden-layer ReLU net.
 
     ``mu = W2 . relu(W1 x) + b2`` with parameters ordered ``(vec(W1) row-major, W2, b2)``.
@@ -389,6 +389,10 @@ def relu_logdet(alpha, u, W1, W2, x):
         Second-layer weights of each draw.
     x : array_like, shape ``(p,)`` or broadcastable to ``(..., p)``
         Input of the observation, with the constant-1 component of the first-layer bias.
+    u_scale : array_like, shape ``(...)``, optional
+        When given, the rank-one vector is ``u_scale * u``: ``u`` (e.g. ``(S, P)``) is reduced
+        to per-unit terms *before* it meets the step-grid axis of ``u_scale`` (e.g. ``(G, S)``),
+        so no ``(G, S, P)`` array is formed.
 
     Returns
     -------
@@ -404,6 +408,10 @@ def relu_logdet(alpha, u, W1, W2, x):
     they contribute a factor 1, with no 0/0 from the undefined eigenvectors.
     """
     d, N, u_b2 = relu_unit_terms(alpha, u, W1, W2, x)
+    if u_scale is not None:  # N and u_b2 are linear in u
+        u_scale = jnp.asarray(u_scale)
+        N = N * u_scale[..., None]
+        u_b2 = u_b2 * u_scale
     scale = jnp.maximum(jnp.abs(d), 1.0)
     ds = d / scale
     Ns = N / scale
