@@ -485,3 +485,21 @@ def test_logistic_line_eval_fast_path_equals_default(prior):
         slow = PosteriorModel.line_eval(m, None, theta, delta, ts, i)
         for a, b in zip(fast, slow):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)
+
+
+def test_logistic_line_eval_low_rank_equals_dense():
+    from ppl_loo.models.base import PosteriorModel
+    from ppl_loo.numerics.transforms import LowRank
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(15, 6))
+    y = (rng.random(15) < 0.5).astype(int)
+    m = LogisticRegression(X, y, prior="horseshoe", p0=2)
+    theta = jnp.asarray(rng.normal(size=(9, m.dim)) * 0.3)
+    basis = jnp.zeros((3, m.dim)).at[:, : m.q].set(rng.normal(size=(3, m.q)))
+    delta = LowRank(jnp.asarray(rng.normal(size=(9, 3))), basis)
+    ts = jnp.asarray([1.0, 0.25, -0.5])
+    fast = m.line_eval(m.line_cache(theta), theta, delta, ts, 3)
+    slow = PosteriorModel.line_eval(m, None, theta, delta.dense(), ts, 3)
+    for a, b in zip(fast, slow):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)

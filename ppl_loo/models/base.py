@@ -158,11 +158,16 @@ class PosteriorModel:
     def line_eval(self, cache, theta, delta, ts, i):
         """``(log p~(theta + t delta), log l_i(theta + t delta))`` for every ``t``: two ``(T, S)`` arrays.
 
+        ``delta`` is an ``(S, dim)`` array or a low-rank ``coef @ basis``
+        (:class:`ppl_loo.numerics.transforms.LowRank`).
+
         ``log l_i`` is ``logp - loo_logp`` for models that do not factorize. This is the inner loop
         of the adaptive search; models with a linear predictor override it (and
         :meth:`line_cache`) to avoid re-evaluating the full model for every step.
         """
         ts = jnp.asarray(ts)
+        if hasattr(delta, "dense"):  # a LowRank displacement of ppl_loo.numerics.transforms
+            delta = delta.dense()
 
         def both(th):
             lp = self.logp(th)

@@ -346,10 +346,19 @@ class LogisticRegression(PosteriorModel):
         """
         a0, inv_var, mu0 = cache
         q = self.q
-        b, db = theta[:, :q], delta[:, :q]
-        b1 = -jnp.sum(b * db * inv_var, axis=1)
-        c2 = -0.5 * jnp.sum(db * db * inv_var, axis=1)
-        dmu = db @ jnp.asarray(self._Xt).T  # (S, n)
+        b = theta[:, :q]
+        Xt = jnp.asarray(self._Xt)
+        if hasattr(delta, "coef"):  # LowRank: delta = coef @ basis, O(S n r)
+            coef, basis = delta.coef, delta.basis[:, :q]
+            b1 = -jnp.sum(coef * ((b * inv_var) @ basis.T), axis=1)
+            gram = jnp.einsum("sq,rq,uq->sru", inv_var, basis, basis)
+            c2 = -0.5 * jnp.einsum("sr,sru,su->s", coef, gram, coef)
+            dmu = coef @ (basis @ Xt.T)
+        else:
+            db = delta[:, :q]
+            b1 = -jnp.sum(b * db * inv_var, axis=1)
+            c2 = -0.5 * jnp.sum(db * db * inv_var, axis=1)
+            dmu = db @ Xt.T  # (S, n)
         t = jnp.asarray(ts)[:, None]
         mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n)
         lls = -jax.nn.softplus(-jnp.asarray(self._sign) * mu)

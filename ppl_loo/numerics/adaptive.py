@@ -23,6 +23,8 @@ from ppl_loo.numerics import structured
 from ppl_loo.numerics.moments import normalize_log_weights
 from ppl_loo.numerics.psis import psislw
 from ppl_loo.numerics.transforms import (
+    LowRank,
+    dense,
     ObsContext,
     Proposal,
     gradient_direction,
@@ -162,8 +164,12 @@ def _bind(model, cfg, posterior_draws, data):
         return model.logp(th) - model.loo_logp(th, i)
 
     def embed(delta_b):
+        """Scatter a block displacement (dense or LowRank) into the full parameter vector."""
         if block.shape[0] == d:
             return delta_b
+        if isinstance(delta_b, LowRank):
+            basis = jnp.zeros((delta_b.basis.shape[0], d), delta_b.basis.dtype).at[:, block].set(delta_b.basis)
+            return LowRank(delta_b.coef, basis)
         return jnp.zeros((S, d), delta_b.dtype).at[:, block].set(delta_b)
 
     def line(delta_b, steps, i):
@@ -222,7 +228,13 @@ def _bind(model, cfg, posterior_draws, data):
                 v = gmu
             log_c = step_scale(log_a, v, sd_b)
             c = jnp.exp(log_c)
-            delta = (c * sign_a * jnp.exp(log_a))[:, None] * v
+            if is_glm:  # every draw moves along the design row: rank one
+                scal = c * sign_a * jnp.exp(log_a)
+                if kind == "ll":
+                    scal = scal * (y - jax.nn.sigmoid(mu))
+                delta = LowRank(scal[:, None], jnp.asarray(struct.X, dtype=theta.dtype)[i][None, :])
+            else:
+                delta = (c * sign_a * jnp.exp(log_a))[:, None] * v
             logdet, ok = closed_form_logdet(kind, i, y, mu, gmu, log_a, sign_a, c, steps)
             return Proposal(delta, logdet, ok, jnp.asarray(True))
 
@@ -282,48 +294,46 @@ def _bind(model, cfg, posterior_draws, data):
         return newton(ctx, steps, g_bar, V, D)
 
     # ------------------------------------------------------------ evaluation of a proposal
-    def _scores(log_w, ll_pool):
-        """PSIS of the weights and of the elpd numerator ``w * l_i`` (Vehtari et al. 2024, sec. 2.3)."""
-        lw, k_w = psislw(log_w, cfg.r_eff)
-        _, k_num = psislw(log_w + ll_pool, cfg.r_eff)
-        elpd = logsumexp(lw + ll_pool, axis=-1)
-        return lw, k_w, k_num, elpd
+    def raw_weights(prop: Proposal, steps, i, ll0, mixture):
+        """Log weights and log-likelihoods of one proposal over its steps, before smoothing.
 
-    def evaluate(prop: Proposal, steps, i, ll0, mixture):
+        Plain transformed IS (Eq. 10/13) gives ``S`` weighted points (the images ``phi``); the
+        deterministic mixture ``q = (p + T#p) / 2`` gives ``2S`` (the draws and their images).
+        """
         T = steps.shape[0]
-        if prop.applicable is False:  # statically impossible: report k = inf, evaluate nothing
-            inf = jnp.full((T,), jnp.inf)
-            return (inf, inf, jnp.full((T,), jnp.nan), jnp.zeros((T,), bool), jnp.zeros((T,), jnp.int64),
-                    jnp.full((T, 2 * S), -jnp.inf), jnp.zeros((T, 2 * S)))
+        L = 2 * S if mixture else S
+        if prop.applicable is False:  # statically impossible: never evaluated, k = inf
+            return jnp.full((T, L), -jnp.inf), jnp.zeros((T, L)), jnp.zeros((T,), bool), jnp.zeros((T,), jnp.int64)
         lp, ll_phi = line(prop.delta, steps, i)  # (T, S)
         if not mixture:
-            log_eta = prop.logdet + lp - ll_phi - log_q0[None, :]
-            log_eta = jnp.where(jnp.isfinite(log_eta), log_eta, -jnp.inf)
-            lw, k_w, k_num, elpd = _scores(log_eta, ll_phi)
-            pad = jnp.full((T, S), -jnp.inf)
-            lw = jnp.concatenate([pad, lw], axis=1)
-            ll_pool = jnp.concatenate([jnp.zeros((T, S)), ll_phi], axis=1)
+            log_w = prop.logdet + lp - ll_phi - log_q0[None, :]
+            ll_pool = ll_phi
         else:
-            # deterministic mixture q = (p + T#p) / 2 over the draws and their images (this project):
-            # the draws of p estimate the numerator E_p-i[l_i], the images the normalizer.
+            # this project: the draws of p estimate the numerator E_p-i[l_i] well, the images of
+            # the normalizer; the mixture weights are bounded where either component is good.
             one = jnp.ones((1,), dtype=theta.dtype)
 
             def lp_at_inverse(t):
-                back = prop.inverse(t) - theta_b  # T_t^-1(theta) = theta + 1 * back
-                return line(back, one, i)[0][0]
+                return line(prop.inverse(t), one, i)[0][0]  # T_t^-1(theta) = theta + back
 
             lp_inv = jax.lax.map(lp_at_inverse, steps)  # (T, S)
             log_qmix_phi = jnp.logaddexp(lp, logp0[None, :] - prop.logdet)
             log_qmix_th = jnp.logaddexp(logp0[None, :], lp_inv - prop.logdet)
             log_w = jnp.concatenate([(logp0 - ll0)[None, :] - log_qmix_th, lp - ll_phi - log_qmix_phi], axis=1)
-            log_w = jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
             ll_pool = jnp.concatenate([jnp.broadcast_to(ll0, (T, S)), ll_phi], axis=1)
-            lw, k_w, k_num, elpd = _scores(log_w, ll_pool)
+        log_w = jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
         n_bad = jnp.sum(~prop.ok, axis=-1)
-        k = jnp.maximum(k_w, k_num)
-        finite = jnp.isfinite(k) & jnp.isfinite(elpd)
-        usable = prop.applicable & (n_bad == 0) & finite
-        return k, k_w, elpd, usable, n_bad, lw, ll_pool
+        applicable = jnp.broadcast_to(jnp.asarray(prop.applicable), (T,))
+        return log_w, ll_pool, applicable, n_bad
+
+    def scores(log_w, ll_pool):
+        """PSIS of the weights and of the elpd numerator ``w * l_i`` (Vehtari et al. 2024, sec. 2.3),
+        for all candidates of one length in one batched call."""
+        C = log_w.shape[0]
+        lw_all, k_all = psislw(jnp.concatenate([log_w, log_w + ll_pool], axis=0), cfg.r_eff)
+        lw, k_w, k_num = lw_all[:C], k_all[:C], k_all[C:]
+        elpd = logsumexp(lw + ll_pool, axis=-1)
+        return lw, k_w, k_num, elpd
 
     def make_proposal(full_name, i, ll0, ctx, steps):
         name, mixture = _split_name(full_name)
@@ -349,12 +359,32 @@ def _bind(model, cfg, posterior_draws, data):
 
     def search(i, ll0):
         ctx = context(ll0)
-        outs = []
+        groups = {False: [], True: []}  # candidates by pooled length (S or 2S)
+        order = []
         for full_name in cfg.transforms:
             steps = jnp.asarray(_steps_of(full_name, cfg.hbar), dtype=theta.dtype)
             prop, mixture = make_proposal(full_name, i, ll0, ctx, steps)
-            outs.append(evaluate(prop, steps, i, ll0, mixture))
-        k, k_w, elpd, usable, n_bad, lw, ll_pool = (jnp.concatenate(z, axis=0) for z in zip(*outs))
+            groups[mixture].append(raw_weights(prop, steps, i, ll0, mixture))
+            order.append((mixture, len(groups[mixture]) - 1, steps.shape[0]))
+        scored = {}
+        for mixture, items in groups.items():
+            if not items:
+                continue
+            log_w, ll_pool, applicable, n_bad = (jnp.concatenate(z, axis=0) for z in zip(*items))
+            lw, k_w, k_num, elpd = scores(log_w, ll_pool)
+            if not mixture:  # pad to the pooled layout [draws, images]: draws carry no weight
+                C = lw.shape[0]
+                lw = jnp.concatenate([jnp.full((C, S), -jnp.inf), lw], axis=1)
+                ll_pool = jnp.concatenate([jnp.zeros((C, S)), ll_pool], axis=1)
+            offsets = np.cumsum([0] + [it[0].shape[0] for it in items])
+            scored[mixture] = (offsets, k_w, k_num, elpd, applicable, n_bad, lw, ll_pool)
+        parts = []
+        for mixture, j, T in order:
+            offsets, *arrays = scored[mixture]
+            parts.append(tuple(a[offsets[j]:offsets[j] + T] for a in arrays))
+        k_w, k_num, elpd, applicable, n_bad, lw, ll_pool = (jnp.concatenate(z, axis=0) for z in zip(*parts))
+        k = jnp.maximum(k_w, k_num)
+        usable = applicable & (n_bad == 0) & jnp.isfinite(k) & jnp.isfinite(elpd)
         k_sel = jnp.where(usable, k, jnp.inf)
         best = jnp.argmin(k_sel)
         mcse = jax.vmap(_mcse_log_mean, in_axes=(0, 0, None))(lw, ll_pool, cfg.r_eff)
@@ -364,7 +394,7 @@ def _bind(model, cfg, posterior_draws, data):
         """Pooled points ``[theta; phi]`` (shape ``(2S, d)``) of one candidate, matching ``ObsResult.lw``."""
         steps = jnp.asarray([step], dtype=theta.dtype)
         prop, _ = make_proposal(full_name, i, jnp.asarray(ll0), context(jnp.asarray(ll0)), steps)
-        phi = theta + step * embed(prop.delta)
+        phi = theta + step * dense(embed(prop.delta))
         return jnp.concatenate([theta, phi], axis=0)
 
     return search, points

@@ -34,6 +34,8 @@ from ppl_loo.numerics.moments import weighted_mean, weighted_var_about
 
 __all__ = [
     "Proposal",
+    "LowRank",
+    "dense",
     "ObsContext",
     "not_applicable",
     "pmm1",
@@ -56,14 +58,35 @@ class ObsContext(NamedTuple):
     sd_b: jnp.ndarray  # (d_b,)
 
 
+class LowRank(NamedTuple):
+    """A displacement field ``delta = coef @ basis`` of low rank ``r`` (shape ``(S, d)``).
+
+    The moment-matching shift, the gradient flows of GLMs (every draw moves along the design row)
+    and the Newton step all have this form; a model with a linear predictor then evaluates the
+    line ``theta + t delta`` in ``O(S n r)`` instead of ``O(S n d)``
+    (:meth:`ppl_loo.models.base.PosteriorModel.line_eval`).
+    """
+
+    coef: jnp.ndarray  # (S, r)
+    basis: jnp.ndarray  # (r, d)
+
+    def dense(self):
+        return self.coef @ self.basis
+
+
+def dense(delta):
+    """``delta`` as an ``(S, d)`` array, whether it is dense or :class:`LowRank`."""
+    return delta.dense() if isinstance(delta, LowRank) else delta
+
+
 class Proposal(NamedTuple):
     """A family of maps ``phi(t) = theta + t * delta`` with its Jacobian determinants."""
 
-    delta: jnp.ndarray  # (S, d_b)
+    delta: object  # (S, d_b) array or LowRank
     logdet: jnp.ndarray  # (T, S) log|det J(t)|
     ok: jnp.ndarray  # (T, S) signed det > 0 (map locally invertible)
     applicable: jnp.ndarray  # () bool: False when the transformation cannot be built
-    inverse: object = None  # affine maps: t -> T_t^{-1}(theta_b), shape (S, d_b); enables mixtures
+    inverse: object = None  # affine maps: t -> T_t^{-1}(theta_b) - theta_b (array or LowRank); mixtures
 
 
 def not_applicable(ctx, ts):
@@ -82,11 +105,12 @@ def pmm1(ctx: ObsContext, ts) -> Proposal:
     """PMM1 (001 Eq. 15): ``T(theta) = theta + hbar (theta_bar_w - theta_bar)``; Jacobian 1."""
     S = ctx.theta_b.shape[0]
     shift = weighted_mean(ctx.theta_b, ctx.lw_raw) - ctx.mean_b
-    delta = jnp.broadcast_to(shift, ctx.theta_b.shape)
+    ones = jnp.ones((S, 1), dtype=ctx.theta_b.dtype)
+    delta = LowRank(ones, shift[None, :])
     logdet = jnp.zeros((ts.shape[0], S))
 
     def inverse(t):
-        return ctx.theta_b - t * shift
+        return LowRank(-t * ones, shift[None, :])
 
     return Proposal(delta, logdet, jnp.ones_like(logdet, bool), jnp.asarray(True), inverse)
 
@@ -110,7 +134,7 @@ def pmm2(ctx: ObsContext, ts) -> Proposal:
     ok_t = jnp.all(factors > 0, axis=1)
 
     def inverse(t):
-        return ctx.mean_b + (centred - t * shift) / (1.0 + t * (r - 1.0))
+        return ctx.mean_b + (centred - t * shift) / (1.0 + t * (r - 1.0)) - ctx.theta_b
 
     return Proposal(delta, _const_logdet(logdet_t, S), jnp.broadcast_to(ok_t[:, None], (ts.shape[0], S)),
                     jnp.asarray(True), inverse)
@@ -144,7 +168,7 @@ def mm3(ctx: ObsContext, ts) -> Proposal:
 
     def inverse(t):
         rhs = centred - t * shift
-        return ctx.mean_b + jnp.linalg.solve(jnp.eye(d) + t * M, rhs.T).T
+        return jnp.linalg.solve(jnp.eye(d) + t * M, rhs.T).T - centred
 
     return Proposal(delta, _const_logdet(logdet_t, S), jnp.broadcast_to((sign > 0)[:, None], (ts.shape[0], S)),
                     applicable, inverse)
@@ -252,17 +276,23 @@ def newton(ctx: ObsContext, ts, g_bar, V, D) -> Proposal:
     # mean shift: Sigma_-i g = Sigma g + U N U^T g
     sigma_g = Z.T @ (Z @ g_bar) / (S - 1)
     dm = -(sigma_g + U @ (N @ (U.T @ g_bar)))
-    delta = dm + ZV @ C.T @ U.T  # rows: dm + U C V^T z_s
+    # rows: dm + U C V^T z_s, i.e. coef = [1, Z V C^T], basis = [dm; U^T]
+    ones = jnp.ones((S, 1), dtype=Z.dtype)
+    basis = jnp.concatenate([dm[None, :], U.T], axis=0)
+    coef = jnp.concatenate([ones, ZV @ C.T], axis=1)
     CG = C @ G
     sign, logdet_t = jax.vmap(lambda t: jnp.linalg.slogdet(Iq + t * CG))(ts)
-    applicable = applicable & jnp.all(jnp.isfinite(delta))
-    delta = jnp.where(applicable, delta, 0.0)
+    applicable = applicable & jnp.all(jnp.isfinite(basis)) & jnp.all(jnp.isfinite(coef))
+    coef = jnp.where(applicable, coef, 0.0)
+    delta = LowRank(coef, basis)
 
     def inverse(t):
-        # (I + t U C V^T)^-1 y = y - t U C (I + t G C)^-1 V^T y   (Woodbury; G = V^T U)
-        y = Z - t * dm
-        inner = jnp.linalg.solve(Iq + t * G @ C, (y @ V).T)  # (q, S)
-        return ctx.mean_b + y - t * (U @ (C @ inner)).T
+        # (I + t U C V^T)^-1 y = y - t U C (I + t G C)^-1 V^T y   (Woodbury; G = V^T U), y = z - t dm,
+        # so T_t^-1(theta) - theta = -t dm - t U C (I + t G C)^-1 V^T (z - t dm): rank q + 1
+        y_V = ZV - t * (dm @ V)[None, :]  # (S, q) = (z - t dm)^T V
+        inner = jnp.linalg.solve(Iq + t * G @ C, y_V.T)  # (q, S)
+        back_coef = jnp.concatenate([-t * ones, -t * (C @ inner).T], axis=1)
+        return LowRank(jnp.where(applicable, back_coef, 0.0), basis)
 
     return Proposal(delta, _const_logdet(logdet_t, S), jnp.broadcast_to((sign > 0)[:, None], (ts.shape[0], S)),
                     applicable, inverse)

@@ -187,9 +187,9 @@ def loo(
     lw_adapted = np.zeros((len(obs_idx), 2 * S))
 
     edata = EngineData(theta_j, logp0, log_q0, grad_logp0, model.line_cache(theta_j))
-    search, points = build_engine(model, cfg, posterior_draws=not approx)
+    search, points, mapped = _compiled_engine(model, cfg, not approx, batch_size)
     if len(obs_idx):
-        results = _run(mapped_search(search, batch_size), edata, obs_idx, ll, batch_size, progressbar)
+        results = _run(mapped, edata, obs_idx, ll, batch_size, progressbar)
         for j, i in enumerate(obs_idx):
             r = results[j]
             cand_k[i], cand_elpd[i], cand_kw[i] = r["k"], r["elpd"], r["k_w"]
@@ -254,6 +254,20 @@ def loo(
 
 
 # ----------------------------------------------------------------------------- helpers
+def _compiled_engine(model, cfg, posterior_draws, batch_size):
+    """Build (or reuse) the jit-compiled search for this model and configuration.
+
+    Cached on the model object, so repeated LOO runs on new draws of the same shape (resamplings,
+    refits, benchmarks) compile once.
+    """
+    cache = model.__dict__.setdefault("_ppl_loo_engines", {})
+    key = (cfg, bool(posterior_draws), int(batch_size))
+    if key not in cache:
+        search, points = build_engine(model, cfg, posterior_draws=posterior_draws)
+        cache[key] = (search, points, mapped_search(search, batch_size))
+    return cache[key]
+
+
 def _check_transforms(transforms):
     if isinstance(transforms, str):
         if transforms != "all":
