@@ -119,7 +119,7 @@ class EngineData(NamedTuple):
     cache: object = None  # model.line_cache(theta)
 
 
-def build_engine(model, cfg: EngineConfig, posterior_draws=True):
+def build_engine(model, cfg: EngineConfig, posterior_draws=True, log_q_fn=None):
     """Return ``search(data, i, ll0) -> ObsResult`` and ``points(data, i, ll0, name, step)``.
 
     Parameters
@@ -128,14 +128,17 @@ def build_engine(model, cfg: EngineConfig, posterior_draws=True):
         JAX-traceable model (``model.is_jax``).
     cfg : EngineConfig
     posterior_draws : bool
-        True for draws from the posterior itself; mixture proposals (``*_mix``) need it.
+        True for draws from the posterior itself. For draws from an approximation, mixture
+        proposals (``*_mix``) need the approximation's log density as a function.
+    log_q_fn : callable, optional
+        ``log q(theta)`` of one unconstrained draw (JAX), for draws from an approximation.
 
     The draws enter as an :class:`EngineData` argument (never as closure constants, which XLA
     would try to constant-fold), so one compilation serves every observation.
     """
 
     def bind(data: EngineData):
-        return _bind(model, cfg, posterior_draws, data)
+        return _bind(model, cfg, posterior_draws, log_q_fn, data)
 
     def search(data, i, ll0):
         return bind(data)[0](i, ll0)
@@ -146,7 +149,7 @@ def build_engine(model, cfg: EngineConfig, posterior_draws=True):
     return search, points
 
 
-def _bind(model, cfg, posterior_draws, data):
+def _bind(model, cfg, posterior_draws, log_q_fn, data):
     theta, logp0, log_q0, grad_logp0, cache = data
     S, d = theta.shape
     block = np.arange(d) if model.adapt_index is None else np.asarray(model.adapt_index)
@@ -316,9 +319,15 @@ def _bind(model, cfg, posterior_draws, data):
             def lp_at_inverse(t):
                 return line(prop.inverse(t), one, i)[0][0]  # T_t^-1(theta) = theta + back
 
-            lp_inv = jax.lax.map(lp_at_inverse, steps)  # (T, S)
-            log_qmix_phi = jnp.logaddexp(lp, logp0[None, :] - prop.logdet)
-            log_qmix_th = jnp.logaddexp(logp0[None, :], lp_inv - prop.logdet)
+            if posterior_draws:  # q = p: its log density along the lines is already known
+                lq_inv = jax.lax.map(lp_at_inverse, steps)  # (T, S)
+                lq_phi = lp
+            else:
+                lq = jax.vmap(log_q_fn)
+                lq_inv = jax.lax.map(lambda t: lq(theta + dense(embed(prop.inverse(t)))), steps)
+                lq_phi = jax.vmap(lambda t: lq(theta + t * dense(embed(prop.delta))))(steps)
+            log_qmix_phi = jnp.logaddexp(lq_phi, log_q0[None, :] - prop.logdet)
+            log_qmix_th = jnp.logaddexp(log_q0[None, :], lq_inv - prop.logdet)
             log_w = jnp.concatenate([(logp0 - ll0)[None, :] - log_qmix_th, lp - ll_phi - log_qmix_phi], axis=1)
             ll_pool = jnp.concatenate([jnp.broadcast_to(ll0, (T, S)), ll_phi], axis=1)
         log_w = jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
@@ -349,7 +358,7 @@ def _bind(model, cfg, posterior_draws, data):
             prop = newton_proposal(i, ctx, steps)
         else:  # pragma: no cover - validated by the caller
             raise ValueError(name)
-        if mixture and not posterior_draws:
+        if mixture and not posterior_draws and log_q_fn is None:
             prop = prop._replace(applicable=False)
         return prop, mixture
 

@@ -12,6 +12,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
@@ -102,9 +103,11 @@ def loo(
         Show a progress bar over the adapted observations.
     random_seed : int, optional
         Unused by the deterministic search; accepted for API stability (DESIGN.md).
-    log_q : array-like (chain, draw), optional
+    log_q : array-like (chain, draw) or callable, optional
         Log density (up to a constant) of the approximation the draws come from, for draws from a
-        variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10.
+        variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
+        callable ``log_q(theta)`` of one unconstrained draw, it also enables the mixture
+        proposals (``*_mix``), which need ``q`` away from the draws.
     influence_threshold : float, optional
         Observations whose log-likelihood has posterior variance above this value are adapted even
         when their plain-PSIS k is low: with such a spread the plain importance weights can miss
@@ -151,10 +154,14 @@ def loo(
     _compare_log_lik(data, var_name, ll)
     n = ll.shape[1]
 
+    log_q_fn = None
     if log_q is None:
         log_q0 = logp0
         approx = False
     else:
+        if callable(log_q):
+            log_q_fn = log_q
+            log_q = jax.vmap(log_q)(theta_j)
         log_q0 = jnp.asarray(np.asarray(log_q, dtype=np.float64).reshape(-1))
         if log_q0.shape[0] != S:
             raise ValueError(f"log_q must have one value per draw ({S}); got shape {np.shape(log_q)}.")
@@ -187,7 +194,7 @@ def loo(
     lw_adapted = np.zeros((len(obs_idx), 2 * S))
 
     edata = EngineData(theta_j, logp0, log_q0, grad_logp0, model.line_cache(theta_j))
-    search, points, mapped = _compiled_engine(model, cfg, not approx, batch_size)
+    search, points, mapped = _compiled_engine(model, cfg, not approx, batch_size, log_q_fn)
     if len(obs_idx):
         results = _run(mapped, edata, obs_idx, ll, batch_size, progressbar)
         for j, i in enumerate(obs_idx):
@@ -254,16 +261,16 @@ def loo(
 
 
 # ----------------------------------------------------------------------------- helpers
-def _compiled_engine(model, cfg, posterior_draws, batch_size):
+def _compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
     """Build (or reuse) the jit-compiled search for this model and configuration.
 
     Cached on the model object, so repeated LOO runs on new draws of the same shape (resamplings,
     refits, benchmarks) compile once.
     """
     cache = model.__dict__.setdefault("_ppl_loo_engines", {})
-    key = (cfg, bool(posterior_draws), int(batch_size))
+    key = (cfg, bool(posterior_draws), int(batch_size), log_q_fn)
     if key not in cache:
-        search, points = build_engine(model, cfg, posterior_draws=posterior_draws)
+        search, points = build_engine(model, cfg, posterior_draws=posterior_draws, log_q_fn=log_q_fn)
         cache[key] = (search, points, mapped_search(search, batch_size))
     return cache[key]
 
