@@ -2,12 +2,9 @@
 
 Every assertion compares with a known answer: a SciPy log density, an identity
 (``constrain(unconstrain(x)) == x``), a closed-form conjugate posterior, or a property of the data.
-Set ``PPL_LOO_TIMING=1`` to also time NUTS on the ovarian logistic regressions (printed, never
-asserted; run ``pytest -s`` to see it).
+Timing of NUTS and PSIS lives in ``benchmarks/`` (``benchmarks/nuts.py``, ``benchmarks/psis.py``).
 """
 
-import os
-import time
 from pathlib import Path
 
 import jax
@@ -446,26 +443,6 @@ def test_load_ovarian():
         ref = (raw - raw.mean(0)) / raw.std(0, ddof=1)
         np.testing.assert_allclose(X, np.nan_to_num(ref), rtol=0, atol=1e-12)
         np.testing.assert_array_equal(y, np.loadtxt(SHARED / "ovarian_y.csv").astype(int))
-
-
-# ---------------------------------------------------------------------------------- timing
-@pytest.mark.skipif(os.environ.get("PPL_LOO_TIMING") != "1", reason="set PPL_LOO_TIMING=1 to time NUTS")
-@pytest.mark.parametrize("prior", ["normal", "horseshoe"])
-def test_time_nuts_ovarian(prior):
-    from arviz_stats import rhat
-
-    X, y = load_ovarian()
-    m = LogisticRegression(X, y, prior=prior)
-    kw = {"numpyro_model": m.numpyro_model()} if prior == "horseshoe" else {}
-    t0 = time.perf_counter()
-    dt = sample_nuts(m, num_chains=2, num_warmup=200, num_samples=200, random_seed=1, **kw)
-    wall = time.perf_counter() - t0
-    r = rhat(dt, group="posterior")
-    print(
-        f"\novarian {prior}: wall {wall:.1f} s (sampling {dt['posterior'].attrs['sampling_time']:.1f} s), "
-        f"divergences {int(dt['sample_stats']['diverging'].sum())}, "
-        f"max R-hat {max(float(r[v].max()) for v in r.data_vars):.3f}"
-    )
 
 
 @pytest.mark.parametrize("prior", ["normal", "horseshoe"])

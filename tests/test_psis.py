@@ -1,6 +1,5 @@
 """Tests for ppl_loo.numerics.psis against arviz_stats (same inputs, agreement to 1e-8)."""
 
-import time
 import warnings
 import zlib
 
@@ -325,35 +324,3 @@ def test_degenerate_row_does_not_contaminate_batch():
         lw_az, k_az = _arviz_psislw(x[i], 0.7)
         np.testing.assert_allclose(float(khat[i]), k_az, rtol=0, atol=ATOL)
         np.testing.assert_allclose(np.asarray(lw[i]), lw_az, rtol=0, atol=ATOL)
-
-
-# ----------------------------------------------------------------------------------------
-# timings (printed, not asserted; run with -s to see them)
-# ----------------------------------------------------------------------------------------
-def _best_of(fn, repeats):
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-@pytest.mark.parametrize("shape", [(54, 1000), (1000, 4000)])
-def test_timing_report(shape):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=shape)
-    xj = jnp.asarray(x)
-    f = jax.jit(psislw, static_argnames="r_eff")
-    t0 = time.perf_counter()
-    jax.block_until_ready(f(xj, r_eff=1.0))
-    t_compile = time.perf_counter() - t0
-    t_jax = _best_of(lambda: jax.block_until_ready(f(xj, r_eff=1.0)), 5)
-    t_az = _best_of(lambda: _arviz_psislw(x, 1.0), 1 if shape[0] > 100 else 3)
-    print(
-        f"\npsislw {shape} [{jax.devices()[0].platform}]: jax jit {t_jax * 1e3:.2f} ms "
-        f"(first call incl. compile {t_compile * 1e3:.0f} ms), arviz {t_az * 1e3:.1f} ms, "
-        f"speed-up x{t_az / t_jax:.1f}"
-    )
-    lw, k = f(xj, r_eff=1.0)
-    assert bool(jnp.all(jnp.isfinite(k)))
