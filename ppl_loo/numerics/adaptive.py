@@ -68,6 +68,7 @@ class EngineConfig(NamedTuple):
     jacobian: str = "auto"  # "auto" | "exact" | "first_order"
     exact_max_dim: int = 64
     newton_max_dim: int = 512
+    min_ess: float = 0.0  # candidates whose smoothed weights have a smaller ESS are not usable
 
 
 class ObsResult(NamedTuple):
@@ -82,6 +83,7 @@ class ObsResult(NamedTuple):
     lw: jnp.ndarray  # (2S,) smoothed log weights of the chosen candidate over [draws, images]
     ll_phi: jnp.ndarray  # (2S,) log-likelihood of i at [draws, images] (draw part unused: -inf weight)
     mcse: jnp.ndarray  # (C,) Monte Carlo SE of every candidate's elpd_i
+    ess: jnp.ndarray  # (C,) effective sample size 1 / sum w^2 of every candidate's smoothed weights
 
 
 def candidate_labels(cfg: EngineConfig):
@@ -393,11 +395,14 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
             parts.append(tuple(a[offsets[j]:offsets[j] + T] for a in arrays))
         k_w, k_num, elpd, applicable, n_bad, lw, ll_pool = (jnp.concatenate(z, axis=0) for z in zip(*parts))
         k = jnp.maximum(k_w, k_num)
-        usable = applicable & (n_bad == 0) & jnp.isfinite(k) & jnp.isfinite(elpd)
+        # k-hat judges the tail of the weights, not a collapse of their bulk: a map that sends most
+        # draws where the LOO density is negligible can show a small k on the few that remain.
+        ess = 1.0 / jnp.sum(jnp.exp(2.0 * lw), axis=-1)
+        usable = applicable & (n_bad == 0) & jnp.isfinite(k) & jnp.isfinite(elpd) & (ess >= cfg.min_ess)
         k_sel = jnp.where(usable, k, jnp.inf)
         best = jnp.argmin(k_sel)
         mcse = jax.vmap(_mcse_log_mean, in_axes=(0, 0, None))(lw, ll_pool, cfg.r_eff)
-        return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse)
+        return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse, ess)
 
     def points(i, ll0, full_name, step):
         """Pooled points ``[theta; phi]`` (shape ``(2S, d)``) of one candidate, matching ``ObsResult.lw``."""

@@ -77,6 +77,7 @@ def loo(
     influence_threshold=None,
     jacobian="auto",
     batch_size=1,
+    min_ess=None,
 ):
     """Adaptive PSIS-LOO-CV.
 
@@ -118,6 +119,10 @@ def loo(
         structure, exact autodiff ``log|det|`` for small blocks, else the first-order Eq. 22.
     batch_size : int
         Observations evaluated together in one vectorized call.
+    min_ess : float, optional
+        A candidate proposal counts only if the effective sample size ``1 / sum w^2`` of its
+        smoothed weights is at least this; default ``min(100, S / 10)``. k-hat alone misses maps
+        that send most draws where the LOO posterior has no mass.
 
     Returns
     -------
@@ -178,13 +183,15 @@ def loo(
     flagged = (k_psis > k_threshold) | (influence > influence_threshold) | ~np.isfinite(k_psis)
     obs_idx = np.flatnonzero(flagged)
 
-    cfg = EngineConfig(tuple(names), hbar, float(r_eff), jacobian)
+    min_ess = min(100.0, S / 10.0) if min_ess is None else float(min_ess)
+    cfg = EngineConfig(tuple(names), hbar, float(r_eff), jacobian, min_ess=min_ess)
     labels = candidate_labels(cfg)
     elpd_i = elpd_psis.copy()
     k_final = k_psis.copy()
     transform = np.full(n, "psis", dtype=object)
     hbar_used = np.full(n, np.nan)
     mcse = np.asarray(_psis_mcse(lw_psis, ll.T, r_eff))
+    n_eff = r_eff / np.sum(np.exp(2 * lw_psis), axis=1)
     doubtful = np.zeros(n, bool)
     cand_k = np.full((n, len(labels)), np.nan)
     cand_elpd = np.full((n, len(labels)), np.nan)
@@ -204,29 +211,34 @@ def loo(
             best_all[j] = best
             lw_adapted[j] = r["lw"]
             k_best = float(r["k"][best]) if r["usable"][best] else np.inf
+            psis_ok = n_eff[i] / r_eff >= min_ess
             psis_trusted = influence[i] <= influence_threshold
-            better = k_best < k_psis[i] or (not psis_trusted and k_best <= k_threshold)
+            better = k_best < k_psis[i] or (not psis_trusted and k_best <= k_threshold) or (
+                not psis_ok and np.isfinite(k_best))
             if better:
                 use_adapted[i] = True
                 elpd_i[i] = float(r["elpd"][best])
                 k_final[i] = k_best
                 mcse[i] = float(r["mcse"][best])
+                n_eff[i] = float(r["ess"][best]) * r_eff
                 name, step = labels[best]
                 transform[i] = name
                 hbar_used[i] = step
-            if k_final[i] > k_threshold:
+            if k_final[i] > k_threshold or n_eff[i] / r_eff < min_ess:
                 transform[i] = "failed"
-            doubtful[i] = _doubtful(r, labels, k_threshold, k_final[i], elpd_i[i], mcse[i])
+            doubtful[i] = transform[i] == "failed" or _doubtful(r, labels, k_threshold, k_final[i], elpd_i[i],
+                                                                 mcse[i])
 
     lpd_i = _logmeanexp(ll)
     p_loo_i = lpd_i - elpd_i
     se = float(np.sqrt(n * np.var(elpd_i, ddof=1))) if n > 1 else 0.0
-    warn = bool(np.any(k_final > k_threshold))
+    n_failed = int(np.sum((transform == "failed") | (k_final > k_threshold)))
+    warn = n_failed > 0
     if warn:
         warnings.warn(
-            f"{int(np.sum(k_final > k_threshold))} observation(s) still have Pareto k above "
-            f"{k_threshold:.2f} after adaptive importance sampling; their elpd_i is unreliable. "
-            "Refit the model without them (exact LOO) or try more transforms/draws.",
+            f"{n_failed} observation(s) still have Pareto k above {k_threshold:.2f} (or too few "
+            f"effective draws) after adaptive importance sampling; their elpd_i is unreliable "
+            "(see res.doubtful). Refit the model without them (exact LOO), or use more draws.",
             UserWarning,
             stacklevel=2,
         )
@@ -248,6 +260,7 @@ def loo(
         approx_posterior=approx,
         p_loo_i=da(p_loo_i, "p_loo_i"),
         influence_pareto_k=da(k_psis, "influence_pareto_k"),
+        n_eff_i=da(n_eff, "n_eff_i"),
         pareto_k_psis=da(k_psis, "pareto_k_psis"),
         transform=da(transform.astype(str), "transform"),
         hbar_used=da(hbar_used, "hbar_used"),
@@ -321,7 +334,7 @@ def _doubtful(r, labels, k_threshold, k_final, elpd_final, mcse_final):
     """
     if not np.isfinite(k_final) or k_final > k_threshold:
         return True
-    good = r["usable"] & (r["k"] <= k_threshold)
+    good = r["usable"] & (r["k"] <= k_threshold)  # usable includes the ESS requirement
     best_of_family = {}
     for c in np.flatnonzero(good):
         fam = labels[c][0]
