@@ -118,6 +118,11 @@ class PosteriorModel:
         """Log of the variance-descent target ``f_i`` (Eq. 19); ``None`` means ``f = 1``."""
         return None
 
+    @property
+    def has_var_target(self):
+        """True when :meth:`log_var_target` gives a target (subclasses that override it)."""
+        return type(self).log_var_target is not PosteriorModel.log_var_target
+
     # ------------------------------------------------------------------ constrained space
     def unconstrain(self, posterior) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

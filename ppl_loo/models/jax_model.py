@@ -388,16 +388,11 @@ class JaxModel(PosteriorModel):
         values, logdet = self.layout.constrain_with_logdet(theta)
         return self._loo_log_density(values, i) + logdet
 
-    def __new__(cls, *args, log_var_target=None, **kwargs):
-        # The engine detects a variance-descent target by the *class* overriding
-        # ``log_var_target``; models given one get a subclass that does.
-        if log_var_target is not None and cls is JaxModel:
-            cls = _JaxModelWithVarTarget
-        return super().__new__(cls)
-
-
-class _JaxModelWithVarTarget(JaxModel):
-    """A :class:`JaxModel` built with ``log_var_target`` (see ``JaxModel.__new__``)."""
+    @property
+    def has_var_target(self):
+        return self._log_var_target is not None
 
     def log_var_target(self, theta, i):
+        if self._log_var_target is None:
+            return None
         return self._log_var_target(self.layout.constrain(theta), i)

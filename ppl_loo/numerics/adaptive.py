@@ -161,7 +161,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
     struct = model.structure
     closed_form = struct is not None and getattr(struct, "family", None) == "bernoulli_logit"
     grad_logp0_b = grad_logp0[:, block]
-    is_glm = isinstance(struct, structured_types()[0])
+    is_glm = struct is not None and hasattr(struct, "beta_index")  # GLMStructure, duck-typed
 
     def ll_i_fn(th, i):
         if model.factorizes:
@@ -245,7 +245,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
 
         grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, block]
         log_t = grad_lt = None
-        if kind == "var" and _has_var_target(model):
+        if kind == "var" and model.has_var_target:
             log_t, grad_lt = jax.vmap(jax.value_and_grad(model.log_var_target), in_axes=(0, None))(theta, i)
             grad_lt = grad_lt[:, block]
         log_a, sign_a, v = gradient_direction(kind, logp0, ll0, grad_ll, log_t, grad_lt)
@@ -263,7 +263,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
                 return -c * jnp.exp(lp - ll - C) * g
             if kind == "ll":
                 return -c * g
-            if _has_var_target(model):
+            if model.has_var_target:
                 lt, glt = jax.value_and_grad(model.log_var_target)(th, i)
                 gg = glt[block] - g
                 return c * jnp.exp(lp + 2.0 * (lt - ll) - C) * gg
@@ -446,18 +446,6 @@ def _raw_log_a(kind, logp0, ll0, log_t):
     if kind == "var":
         return logp0 + 2.0 * ((log_t if log_t is not None else 0.0) - ll0)
     return jnp.zeros_like(ll0)
-
-
-def _has_var_target(model):
-    from ppl_loo.models.base import PosteriorModel
-
-    return type(model).log_var_target is not PosteriorModel.log_var_target
-
-
-def structured_types():
-    from ppl_loo.models.base import GLMStructure, ReluStructure
-
-    return GLMStructure, ReluStructure
 
 
 def _relu_blocks(theta, struct):
