@@ -81,3 +81,19 @@ def test_compare_accepts_results(leverage):
     assert set(table.index) == {"adapted", "plain"}
     assert np.isclose(table.loc["adapted", "elpd"], res.elpd)
     assert "ppl_loo" in str(res)
+
+
+def test_iterated_moment_matching_goes_beyond_one_step():
+    """On the high-leverage outliers one MM2 step fails; three mixture iterations are exact."""
+    model = leverage_regression()
+    data = model.exact_draws(n_chains=4, n_draws=1000, seed=2)
+    exact = model.exact_elpd_i()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(data, model, transforms=["mm2", "mm_iter"], k_threshold=-np.inf, progressbar=False)
+    labels = res.candidates["labels"]
+    j_one, j_iter = labels.index(("mm2", 1.0)), labels.index(("mm_iter", 3.0))
+    for i in (0, 1):
+        assert res.candidates["k"][i, j_one] > 0.7
+        assert res.candidates["k"][i, j_iter] <= 0.7
+        assert abs(res.candidates["elpd"][i, j_iter] - exact[i]) < 0.05

@@ -4,6 +4,7 @@ from ppl_loo.models import bijectors
 from ppl_loo.models.base import GLMStructure, PosteriorModel, ReluStructure
 from ppl_loo.models.jax_model import JaxModel, ParameterLayout
 from ppl_loo.models.logistic import LogisticRegression
+from ppl_loo.models.pymc_model import PyMCModel
 from ppl_loo.models.relu import ReluNet
 
 __all__ = [

@@ -42,6 +42,8 @@ __all__ = ["TRANSFORMS", "EngineConfig", "EngineData", "ObsResult", "build_engin
 
 #: name -> its step grid: "grid" = the hbar grid, "unit" = hbar 1 only, "damped" = NEWTON_STEPS
 NEWTON_STEPS = (1.0, 0.5, 0.25)
+#: iterations of the iterated moment matching ("mm_iter"); its "step" is the iteration count
+MM_ITERATIONS = (1.0, 2.0, 3.0)
 TRANSFORMS = {
     "pmm1": "grid",
     "pmm2": "grid",
@@ -53,6 +55,7 @@ TRANSFORMS = {
     "ll": "grid",
     "newton": "damped",
     "newton_mix": "damped",
+    "mm_iter": "iter",
     "pmm1_mix": "grid",
     "pmm2_mix": "grid",
     "mm3_mix": "unit",
@@ -346,6 +349,54 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         elpd = logsumexp(lw + ll_pool, axis=-1)
         return lw, k_w, k_num, elpd
 
+    # ------------------------------------------------------------ iterated moment matching
+    def mm_iter_states(i, ll0, n_iter):
+        """Iterated moment matching (this project; cf. Paananen et al. 2021, section 3).
+
+        Each iteration re-weights the current images ``phi = a + r * theta`` towards the LOO
+        posterior (Eq. 10, exact posterior ratio, PSIS-smoothed) and maps the draws once more so
+        that the images' mean and componentwise spread match the weighted ones (the variance about
+        the unweighted mean, as PMM2). The composition stays a diagonal affine map with exact
+        constant Jacobian ``prod r``. Every iterate is scored as the deterministic mixture
+        ``(q + T#q) / 2`` with the draws' distribution ``q`` (see ``raw_weights``): the images
+        estimate the LOO normalizer and the draws the elpd numerator.
+
+        Returns the maps ``(a_k, r_k)`` of iterations ``1..n_iter`` and their pooled log weights
+        and log-likelihoods ``(n_iter, 2S)``.
+        """
+        one = jnp.ones((1,), dtype=theta.dtype)
+
+        def pooled(a, r):
+            delta = a + (r - 1.0) * theta_b
+            logdet = jnp.sum(jnp.log(r))
+            lp, ll = (z[0] for z in line(delta, one, i))
+            lq_phi = lp if posterior_draws else jax.vmap(log_q_fn)(theta + dense(embed(delta)))
+            back = (theta_b - a) / r - theta_b  # T^-1(theta) - theta
+            lq_inv = line(back, one, i)[0][0] if posterior_draws else jax.vmap(log_q_fn)(theta + dense(embed(back)))
+            log_eta = logdet + lp - ll - log_q0
+            log_qmix_phi = jnp.logaddexp(lq_phi, log_q0 - logdet)
+            log_qmix_th = jnp.logaddexp(log_q0, lq_inv - logdet)
+            log_w = jnp.concatenate([logp0 - ll0 - log_qmix_th, lp - ll - log_qmix_phi])
+            clean = lambda z: jnp.where(jnp.isfinite(z), z, -jnp.inf)  # noqa: E731
+            return clean(log_eta), clean(log_w), jnp.concatenate([ll0, ll]), theta_b + delta
+
+        def body(carry, _):
+            a, r, log_eta, phi = carry
+            lw, _ = psislw(log_eta, cfg.r_eff)
+            w = jnp.exp(lw)
+            m, v = jnp.mean(phi, axis=0), jnp.var(phi, axis=0)
+            m_w = w @ phi
+            v_w = w @ jnp.square(phi - m)
+            scale = jnp.where(v > 0, jnp.sqrt(v_w / jnp.where(v > 0, v, 1.0)), 1.0)
+            a_new, r_new = m_w + scale * (a - m), scale * r
+            log_eta_new, log_w, ll_pool, phi_new = pooled(a_new, r_new)
+            return (a_new, r_new, log_eta_new, phi_new), (a_new, r_new, log_w, ll_pool)
+
+        a0, r0 = jnp.zeros(theta_b.shape[1]), jnp.ones(theta_b.shape[1])
+        log_eta0 = jnp.where(jnp.isfinite(logp0 - ll0 - log_q0), -ll0 + logp0 - log_q0, -jnp.inf)
+        _, (A, R, log_w, ll_pool) = jax.lax.scan(body, (a0, r0, log_eta0, theta_b), None, length=n_iter)
+        return A, R, log_w, ll_pool
+
     def make_proposal(full_name, i, ll0, ctx, steps):
         name, mixture = _split_name(full_name)
         if name in ("pmm1", "mm1"):
@@ -374,8 +425,18 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         order = []
         for full_name in cfg.transforms:
             steps = jnp.asarray(_steps_of(full_name, cfg.hbar), dtype=theta.dtype)
-            prop, mixture = make_proposal(full_name, i, ll0, ctx, steps)
-            groups[mixture].append(raw_weights(prop, steps, i, ll0, mixture))
+            if full_name == "mm_iter":
+                mixture = True
+                T = steps.shape[0]
+                if posterior_draws or log_q_fn is not None:
+                    _, R, log_w, ll = mm_iter_states(i, ll0, T)
+                    ok = jnp.all(R > 0, axis=1) & jnp.all(jnp.isfinite(R), axis=1)
+                else:  # the mixture needs q away from the draws
+                    log_w, ll, ok = jnp.full((T, 2 * S), -jnp.inf), jnp.zeros((T, 2 * S)), jnp.zeros((T,), bool)
+                groups[True].append((log_w, ll, ok, jnp.zeros((T,), jnp.int64)))
+            else:
+                prop, mixture = make_proposal(full_name, i, ll0, ctx, steps)
+                groups[mixture].append(raw_weights(prop, steps, i, ll0, mixture))
             order.append((mixture, len(groups[mixture]) - 1, steps.shape[0]))
         scored = {}
         for mixture, items in groups.items():
@@ -406,6 +467,10 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
 
     def points(i, ll0, full_name, step):
         """Pooled points ``[theta; phi]`` (shape ``(2S, d)``) of one candidate, matching ``ObsResult.lw``."""
+        if full_name == "mm_iter":
+            A, R, _, _ = mm_iter_states(i, jnp.asarray(ll0), int(step))
+            phi = theta + dense(embed(A[-1] + (R[-1] - 1.0) * theta_b))
+            return jnp.concatenate([theta, phi], axis=0)
         steps = jnp.asarray([step], dtype=theta.dtype)
         prop, _ = make_proposal(full_name, i, jnp.asarray(ll0), context(jnp.asarray(ll0)), steps)
         phi = theta + step * dense(embed(prop.delta))
@@ -430,6 +495,8 @@ def _steps_of(name, hbar):
     kind = TRANSFORMS[name]
     if kind == "grid":
         return tuple(hbar)
+    if kind == "iter":
+        return MM_ITERATIONS
     return NEWTON_STEPS if kind == "damped" else (1.0,)
 
 

@@ -41,7 +41,7 @@ __all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS"]
 
 DEFAULT_HBAR = tuple(float(x) for x in 4.0 ** -np.arange(11))
 #: the papers' seven, MM3, and the Newton-step proposal
-DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3", "newton", "newton_mix")
+DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3", "mm_iter", "newton", "newton_mix")
 
 
 @dataclass
@@ -93,7 +93,9 @@ def loo(
         The log-likelihood variable (needed when there are several).
     transforms : "all" or sequence of str
         Names from ``"pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3"`` (the papers) and
-        ``"newton"`` (Newton-step proposal).
+        the project's extensions: ``"mm_iter"`` (iterated moment matching, 1-4 iterations),
+        ``"newton"`` (Newton-step proposal) and the mixtures ``"newton_mix"``, ``"pmm1_mix"``,
+        ``"pmm2_mix"``, ``"mm3_mix"`` (deterministic mixture with the draws' own distribution).
     hbar : sequence of float, optional
         Step grid; default ``4.0 ** -np.arange(11)`` (the papers' grid).
     k_threshold : float, optional

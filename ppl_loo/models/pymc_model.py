@@ -1,0 +1,362 @@
+"""PyMC adapter: a ``pymc.Model`` as a :class:`~ppl_loo.models.base.PosteriorModel`.
+
+The model's PyTensor graphs (joint log density with the log-Jacobians of the value transforms,
+the elementwise log-likelihood of one observed variable, and the forward / backward value
+transforms) are compiled once to JAX functions with
+:func:`pymc.sampling.jax.get_jaxified_graph`; shared variables (``pm.Data``) become constants at
+their current values. The unconstrained vector ``theta`` is the concatenation of
+``model.value_vars`` (for example ``sigma_log__``), each flattened in C order, in that order.
+Conversions between constrained draws and ``theta`` are vectorized over draws with
+:func:`jax.vmap` (no Python loop over draws).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from math import prod
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from ppl_loo.models.base import PosteriorModel
+from ppl_loo.models.jax_model import posterior_dataset
+
+__all__ = ["PyMCModel"]
+
+
+def _jaxify(inputs, outputs) -> Callable:
+    """Compile a PyTensor graph to a JAX function ``f(*inputs) -> list of outputs``."""
+    from pymc.sampling.jax import get_jaxified_graph
+
+    return get_jaxified_graph(inputs=list(inputs), outputs=list(outputs))
+
+
+class PyMCModel(PosteriorModel):
+    """A ``pymc.Model`` seen through the posterior-model protocol (DESIGN.md, layer 2).
+
+    Parameters
+    ----------
+    model : pymc.Model
+        The model that produced the posterior draws, built with the same data. All free
+        random variables must be continuous.
+    var_name : str, optional
+        The observed variable whose pointwise log-likelihood is used. Required when the model
+        has several observed variables (as in ``arviz_stats.loo``).
+    loo_log_density : callable, optional
+        ``loo_log_density(values, i) -> scalar``: the log prior plus the log-likelihood of all data
+        but observation ``i`` (a traced integer, flat index along the observations), as a JAX
+        function of the *constrained* values (``values``: dict ``free RV name -> array``). Needed
+        for exact LOO when the observed variable's likelihood does not factorize into one term
+        per observation (for example one ``pm.MvNormal`` over all observations). The log-Jacobian
+        of the value transforms is added by the adapter.
+
+    Attributes
+    ----------
+    dim : int
+        Size of the unconstrained vector ``theta``.
+    n_obs : int
+        Number of observations of ``var_name``.
+    obs_dims, obs_shape : tuple
+        Dims (from the model's ``dims``; fallback ``{var_name}_dim_k``) and shape of the pointwise
+        log-likelihood.
+    param_names : tuple of str
+        Names of the free random variables, in the order of ``model.value_vars``.
+    value_names : tuple of str
+        Names of the value variables (``sigma_log__`` ...), the blocks of ``theta``.
+
+    Raises
+    ------
+    ValueError
+        A free random variable is discrete; ``var_name`` is missing, unknown or not observed; the
+        observed variable's log-likelihood does not factorize and no ``loo_log_density`` is given.
+
+    Notes
+    -----
+    ``logp(theta)`` is ``model.logp(jacobian=True, sum=True)`` (Potentials included) and
+    ``loglik(theta)`` is ``model.logp(vars=[obs], sum=False, jacobian=False)`` flattened in C
+    order. For a non-factorizing likelihood with ``loo_log_density``, ``loglik`` is the
+    pointwise ``logp - loo_logp`` (the log of ``p(y_i | y_-i, theta)`` up to the normalization the
+    user's function implies), as the engine expects (``factorizes = False``).
+
+    Examples
+    --------
+    >>> import pymc as pm, numpy as np
+    >>> with pm.Model() as m:
+    ...     mu = pm.Normal("mu")
+    ...     sigma = pm.HalfNormal("sigma")
+    ...     _ = pm.Normal("y", mu, sigma, observed=np.array([0.1, -0.3, 0.4]))
+    >>> model = PyMCModel(m)
+    >>> model.dim, model.n_obs, model.value_names
+    (2, 3, ('mu', 'sigma_log__'))
+    """
+
+    def __init__(self, model, var_name: str | None = None, *, loo_log_density: Callable | None = None):
+        import pymc as pm
+        from pytensor.graph.replace import graph_replace
+        from pytensor.tensor.type import discrete_dtypes
+
+        if not isinstance(model, pm.Model):
+            raise TypeError(f"model must be a pymc.Model, got {type(model).__name__}.")
+        self.model = model
+
+        # ------------------------------------------------------------ free variables
+        discrete = [rv.name for rv in model.free_RVs if rv.type.dtype in discrete_dtypes]
+        if discrete:
+            raise ValueError(
+                f"free random variable(s) {discrete} are discrete; ppl_loo needs continuous "
+                "parameters (gradients in the unconstrained space). Marginalize them out (for "
+                "example with pymc_extras.marginalize) or make them observed."
+            )
+        self._free_rvs = list(model.free_RVs)
+        self._value_vars = [model.rvs_to_values[rv] for rv in self._free_rvs]
+        if [v.name for v in self._value_vars] != [v.name for v in model.value_vars]:
+            # model.value_vars follows free_RVs; keep its order to be safe
+            order = {v.name: k for k, v in enumerate(model.value_vars)}
+            pairs = sorted(zip(self._free_rvs, self._value_vars), key=lambda p: order[p[1].name])
+            self._free_rvs = [p[0] for p in pairs]
+            self._value_vars = [p[1] for p in pairs]
+        if not self._free_rvs:
+            raise ValueError("the model has no free random variables; there is nothing to adapt.")
+
+        shapes = model.eval_rv_shapes()
+        self.param_names = tuple(rv.name for rv in self._free_rvs)
+        self.value_names = tuple(v.name for v in self._value_vars)
+        self.shapes = {rv.name: tuple(int(s) for s in shapes[rv.name]) for rv in self._free_rvs}
+        self.ushapes = {}
+        for rv, v in zip(self._free_rvs, self._value_vars):
+            self.ushapes[v.name] = tuple(int(s) for s in shapes.get(v.name, shapes[rv.name]))
+        self.slices = {}
+        start = 0
+        for v in self._value_vars:
+            size = prod(self.ushapes[v.name])
+            self.slices[v.name] = slice(start, start + size)
+            start += size
+        self.dim = start
+        self.coords = {k: np.asarray(c) for k, c in model.coords.items() if c is not None}
+        self.param_dims = {
+            name: tuple(model.named_vars_to_dims.get(name, ()))
+            or tuple(f"{name}_dim_{k}" for k in range(len(self.shapes[name])))
+            for name in self.param_names
+        }
+
+        # ------------------------------------------------------------ observed variable
+        obs_names = [rv.name for rv in model.observed_RVs]
+        if not obs_names:
+            raise ValueError("the model has no observed variable, so there is no likelihood for LOO.")
+        if var_name is None:
+            if len(obs_names) > 1:
+                raise ValueError(
+                    f"the model has several observed variables {obs_names}; pass var_name= to "
+                    "choose the one whose pointwise log-likelihood LOO uses."
+                )
+            var_name = obs_names[0]
+        if var_name not in obs_names:
+            raise ValueError(
+                f"var_name={var_name!r} is not an observed variable of the model; observed "
+                f"variables: {obs_names}."
+            )
+        self.var_name = str(var_name)
+        obs_rv = model[var_name]
+        self._obs_rv = obs_rv
+
+        # ------------------------------------------------------------ compiled graphs
+        logp_graph = model.logp(jacobian=True, sum=True)
+        ll_graph = model.logp(vars=[obs_rv], sum=False, jacobian=False)[0]
+        jac_graph = logp_graph - model.logp(jacobian=False, sum=True)
+        constrained = model.replace_rvs_by_values(self._free_rvs)
+        self._logp_fn = _jaxify(self._value_vars, [logp_graph])
+        self._ll_fn = _jaxify(self._value_vars, [ll_graph])
+        self._jac_fn = _jaxify(self._value_vars, [jac_graph])
+        self._constrain_fn = _jaxify(self._value_vars, constrained)
+
+        # forward transforms on constrained placeholders (parents replaced by their draws)
+        import pytensor.tensor as pt
+
+        holders = {
+            rv: pt.tensor(name=f"{rv.name}_constrained", dtype=rv.type.dtype, shape=self.shapes[rv.name])
+            for rv in self._free_rvs
+        }
+        forwards = []
+        for rv in self._free_rvs:
+            tr = model.rvs_to_transforms.get(rv)
+            if tr is None:
+                forwards.append(holders[rv])
+            else:
+                out = tr.forward(holders[rv], *rv.owner.inputs)
+                forwards.append(graph_replace(out, dict(holders), strict=False))
+        self._forward_fn = _jaxify([holders[rv] for rv in self._free_rvs], forwards)
+
+        # observation shape and factorization check
+        obs_value = model.rvs_to_values[obs_rv]
+        try:
+            self.observed = np.asarray(obs_value.eval())
+        except Exception:  # noqa: BLE001 - metadata only
+            self.observed = None
+        zero = self.split(jnp.zeros(self.dim))
+        ll_shape = tuple(jax.eval_shape(lambda *a: self._ll_fn(*a)[0], *zero).shape)
+        data_shape = None if self.observed is None else tuple(self.observed.shape)
+        dims = tuple(model.named_vars_to_dims.get(var_name, ()) or ())
+        self.factorizes = True
+        self._loo_log_density = loo_log_density
+        nonfactor = data_shape is not None and (
+            (len(ll_shape) == 0 and len(data_shape) > 0) or ll_shape != data_shape[: len(ll_shape)]
+        )
+        if nonfactor:
+            if loo_log_density is None:
+                raise ValueError(
+                    f"the likelihood of observed variable {var_name!r} does not factorize into one "
+                    f"term per observation (elementwise logp has shape {ll_shape}, the data "
+                    f"{data_shape}), e.g. one multivariate distribution over all observations. Exact "
+                    "LOO needs the leave-one-out density: pass "
+                    "loo_log_density=callable(values, i) to PyMCModel."
+                )
+            self.factorizes = False
+            self.obs_shape = (int(data_shape[-1]),) if len(data_shape) else (1,)
+            self.obs_dims = (dims[-1],) if dims else (f"{self.var_name}_dim_{max(len(data_shape) - 1, 0)}",)
+        else:
+            if not callable(loo_log_density) and loo_log_density is not None:
+                raise ValueError("loo_log_density must be a callable (values, i) -> scalar.")
+            self.factorizes = loo_log_density is None
+            self.obs_shape = ll_shape
+            dims = dims[: len(ll_shape)]
+            self.obs_dims = dims if len(dims) == len(ll_shape) else tuple(
+                f"{self.var_name}_dim_{k}" for k in range(len(ll_shape))
+            )
+        self.n_obs = int(prod(self.obs_shape))
+
+    # ------------------------------------------------------------------ layout
+    def split(self, theta) -> list:
+        """Value-variable blocks of ``theta`` (shape ``(..., dim)``), reshaped per block."""
+        theta = jnp.asarray(theta)
+        batch = theta.shape[:-1]
+        return [
+            theta[..., self.slices[v.name]].reshape(batch + self.ushapes[v.name])
+            for v in self._value_vars
+        ]
+
+    def _values(self, theta) -> dict:
+        outs = self._constrain_fn(*self.split(theta))
+        return {n: o for n, o in zip(self.param_names, outs)}
+
+    # ------------------------------------------------------------------ per-draw
+    def logp(self, theta):
+        """Unnormalized log posterior of one draw ``theta`` (``(dim,)``), log-Jacobian included."""
+        return self._logp_fn(*self.split(theta))[0]
+
+    def loglik(self, theta):
+        """Pointwise log-likelihood ``(n_obs,)`` of ``var_name`` at one draw."""
+        if self.factorizes or self._loo_log_density is None:
+            return jnp.ravel(self._ll_fn(*self.split(theta))[0])
+        lp = self.logp(theta)
+        return jax.vmap(lambda i: lp - self.loo_logp(theta, i))(jnp.arange(self.n_obs))
+
+    def loo_logp(self, theta, i):
+        """Log posterior without observation ``i``; uses ``loo_log_density`` when given."""
+        if self._loo_log_density is None:
+            return super().loo_logp(theta, i)
+        parts = self.split(theta)
+        jac = self._jac_fn(*parts)[0]
+        return self._loo_log_density(self._values(theta), i) + jac
+
+    # ------------------------------------------------------------------ constrained space
+    def constrain(self, theta) -> dict:
+        """Constrained draws ``name -> (S, *shape)`` of the free variables from ``(S, dim)``."""
+        theta = jnp.asarray(theta, dtype=jnp.float64)
+        if theta.ndim != 2 or theta.shape[1] != self.dim:
+            raise ValueError(f"theta must have shape (S, {self.dim}), got {theta.shape}.")
+        out = jax.jit(jax.vmap(self._values))(theta)
+        return {n: np.asarray(v) for n, v in out.items()}
+
+    def unconstrain(self, posterior) -> np.ndarray:
+        """Unconstrained draws ``(S, dim)`` from the constrained posterior draws.
+
+        Parameters
+        ----------
+        posterior : xarray.DataTree, xarray.Dataset or mapping
+            The ``posterior`` group as ``pm.sample`` writes it (dims ``(chain, draw, ...)``,
+            flattened chain-major), or a mapping ``name -> (S, *shape)`` /
+            ``(chain, draw, *shape)`` arrays. Extra variables are ignored.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(S, dim)`` float64, the value transforms applied draw by draw (vectorized); a
+            transform whose parameters depend on other variables uses each draw's values of them.
+
+        Raises
+        ------
+        ValueError
+            A free variable is missing, has the wrong shape, or has draws outside its support.
+        """
+        post = posterior_dataset(posterior)
+        arrays = []
+        n_draws = None
+        for name in self.param_names:
+            vals = self._draws_of(post, name)
+            if n_draws is None:
+                n_draws = vals.shape[0]
+            elif vals.shape[0] != n_draws:
+                raise ValueError(
+                    f"posterior variable {name!r} has {vals.shape[0]} draws but "
+                    f"{self.param_names[0]!r} has {n_draws}."
+                )
+            if not np.isfinite(vals).all():
+                raise ValueError(f"posterior variable {name!r} has non-finite draws (NaN or inf).")
+            arrays.append(jnp.asarray(vals))
+        outs = jax.jit(jax.vmap(lambda *a: tuple(self._forward_fn(*a))))(*arrays)
+        blocks = []
+        for name, v, u in zip(self.param_names, self._value_vars, outs):
+            u = np.asarray(u, dtype=np.float64).reshape(n_draws, -1)
+            if not np.isfinite(u).all():
+                bad = int((~np.isfinite(u)).any(axis=1).sum())
+                raise ValueError(
+                    f"posterior variable {name!r} has {bad} draw(s) outside the support of its "
+                    f"transform ({v.name}); check that the model is the one that was fitted."
+                )
+            if u.shape[1] != prod(self.ushapes[v.name]):
+                raise ValueError(f"value variable {v.name!r}: unexpected transformed size {u.shape}.")
+            blocks.append(u)
+        return np.concatenate(blocks, axis=1)
+
+    def _draws_of(self, post, name) -> np.ndarray:
+        shape = self.shapes[name]
+        if isinstance(post, xr.Dataset):
+            if name not in post.data_vars:
+                raise ValueError(
+                    f"posterior variable {name!r} is missing; the posterior has "
+                    f"{sorted(map(str, post.data_vars))}. Pass the posterior of this model's fit."
+                )
+            da = post[name]
+            if "chain" not in da.dims or "draw" not in da.dims:
+                raise ValueError(
+                    f"posterior variable {name!r} has dims {da.dims}; expected ('chain', 'draw', ...)."
+                )
+            event = [d for d in da.dims if d not in ("chain", "draw")]
+            want = list(self.param_dims[name])
+            if set(event) == set(want):
+                event = want
+            vals = np.asarray(da.transpose("chain", "draw", *event).values, dtype=np.float64)
+            if vals.shape[2:] != shape:
+                raise ValueError(
+                    f"posterior variable {name!r} has per-draw shape {vals.shape[2:]} but the model "
+                    f"declares shape {shape}; build the model with the same data and coords as the fit."
+                )
+            return vals.reshape((-1,) + shape)
+        if isinstance(post, Mapping):
+            if name not in post:
+                raise ValueError(f"posterior variable {name!r} is missing; got {sorted(map(str, post))}.")
+            vals = np.asarray(post[name], dtype=np.float64)
+            if vals.shape[1:] == shape:
+                return vals
+            if vals.ndim == len(shape) + 2 and vals.shape[2:] == shape:
+                return vals.reshape((-1,) + shape)
+            raise ValueError(
+                f"posterior variable {name!r} has shape {vals.shape}; expected (S, *{shape}) or "
+                f"(chain, draw, *{shape})."
+            )
+        raise TypeError(
+            "posterior must be an xarray.DataTree, an xarray.Dataset or a dict of arrays, got "
+            f"{type(post).__name__}."
+        )

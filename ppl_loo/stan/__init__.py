@@ -1,0 +1,21 @@
+"""In-process Stan bridge (issue 4).
+
+``StanModel(stan_file_or_code, data)`` translates the program with httpstan's ``stanc``, compiles
+it together with a small C ABI bridge (``bridge.cpp``) against the Stan headers shipped in the
+``httpstan`` wheel, caches the shared library, and exposes batched ``log_density``,
+``log_density_gradient``, ``param_constrain`` and ``param_unconstrain`` over ``(S, d)`` arrays of
+unconstrained draws. See :mod:`ppl_loo.stan.compile` for flags and the cache.
+"""
+
+from .compile import StanCompileError, build_library, cache_dir
+from .model import StanDataError, StanEvaluationError, StanModel, data_to_json
+
+__all__ = [
+    "StanModel",
+    "StanCompileError",
+    "StanDataError",
+    "StanEvaluationError",
+    "build_library",
+    "cache_dir",
+    "data_to_json",
+]
