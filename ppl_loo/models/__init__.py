@@ -15,5 +15,6 @@ __all__ = [
     "ParameterLayout",
     "LogisticRegression",
     "ReluNet",
+    "PyMCModel",
     "bijectors",
 ]

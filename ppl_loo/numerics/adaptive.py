@@ -251,8 +251,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         if kind == "var" and model.has_var_target:
             log_t, grad_lt = jax.vmap(jax.value_and_grad(model.log_var_target), in_axes=(0, None))(theta, i)
             grad_lt = grad_lt[:, block]
-        log_a, sign_a, v = gradient_direction(kind, logp0, ll0, grad_ll, log_t, grad_lt)
-        C = jnp.max(_raw_log_a(kind, logp0, ll0, log_t))
+        log_a, sign_a, v, C = gradient_direction(kind, logp0, ll0, grad_ll, log_t, grad_lt)
         log_c = step_scale(log_a, v, sd_b)
         c = jnp.exp(log_c)
         delta = (c * sign_a * jnp.exp(log_a))[:, None] * v
@@ -505,14 +504,6 @@ def _split_name(full_name):
     if full_name.endswith("_mix"):
         return full_name[: -len("_mix")], True
     return full_name, False
-
-
-def _raw_log_a(kind, logp0, ll0, log_t):
-    if kind == "kl":
-        return logp0 - ll0
-    if kind == "var":
-        return logp0 + 2.0 * ((log_t if log_t is not None else 0.0) - ll0)
-    return jnp.zeros_like(ll0)
 
 
 def _relu_blocks(theta, struct):

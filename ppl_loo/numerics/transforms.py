@@ -195,7 +195,8 @@ def gradient_direction(kind, logp0, ll0, grad_ll_b, log_target=None, grad_log_ta
     - ``"ll"`` (Elvira et al.): ``Q = -grad log l_i``.
 
     ``p~`` is the unnormalized posterior: its constant drops out of the Eq. 21 step (notes 3.3).
-    Returns ``(log_abs_a shifted by its max, sign_a, v)``.
+    Returns ``(log_abs_a shifted by its max, sign_a, v, shift)``; the same ``shift`` must be used
+    wherever ``Q`` is recomputed (the Jacobian), so that ``h Q`` is scale-free (notes 4, pitfall 4).
     """
     if kind == "kl":
         log_a = logp0 - ll0
@@ -217,8 +218,8 @@ def gradient_direction(kind, logp0, ll0, grad_ll_b, log_target=None, grad_log_ta
         raise ValueError(kind)
     finite = jnp.isfinite(log_a)
     log_a = jnp.where(finite, log_a, -jnp.inf)
-    log_a = log_a - jnp.max(log_a)
-    return log_a, sign, v
+    shift = jnp.max(log_a)
+    return log_a - shift, sign, v, shift
 
 
 def logdet_exact(jac, ts):

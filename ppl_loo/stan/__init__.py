@@ -11,10 +11,10 @@ from .compile import StanCompileError, build_library, cache_dir
 from .model import StanDataError, StanEvaluationError, StanModel, data_to_json
 
 __all__ = [
-    "StanModel",
     "StanCompileError",
     "StanDataError",
     "StanEvaluationError",
+    "StanModel",
     "build_library",
     "cache_dir",
     "data_to_json",

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "StanCompileError",
     "BuildResult",
+    "StanCompileError",
     "build_library",
     "cache_dir",
     "compiler_command",
@@ -83,7 +83,7 @@ class BuildResult:
 
 def httpstan_dir() -> Path:
     try:
-        import httpstan  # noqa: PLC0415
+        import httpstan
     except ImportError as exc:  # pragma: no cover - environment problem
         raise ImportError(
             "ppl_loo.stan needs the 'httpstan' package (pip install httpstan); it ships stanc and "
@@ -96,16 +96,16 @@ def stanc_path() -> Path:
     return httpstan_dir() / "stanc"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stanc_version() -> str:
-    out = subprocess.run([str(stanc_path()), "--version"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([str(stanc_path()), "--version"], capture_output=True, text=True, timeout=60, check=False)
     return out.stdout.strip()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiler_version(cxx: str) -> str:
     try:
-        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60, check=False)
     except FileNotFoundError as exc:
         raise StanCompileError(f"C++ compiler {cxx!r} not found (set $CXX)") from exc
     return out.stdout.splitlines()[0] if out.stdout else ""
@@ -172,7 +172,7 @@ def run_stanc(code: str, model_name: str, workdir: Path, filename_in_msg: str | 
     args = [str(stanc_path()), "--name", model_name, *STANC_OPTIONS, "--o", str(hpp)]
     args.append(f"--filename-in-msg={filename_in_msg or 'model.stan'}")
     args.append(str(stan_file))
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:
         msg = (proc.stderr.strip() or proc.stdout.strip()) or f"stanc exited with {proc.returncode}"
         raise StanCompileError(f"stanc failed to translate the Stan program:\n{msg}")
@@ -213,7 +213,7 @@ def build_library(
             (directory / "stanc_warnings.txt").write_text(warnings)
             tmp = directory / f"bridge.{os.getpid()}.tmp.so"
             cmd = compiler_command(hpp, tmp, tuple(extra_cxxflags))
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             (directory / "build.log").write_text(
                 shlex.join(cmd) + "\n\n" + proc.stdout + proc.stderr
             )

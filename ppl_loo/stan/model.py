@@ -17,7 +17,7 @@ import numpy as np
 
 from .compile import BuildResult, StanCompileError, build_library
 
-__all__ = ["StanModel", "StanDataError", "StanEvaluationError", "StanCompileError"]
+__all__ = ["StanCompileError", "StanDataError", "StanEvaluationError", "StanModel"]
 
 
 class StanDataError(ValueError):

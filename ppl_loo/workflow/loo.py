@@ -85,8 +85,9 @@ def loo(
     ----------
     data : xarray.DataTree
         With a ``posterior`` group (and ``log_likelihood`` where present).
-    model : PosteriorModel or None
-        A :class:`~ppl_loo.JaxModel`, a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
+    model : pymc.Model, PosteriorModel or None
+        A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.JaxModel`,
+        a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
         :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
         group (as ``arviz_stats.loo``).
     var_name : str, optional
@@ -133,10 +134,11 @@ def loo(
     data = check_datatree(data)
     if model is None:
         return _plain_psis(data, var_name, k_threshold, pointwise)
+    model = _as_model(model, var_name)
     if not getattr(model, "is_jax", False):
         raise TypeError(
-            f"model of type {type(model).__name__} is not a ppl_loo model. Pass a pl.JaxModel, a "
-            "closed-form model from pl.models, or None for plain PSIS-LOO."
+            f"model of type {type(model).__name__} is not a ppl_loo model. Pass a pymc.Model, a "
+            "pl.JaxModel, a closed-form model from pl.models, or None for plain PSIS-LOO."
         )
     names = _check_transforms(transforms)
     hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
@@ -276,6 +278,18 @@ def loo(
 
 
 # ----------------------------------------------------------------------------- helpers
+def _as_model(model, var_name):
+    """Wrap a ``pymc.Model`` in the PyMC adapter; other models pass through."""
+    if type(model).__module__.startswith("pymc"):
+        import pymc as pm
+
+        if isinstance(model, pm.Model):
+            from ppl_loo.models.pymc_model import PyMCModel
+
+            return PyMCModel(model, var_name=var_name)
+    return model
+
+
 def _compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
     """Build (or reuse) the jit-compiled search for this model and configuration.
 
