@@ -9,7 +9,7 @@ from ppl_loo.workflow.inputs import check_datatree
 
 __all__ = ["add_loo"]
 
-_POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i",
+_POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
               "influence", "doubtful")
 
 
@@ -17,7 +17,7 @@ def add_loo(data, res, group="loo"):
     """Return a copy of ``data`` with the pointwise LOO results as group ``group``.
 
     The variables (``elpd_i``, ``p_loo_i``, ``pareto_k``, ``pareto_k_psis``, ``transform``,
-    ``hbar_used``, ``mcse_elpd_i``, ``influence``, ``doubtful``) have the observation dims of the
+    ``hbar_used``, ``mcse_elpd_i``, ``n_eff_i``, ``influence``, ``doubtful``) have the observation dims of the
     log-likelihood variable; the summary (``elpd``, ``se``, ``p``, ``good_k``, ``n_samples``,
     ``n_data_points``, ``warning``, ``var_name``) is stored in the group's attrs.
     """

@@ -24,8 +24,10 @@ class LooResult(ELPDDataLOO):
     - ``pareto_k``: k-hat after adaptation; ``pareto_k_psis``: k-hat of plain PSIS;
     - ``transform``: the transformation used (``"psis"`` where none was needed, ``"failed"``
       where none reached the threshold; then the lowest-k candidate is still used);
-    - ``hbar_used``: its step (NaN for ``"psis"``);
-    - ``mcse_elpd_i``: Monte Carlo standard error of ``elpd_i``;
+    - ``hbar_used``: its step (NaN for ``"psis"``; the damping for ``newton*``, the number of
+      iterations for ``mm_iter``);
+    - ``mcse_elpd_i``: Monte Carlo standard error of ``elpd_i``; ``n_eff_i``: effective sample
+      size of its weights (times ``r_eff``);
     - ``influence``: posterior variance of the observation's log-likelihood, the
       non-k criterion that also triggers adaptation (see :func:`ppl_loo.loo`);
     - ``doubtful``: True where the estimate stays unreliable: k above the threshold after
