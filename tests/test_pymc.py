@@ -5,6 +5,8 @@ Real PyMC sampling (small, seeded); no mocks.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
@@ -139,9 +141,13 @@ def test_logistic_matches_closed_form_and_arviz(logistic_fit):
     np.testing.assert_allclose(
         np.asarray(lr.log_lik(theta)), np.asarray(m.log_lik(theta)), rtol=1e-10, atol=1e-12
     )
-    # LogisticRegression defines the Bernoulli variance-descent target (log_var_target) that the
-    # generic adapter does not know, so "var" is left out of the like-for-like comparison.
-    same = [t for t in DEFAULT_TRANSFORMS if t != "var"]
+    # both define the Bernoulli variance-descent target (complement probability), so every
+    # transformation, "var" included, must give the same result
+    assert m.has_var_target
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(m.log_var_target, (0, None))(jnp.asarray(theta), 3)),
+        np.asarray(jax.vmap(lr.log_var_target, (0, None))(jnp.asarray(theta), 3)), rtol=1e-10)
+    same = list(DEFAULT_TRANSFORMS)
     res_same = pl.loo(idata, m, transforms=same, progressbar=False)
     res_lr = pl.loo(dt, lr, transforms=same, progressbar=False)
     np.testing.assert_allclose(res.pareto_k_psis.values, res_lr.pareto_k_psis.values, atol=1e-6)

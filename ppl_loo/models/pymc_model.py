@@ -188,8 +188,17 @@ class PyMCModel(PosteriorModel):
                 forwards.append(graph_replace(out, dict(holders), strict=False))
         self._forward_fn = _jaxify([holders[rv] for rv in self._free_rvs], forwards)
 
-        # observation shape and factorization check
+        # variance-descent target of a Bernoulli observation: the complement probability
+        # f_i = p^(1-y) (1-p)^y (paper S.9), i.e. the likelihood of the flipped outcome
         obs_value = model.rvs_to_values[obs_rv]
+        self._lt_fn = None
+        if type(obs_rv.owner.op).__name__ == "BernoulliRV":
+            from pymc.logprob.basic import logp as rv_logp
+
+            flipped = model.replace_rvs_by_values([rv_logp(obs_rv, 1 - obs_value)])[0]
+            self._lt_fn = _jaxify(self._value_vars, [flipped])
+
+        # observation shape and factorization check
         try:
             self.observed = np.asarray(obs_value.eval())
         except Exception:  # noqa: BLE001 - metadata only
@@ -251,6 +260,16 @@ class PyMCModel(PosteriorModel):
             return jnp.ravel(self._ll_fn(*self.split(theta))[0])
         lp = self.logp(theta)
         return jax.vmap(lambda i: lp - self.loo_logp(theta, i))(jnp.arange(self.n_obs))
+
+    @property
+    def has_var_target(self):
+        return self._lt_fn is not None
+
+    def log_var_target(self, theta, i):
+        """Log complement probability of a Bernoulli observation (paper S.9); else ``None``."""
+        if self._lt_fn is None:
+            return None
+        return jnp.ravel(self._lt_fn(*self.split(theta))[0])[i]
 
     def loo_logp(self, theta, i):
         """Log posterior without observation ``i``; uses ``loo_log_density`` when given."""

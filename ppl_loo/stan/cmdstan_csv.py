@@ -1,0 +1,566 @@
+"""Read CmdStan output (CSV files) into an ArviZ-style :class:`xarray.DataTree`, without cmdstanpy.
+
+>>> from ppl_loo.stan.cmdstan_csv import from_cmdstan
+>>> dt = from_cmdstan(["output_1.csv", "output_2.csv"], log_likelihood="log_lik")  # doctest: +SKIP
+
+A CmdStan CSV file holds
+
+* comment lines (``#``) with the run configuration (``stan_version_*``, ``model``, ``num_samples``,
+  ``num_warmup``, ``save_warmup``, ``thin``, ...), written as an indented ``key = value`` tree;
+* the header row (``lp__,accept_stat__,...,mu,theta.1,...``);
+* when ``save_warmup=1``, the warmup draws;
+* the adaptation block (``# Adaptation terminated``, ``# Step size = ...``, the inverse metric);
+* the sampling draws, then the timing comments (``# Elapsed Time: ...``).
+
+Array variables are written one column per element, ``name.i.j`` (1-based); the element order is
+column-major, but values are placed by their parsed indices, not by column order.
+
+:func:`read_rdump` reads the R dump data format (``J <- 8``, ``y <- c(...)``, ``structure(...)``).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["CmdStanCSV", "from_cmdstan", "read_cmdstan_csv", "read_rdump"]
+
+#: CmdStan sampler diagnostic columns -> ArviZ ``sample_stats`` names.
+SAMPLE_STATS_NAMES = {
+    "lp__": "lp",
+    "accept_stat__": "acceptance_rate",
+    "stepsize__": "step_size",
+    "treedepth__": "tree_depth",
+    "n_leapfrog__": "n_steps",
+    "divergent__": "diverging",
+    "energy__": "energy",
+}
+_INT_STATS = {"tree_depth", "n_steps"}
+_BOOL_STATS = {"diverging"}
+
+
+# ---------------------------------------------------------------------------------------- one file
+@dataclass
+class CmdStanCSV:
+    """The parsed content of one CmdStan CSV file."""
+
+    path: str
+    config: dict[str, str]  # leaf key -> value (first occurrence) and dotted path -> value
+    header: list[str]
+    draws: np.ndarray  # (n_rows, n_columns): warmup rows (if saved) then sampling rows
+    n_warmup_rows: int
+    step_size: float | None = None
+    inv_metric: np.ndarray | None = None  # 1-D (diag_e) or 2-D (dense_e)
+    timing: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def warmup(self) -> np.ndarray:
+        return self.draws[: self.n_warmup_rows]
+
+    @property
+    def sampling(self) -> np.ndarray:
+        return self.draws[self.n_warmup_rows :]
+
+    @property
+    def stan_version(self) -> str | None:
+        parts = [self.config.get(f"stan_version_{p}") for p in ("major", "minor", "patch")]
+        return ".".join(parts) if all(p is not None for p in parts) else None
+
+    def get_int(self, key: str, default: int) -> int:
+        try:
+            return int(float(self.config[key]))
+        except (KeyError, ValueError):
+            return default
+
+
+_CONFIG_RE = re.compile(r"^#(\s*)([A-Za-z_][\w]*)\s*=\s*(.*?)\s*(\(Default\))?\s*$")
+_SECTION_RE = re.compile(r"^#(\s*)([A-Za-z_][\w]*)\s*$")
+_TIME_RE = re.compile(r"([-+0-9.eE]+)\s*seconds\s*\(([^)]*)\)")
+
+
+def read_cmdstan_csv(path) -> CmdStanCSV:
+    """Parse one CmdStan CSV file (config comments, header, warmup/sampling draws, adaptation, timing)."""
+    path = os.fspath(path)
+    config: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    header: list[str] | None = None
+    rows: list[str] = []
+    n_warmup_rows: int | None = None
+    step_size = None
+    metric_rows: list[list[float]] = []
+    in_metric = False
+    timing: dict[str, float] = {}
+
+    with open(path, encoding="utf-8") as fh:
+        for raw in fh:
+            line = raw.rstrip("\r\n")
+            if not line.strip():
+                continue
+            if line.startswith("#"):
+                body = line[1:].strip()
+                if header is None:  # configuration tree
+                    m = _CONFIG_RE.match(line)
+                    ms = None if m else _SECTION_RE.match(line)
+                    mm = m or ms
+                    if mm:
+                        indent, key = len(mm.group(1)), mm.group(2)
+                        while stack and stack[-1][0] >= indent:
+                            stack.pop()
+                        if m:
+                            value = m.group(3)
+                            dotted = ".".join([s for _, s in stack] + [key])
+                            config.setdefault(dotted, value)
+                            config.setdefault(key, value)
+                        stack.append((indent, key))
+                    continue
+                if body.startswith("Adaptation terminated"):
+                    n_warmup_rows = len(rows)
+                    continue
+                if body.lower().startswith("step size"):
+                    try:
+                        step_size = float(body.split("=", 1)[1])
+                    except (IndexError, ValueError):
+                        pass
+                    continue
+                if "inverse mass matrix" in body.lower() or "inverse metric" in body.lower():
+                    in_metric, metric_rows = True, []
+                    continue
+                if in_metric:
+                    try:
+                        metric_rows.append([float(v) for v in body.split(",") if v.strip()])
+                        continue
+                    except ValueError:
+                        in_metric = False
+                for val, what in _TIME_RE.findall(body):
+                    key = what.strip().lower().replace("-", "")  # warmup, sampling, total
+                    timing[key] = float(val)
+                continue
+            in_metric = False
+            if header is None:
+                header = [h.strip() for h in line.split(",")]
+                continue
+            rows.append(line)
+
+    if header is None:
+        raise ValueError(f"{path}: no header row; is this a CmdStan CSV file?")
+    if rows:
+        draws = np.loadtxt(io.StringIO("\n".join(rows)), delimiter=",", dtype=np.float64, ndmin=2)
+    else:
+        draws = np.empty((0, len(header)))
+    if draws.shape[1] != len(header):
+        raise ValueError(f"{path}: {draws.shape[1]} values per row but {len(header)} columns in the header")
+    out = CmdStanCSV(path, config, header, draws, 0, step_size, None, timing)
+    if n_warmup_rows is None:
+        # no adaptation block (adapt engaged=0, fixed_param): count the saved warmup from the config
+        n_warmup_rows = 0
+        if out.get_int("save_warmup", 0):
+            thin = max(out.get_int("thin", 1), 1)
+            n_warmup_rows = min(math.ceil(out.get_int("num_warmup", 0) / thin), len(rows))
+    elif not out.get_int("save_warmup", 0):
+        n_warmup_rows = 0
+    out.n_warmup_rows = n_warmup_rows
+    if metric_rows:
+        out.inv_metric = np.array(metric_rows[0]) if len(metric_rows) == 1 else np.array(metric_rows)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- columns
+def _split_column(col: str) -> tuple[str, tuple[int, ...]]:
+    """``'theta.3'`` -> ``('theta', (2,))`` (0-based); non-indexed names are scalars."""
+    parts = col.split(".")
+    if len(parts) > 1:
+        try:
+            idx = tuple(int(p) - 1 for p in parts[1:])
+            if all(i >= 0 for i in idx):
+                return parts[0], idx
+        except ValueError:
+            pass
+    return col, ()
+
+
+def _variables(header: list[str]) -> dict[str, tuple[tuple[int, ...], list[tuple[int, tuple[int, ...]]]]]:
+    """``{name: (shape, [(column, index), ...])}`` for the non-diagnostic columns, in header order."""
+    groups: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+    for j, col in enumerate(header):
+        if col.endswith("__"):
+            continue
+        name, idx = _split_column(col)
+        groups.setdefault(name, []).append((j, idx))
+    out = {}
+    for name, cols in groups.items():
+        ndims = {len(i) for _, i in cols}
+        if len(ndims) != 1:
+            raise ValueError(f"variable {name!r}: columns with different numbers of indices")
+        nd = ndims.pop()
+        shape = tuple(max(i[k] for _, i in cols) + 1 for k in range(nd))
+        if len(cols) != math.prod(shape):
+            raise ValueError(f"variable {name!r}: {len(cols)} columns for shape {shape}")
+        out[name] = (shape, cols)
+    return out
+
+
+def _gather(draws: np.ndarray, shape, cols) -> np.ndarray:
+    """``draws (chain, draw, column)`` -> ``(chain, draw, *shape)``, placing columns by index."""
+    arr = np.empty(draws.shape[:2] + tuple(shape), dtype=draws.dtype)
+    for j, idx in cols:
+        arr[(slice(None), slice(None)) + idx] = draws[:, :, j]
+    return arr
+
+
+def _names_map(spec, what: str) -> dict[str, str]:
+    """``None | str | list | {new: stan}`` -> ``{new_name: stan_name}``."""
+    if spec is None:
+        return {}
+    if isinstance(spec, str):
+        return {spec: spec}
+    if isinstance(spec, dict):
+        return {str(k): str(v) for k, v in spec.items()}
+    try:
+        return {str(s): str(s) for s in spec}
+    except TypeError:
+        raise TypeError(f"{what}: expected None, a name, a list of names or a dict, got {spec!r}") from None
+
+
+def _dims(name: str, shape) -> list[str]:
+    return ["chain", "draw"] + [f"{name}_dim_{k}" for k in range(len(shape))]
+
+
+def _dataset(arrays: dict[str, np.ndarray], attrs: dict) -> xr.Dataset:
+    data_vars = {}
+    n_chain = n_draw = None
+    for name, a in arrays.items():
+        data_vars[name] = (_dims(name, a.shape[2:]), a)
+        n_chain, n_draw = a.shape[:2]
+    coords = {} if n_chain is None else {"chain": np.arange(n_chain), "draw": np.arange(n_draw)}
+    return xr.Dataset(data_vars, coords=coords, attrs=dict(attrs))
+
+
+def _stat_array(name: str, a: np.ndarray) -> np.ndarray:
+    if name in _BOOL_STATS:
+        return a.astype(bool)
+    if name in _INT_STATS and np.all(np.isfinite(a)):
+        return a.astype(np.int64)
+    return a
+
+
+def _observed_dataset(observed_data) -> xr.Dataset:
+    if isinstance(observed_data, xr.Dataset):
+        return observed_data
+    if not isinstance(observed_data, dict):
+        raise TypeError("observed_data: expected a dict {name: array} or an xarray.Dataset")
+    vars_ = {}
+    for name, v in observed_data.items():
+        a = np.asarray(v)
+        vars_[name] = ([f"{name}_dim_{k}" for k in range(a.ndim)], a)
+    return xr.Dataset(vars_)
+
+
+# ---------------------------------------------------------------------------------------- builders
+def _build_tree(
+    header: list[str],
+    sampling: np.ndarray,  # (chain, draw, column)
+    warmup: np.ndarray | None,
+    *,
+    log_likelihood,
+    posterior_predictive,
+    observed_data,
+    attrs: dict,
+    stats_attrs: dict | None = None,
+) -> xr.DataTree:
+    variables = _variables(header)
+    ll = _names_map(log_likelihood, "log_likelihood")
+    pp = _names_map(posterior_predictive, "posterior_predictive")
+    for new, stan in {**ll, **pp}.items():
+        if stan not in variables:
+            raise KeyError(f"{stan!r} is not a variable of the CmdStan output; variables: {list(variables)}")
+    special = set(ll.values()) | set(pp.values())
+    stat_cols = {SAMPLE_STATS_NAMES.get(c, c.rstrip("_")): j for j, c in enumerate(header) if c.endswith("__")}
+
+    def groups(draws: np.ndarray, prefix: str) -> dict[str, xr.Dataset]:
+        post = {n: _gather(draws, s, c) for n, (s, c) in variables.items() if n not in special}
+        out = {f"{prefix}posterior": _dataset(post, attrs)}
+        if stat_cols:
+            stats = {n: _stat_array(n, draws[:, :, j]) for n, j in stat_cols.items()}
+            out[f"{prefix}sample_stats"] = _dataset(stats, {**attrs, **(stats_attrs or {})})
+        if ll:
+            out[f"{prefix}log_likelihood"] = _dataset(
+                {new: _gather(draws, *variables[stan]) for new, stan in ll.items()}, attrs
+            )
+        if pp:
+            out[f"{prefix}posterior_predictive"] = _dataset(
+                {new: _gather(draws, *variables[stan]) for new, stan in pp.items()}, attrs
+            )
+        return out
+
+    tree = groups(sampling, "")
+    if warmup is not None:
+        tree.update(groups(warmup, "warmup_"))
+    if observed_data is not None:
+        tree["observed_data"] = _observed_dataset(observed_data)
+    dt = xr.DataTree.from_dict(tree)
+    dt.attrs.update(attrs)
+    return dt
+
+
+def _expand_paths(csv_files) -> list[str]:
+    if isinstance(csv_files, (str, os.PathLike)):
+        s = os.fspath(csv_files)
+        if os.path.isdir(s):
+            paths = sorted(glob.glob(os.path.join(s, "*.csv")))
+        elif any(ch in s for ch in "*?["):
+            paths = sorted(glob.glob(s))
+        else:
+            paths = [s]
+    else:
+        paths = [os.fspath(p) for p in csv_files]
+    if not paths:
+        raise ValueError(f"no CmdStan CSV files in {csv_files!r}")
+    return paths
+
+
+def _header_difference(ref: list[str], other: list[str]) -> str:
+    missing = [c for c in ref if c not in set(other)]
+    extra = [c for c in other if c not in set(ref)]
+    parts = []
+    if missing:
+        parts.append(f"missing columns {missing[:20]}{' ...' if len(missing) > 20 else ''}")
+    if extra:
+        parts.append(f"extra columns {extra[:20]}{' ...' if len(extra) > 20 else ''}")
+    if not parts:
+        moved = [c for a, c in zip(ref, other) if a != c]
+        parts.append(f"columns in a different order {moved[:20]}")
+    return "; ".join(parts)
+
+
+def _from_csv_files(paths, *, include_warmup, **kw) -> xr.DataTree:
+    files = [read_cmdstan_csv(p) for p in paths]
+    ref = files[0]
+    for f in files[1:]:
+        if f.header != ref.header:
+            raise ValueError(
+                f"CmdStan CSV file {f.path!r} has a different header from {ref.path!r} "
+                f"(a different model?): {_header_difference(ref.header, f.header)}"
+            )
+    n_samp = {f.path: f.sampling.shape[0] for f in files}
+    n_warm = {f.path: f.warmup.shape[0] for f in files}
+    if len(set(n_samp.values())) != 1:
+        raise ValueError(f"the CmdStan CSV files have different numbers of draws: {n_samp}")
+    sampling = np.stack([f.sampling for f in files])
+    warmup = None
+    if include_warmup:
+        if len(set(n_warm.values())) != 1:
+            raise ValueError(f"the CmdStan CSV files have different numbers of warmup draws: {n_warm}")
+        if ref.n_warmup_rows > 0:
+            warmup = np.stack([f.warmup for f in files])
+    attrs: dict[str, Any] = {"inference_library": "cmdstan"}
+    if ref.stan_version:
+        attrs["inference_library_version"] = ref.stan_version
+        attrs["stan_version"] = ref.stan_version
+    for key in ("model", "num_samples", "num_warmup", "save_warmup", "thin"):
+        if key in ref.config:
+            attrs["model_name" if key == "model" else key] = ref.config[key]
+    for key in ("num_samples", "num_warmup", "save_warmup", "thin"):
+        if key in attrs:
+            attrs[key] = ref.get_int(key, 0)
+    if "metric" in ref.config:
+        attrs["metric"] = ref.config["metric"]
+    step = [f.step_size for f in files]
+    if all(s is not None for s in step):
+        attrs["step_size"] = step[0] if len(step) == 1 else np.array(step)
+    stats_attrs = {}
+    for key in ("warmup", "sampling", "total"):
+        vals = [f.timing.get(key) for f in files]
+        if all(v is not None for v in vals):
+            stats_attrs[f"elapsed_time_{key}"] = np.array(vals)
+    if all(f.inv_metric is not None and f.inv_metric.ndim == 1 for f in files):
+        shapes = {f.inv_metric.shape for f in files}
+        if len(shapes) == 1:
+            stats_attrs["inv_metric"] = np.stack([f.inv_metric for f in files]) if len(files) > 1 else files[0].inv_metric
+    return _build_tree(ref.header, sampling, warmup, attrs=attrs, stats_attrs=stats_attrs, **kw)
+
+
+def _from_pystan(fit, *, include_warmup, **kw) -> xr.DataTree:
+    """PyStan 3 ``Fit``: ``fit[name]`` has shape ``(*param_shape, chains * draws)`` (chain-major)."""
+    n_chain = int(fit.num_chains)
+    header: list[str] = []
+    cols: list[np.ndarray] = []
+    stat_names = list(getattr(fit, "sample_and_sampler_param_names", ()))
+    names = stat_names + [n for n in fit.param_names if n not in stat_names]
+    for name in names:
+        try:
+            a = np.asarray(fit[name], dtype=np.float64)
+        except KeyError:
+            continue
+        shape = a.shape[:-1]
+        flat = a.reshape(-1, a.shape[-1], order="F")  # column-major element order, like CmdStan
+        for k, idx in enumerate(np.ndindex(*shape[::-1]) if shape else [()]):
+            idx = idx[::-1]
+            header.append(name + "".join(f".{i + 1}" for i in idx))
+            cols.append(flat[k])
+    if not cols:
+        raise ValueError("the PyStan fit has no draws")
+    total = cols[0].shape[0]
+    if total % n_chain:
+        raise ValueError(f"{total} draws do not split into {n_chain} chains")
+    sampling = np.stack(cols, axis=-1).reshape(n_chain, total // n_chain, len(cols))
+    attrs = {"inference_library": "pystan"}
+    return _build_tree(header, sampling, None, attrs=attrs, **kw)
+
+
+def from_cmdstan(
+    csv_files,
+    *,
+    log_likelihood="log_lik",
+    posterior_predictive=None,
+    observed_data=None,
+    include_warmup: bool = False,
+) -> xr.DataTree:
+    """CmdStan output -> :class:`xarray.DataTree` with ArviZ groups.
+
+    Parameters
+    ----------
+    csv_files
+        A CSV path, a list of paths (one chain each, all with the same header), a directory or a
+        glob pattern; or a cmdstanpy ``CmdStanMCMC`` (anything with ``.runset.csv_files``); or a
+        PyStan 3 ``Fit`` (anything with ``.param_names``, ``.num_chains`` and ``fit[name]`` arrays
+        with the draws of all chains, chain after chain, on the last axis).
+    log_likelihood
+        The pointwise log-likelihood variable(s): a name, a list of names, a dict
+        ``{new_name: stan_name}`` (renamed in the ``log_likelihood`` group), or None.
+        Default ``"log_lik"``; a missing variable raises ``KeyError`` unless it is the default.
+    posterior_predictive
+        Same forms, for the ``posterior_predictive`` group.
+    observed_data
+        ``{name: array}`` (or a Dataset) stored as the ``observed_data`` group.
+    include_warmup
+        Add ``warmup_posterior`` / ``warmup_sample_stats`` (...) groups when the files saved the
+        warmup (``save_warmup=1``); otherwise warmup rows are dropped.
+
+    Returns
+    -------
+    xarray.DataTree
+        Groups ``posterior`` (every non-diagnostic variable except the log-likelihood and
+        posterior-predictive ones), ``sample_stats`` (``lp``, ``acceptance_rate``, ``step_size``,
+        ``tree_depth``, ``n_steps``, ``diverging`` (bool), ``energy``), ``log_likelihood``,
+        ``posterior_predictive``, ``observed_data``. Variables have dims
+        ``(chain, draw, name_dim_0, ...)``. Attributes: ``stan_version``, ``model_name``,
+        ``num_samples``, ``num_warmup``, ``save_warmup``, ``thin``, ``step_size`` (adapted, per
+        chain); ``sample_stats`` also has ``inv_metric`` (diagonal) and ``elapsed_time_*``.
+    """
+    kw = dict(posterior_predictive=posterior_predictive, observed_data=observed_data)
+    runset = getattr(csv_files, "runset", None)
+    if runset is not None and hasattr(runset, "csv_files"):
+        csv_files = list(runset.csv_files)
+    elif hasattr(csv_files, "param_names") and hasattr(csv_files, "num_chains") and hasattr(csv_files, "__getitem__"):
+        fit = csv_files
+        ll = _resolve_default_ll(log_likelihood, list(fit.param_names))
+        return _from_pystan(fit, include_warmup=include_warmup, log_likelihood=ll, **kw)
+    paths = _expand_paths(csv_files)
+    if log_likelihood == "log_lik":  # the default: only when present
+        header = read_cmdstan_header(paths[0])
+        log_likelihood = _resolve_default_ll(log_likelihood, list(_variables(header)))
+    return _from_csv_files(paths, include_warmup=include_warmup, log_likelihood=log_likelihood, **kw)
+
+
+def _resolve_default_ll(log_likelihood, names):
+    if log_likelihood == "log_lik" and "log_lik" not in names:
+        return None
+    return log_likelihood
+
+
+def read_cmdstan_header(path) -> list[str]:
+    """The column names of a CmdStan CSV file (the first non-comment line)."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip() and not line.startswith("#"):
+                return [h.strip() for h in line.rstrip("\r\n").split(",")]
+    raise ValueError(f"{path}: no header row; is this a CmdStan CSV file?")
+
+
+# ---------------------------------------------------------------------------------------- R dump
+_ASSIGN_RE = re.compile(r"""(?m)^[ \t]*["'`]?([A-Za-z.][\w.]*)["'`]?[ \t]*<-""")
+
+
+def _r_numbers(text: str) -> tuple[list[float], bool]:
+    """Comma-separated R numbers (with ``a:b`` ranges, ``NA``, ``Inf``, ``1L``) -> values, all-int flag."""
+    vals: list[float] = []
+    is_int = True
+    for tok in (t.strip() for t in text.split(",")):
+        if not tok:
+            continue
+        if re.fullmatch(r"-?\d+L?\s*:\s*-?\d+L?", tok):
+            a, b = (int(s.strip().rstrip("L")) for s in tok.split(":"))
+            vals.extend(range(a, b + 1) if a <= b else range(a, b - 1, -1))
+            continue
+        t = tok.rstrip("L") if re.fullmatch(r"-?\d+L", tok) else tok
+        low = t.lower().lstrip("+-")
+        if low in ("na", "nan"):
+            vals.append(math.nan)
+            is_int = False
+        elif low == "inf":
+            vals.append(-math.inf if t.startswith("-") else math.inf)
+            is_int = False
+        else:
+            v = float(t)
+            if not re.fullmatch(r"[-+]?\d+", t):
+                is_int = False
+            vals.append(v)
+    return vals, is_int
+
+
+def _r_value(text: str):
+    s = text.strip().rstrip(";").strip()
+    dim = None
+    m = re.match(r"^structure\s*\((.*)\)$", s, re.S)
+    if m:
+        inner = m.group(1)
+        md = re.search(r"\.Dim\s*=\s*(c\s*\([^)]*\)|[\d:L\s]+)", inner)
+        if md is None:
+            raise ValueError(f"R dump: structure(...) without .Dim: {s[:80]!r}")
+        d = md.group(1).strip()
+        d = d[d.index("(") + 1 : -1] if d.startswith("c") else d
+        dim = tuple(int(v) for v in _r_numbers(d)[0])
+        s = inner[: md.start()].rstrip().rstrip(",").strip()
+    mc = re.match(r"^c\s*\((.*)\)$", s, re.S)
+    if mc:
+        vals, is_int = _r_numbers(mc.group(1))
+        vector = True
+    elif re.match(r"^(integer|double|numeric)\s*\(\s*0?\s*\)$", s):
+        vals, is_int, vector = [], True, True
+    else:
+        vals, is_int = _r_numbers(s)
+        vector = len(vals) != 1 or ":" in s
+    arr = np.array(vals, dtype=np.int64 if is_int else np.float64)
+    if dim is not None:
+        if math.prod(dim) != arr.size:
+            raise ValueError(f"R dump: .Dim {dim} does not match {arr.size} values")
+        return arr.reshape(dim, order="F")  # R arrays are column-major
+    if not vector:
+        return int(arr[0]) if is_int else float(arr[0])
+    return arr
+
+
+def read_rdump(path) -> dict:
+    """Read an R dump data file (CmdStan's ``.data.R``) -> ``{name: int | float | ndarray}``.
+
+    Supports scalars, ``c(...)`` vectors, ``a:b`` ranges, ``structure(c(...), .Dim = c(...))``
+    arrays (column-major, as R stores them), ``NA``/``Inf``, integer suffix ``L``. Values written
+    without a decimal point or exponent are integers.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    text = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    matches = list(_ASSIGN_RE.finditer(text))
+    out: dict[str, Any] = {}
+    for k, m in enumerate(matches):
+        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
+        out[m.group(1)] = _r_value(text[m.end() : end])
+    return out
