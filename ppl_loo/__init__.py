@@ -9,6 +9,7 @@ from ppl_loo import _config  # noqa: F401  (enables float64 in JAX before anythi
 
 from ppl_loo import models
 from ppl_loo.models.jax_model import JaxModel
+from ppl_loo.stan import StanModel, from_cmdstan
 from ppl_loo.workflow.add_loo import add_loo
 from ppl_loo.workflow.expectation import loo_expectation
 from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
@@ -16,5 +17,5 @@ from ppl_loo.workflow.result import LooResult
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "add_loo", "loo_expectation", "LooResult", "JaxModel", "models", "DEFAULT_HBAR",
-           "DEFAULT_TRANSFORMS"]
+__all__ = ["loo", "add_loo", "loo_expectation", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
+           "DEFAULT_HBAR", "DEFAULT_TRANSFORMS"]

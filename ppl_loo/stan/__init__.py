@@ -7,6 +7,7 @@ it together with a small C ABI bridge (``bridge.cpp``) against the Stan headers 
 unconstrained draws. See :mod:`ppl_loo.stan.compile` for flags and the cache.
 """
 
+from .cmdstan_csv import from_cmdstan, read_cmdstan_csv, read_rdump
 from .compile import StanCompileError, build_library, cache_dir
 from .model import StanDataError, StanEvaluationError, StanModel, data_to_json
 
@@ -18,4 +19,7 @@ __all__ = [
     "build_library",
     "cache_dir",
     "data_to_json",
+    "from_cmdstan",
+    "read_cmdstan_csv",
+    "read_rdump",
 ]

@@ -279,7 +279,7 @@ def _build_tree(
     variables = _variables(header)
     ll = _names_map(log_likelihood, "log_likelihood")
     pp = _names_map(posterior_predictive, "posterior_predictive")
-    for new, stan in {**ll, **pp}.items():
+    for stan in {**ll, **pp}.values():
         if stan not in variables:
             raise KeyError(f"{stan!r} is not a variable of the CmdStan output; variables: {list(variables)}")
     special = set(ll.values()) | set(pp.values())
@@ -456,7 +456,7 @@ def from_cmdstan(
         ``num_samples``, ``num_warmup``, ``save_warmup``, ``thin``, ``step_size`` (adapted, per
         chain); ``sample_stats`` also has ``inv_metric`` (diagonal) and ``elapsed_time_*``.
     """
-    kw = dict(posterior_predictive=posterior_predictive, observed_data=observed_data)
+    kw = {"posterior_predictive": posterior_predictive, "observed_data": observed_data}
     runset = getattr(csv_files, "runset", None)
     if runset is not None and hasattr(runset, "csv_files"):
         csv_files = list(runset.csv_files)
@@ -520,7 +520,7 @@ def _r_numbers(text: str) -> tuple[list[float], bool]:
 def _r_value(text: str):
     s = text.strip().rstrip(";").strip()
     dim = None
-    m = re.match(r"^structure\s*\((.*)\)$", s, re.S)
+    m = re.match(r"^structure\s*\((.*)\)$", s, re.DOTALL)
     if m:
         inner = m.group(1)
         md = re.search(r"\.Dim\s*=\s*(c\s*\([^)]*\)|[\d:L\s]+)", inner)
@@ -530,7 +530,7 @@ def _r_value(text: str):
         d = d[d.index("(") + 1 : -1] if d.startswith("c") else d
         dim = tuple(int(v) for v in _r_numbers(d)[0])
         s = inner[: md.start()].rstrip().rstrip(",").strip()
-    mc = re.match(r"^c\s*\((.*)\)$", s, re.S)
+    mc = re.match(r"^c\s*\((.*)\)$", s, re.DOTALL)
     if mc:
         vals, is_int = _r_numbers(mc.group(1))
         vector = True
