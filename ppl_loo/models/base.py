@@ -24,9 +24,11 @@ __all__ = ["PosteriorModel", "GLMStructure", "ReluStructure"]
 
 @dataclass(frozen=True)
 class GLMStructure:
-    """A Bernoulli-logit linear predictor ``mu_i = X[i] @ theta[beta_index]``.
+    """A Bernoulli-logit linear predictor ``mu_i = X[i] @ theta[beta_index] + offset_i``.
 
-    ``X`` has shape ``(n, q)`` and includes the intercept column when there is one. Declaring it
+    ``X`` has shape ``(n, q)`` and includes the intercept column when there is one; ``beta_index``
+    must equal the model's ``adapt_index`` (the block the transformations move). ``offset`` is
+    ``None`` (zero) or a data offset of shape ``(n,)``. Declaring it
     lets the engine use the exact closed-form Jacobian of the gradient transformations (Eq. 28)
     and evaluate the log density along a line in ``O(S n)`` instead of ``O(S n d)``.
     """
@@ -35,6 +37,7 @@ class GLMStructure:
     y: np.ndarray
     beta_index: np.ndarray
     family: str = "bernoulli_logit"
+    offset: object = None
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,34 @@ class EngineData(NamedTuple):
     log_q0: jnp.ndarray  # (S,) log density of the draws' distribution (logp0 for MCMC; Eq. 13 otherwise)
     grad_logp0: jnp.ndarray  # (S, d) gradient of logp at the draws
     cache: object = None  # model.line_cache(theta)
+    stats: object = None  # BlockStats, filled once per run by ``search.prepare`` (shared by all observations)
+
+
+class BlockStats(NamedTuple):
+    """Per-run quantities on the adapted block, computed once and shared by every observation."""
+
+    theta_b: jnp.ndarray  # (S, d_b) adapted block of the draws
+    grad_logp0_b: jnp.ndarray  # (S, d_b)
+    mean_b: jnp.ndarray  # (d_b,)
+    sd_b: jnp.ndarray  # (d_b,) posterior sd (ddof=1)
+
+
+def _block_index(model, d):
+    """The adapted block as a static slice when contiguous (no gather), else an index array."""
+    if model.adapt_index is None:
+        return slice(0, d)
+    block = np.asarray(model.adapt_index)
+    if block.size and np.array_equal(block, np.arange(block[0], block[0] + block.size)):
+        return slice(int(block[0]), int(block[0]) + block.size)
+    return block
+
+
+def block_stats(model, data: EngineData) -> BlockStats:
+    """:class:`BlockStats` of ``data`` for ``model`` (one pass over the draws)."""
+    theta, grad_logp0 = data.theta, data.grad_logp0
+    block = _block_index(model, theta.shape[1])
+    theta_b = theta[:, block]
+    return BlockStats(theta_b, grad_logp0[:, block], jnp.mean(theta_b, axis=0), jnp.std(theta_b, axis=0, ddof=1))
 
 
 def build_engine(model, cfg: EngineConfig, posterior_draws=True, log_q_fn=None):
@@ -145,25 +173,28 @@ def build_engine(model, cfg: EngineConfig, posterior_draws=True, log_q_fn=None):
     def bind(data: EngineData):
         return _bind(model, cfg, posterior_draws, log_q_fn, data)
 
+    def prepare(data: EngineData) -> EngineData:
+        """``data`` with its :class:`BlockStats` filled (call once, outside the map over observations)."""
+        return data if data.stats is not None else data._replace(stats=block_stats(model, data))
+
     def search(data, i, ll0):
-        return bind(data)[0](i, ll0)
+        return bind(prepare(data))[0](i, ll0)
 
     def points(data, i, ll0, full_name, step):
-        return bind(data)[1](i, ll0, full_name, step)
+        return bind(prepare(data))[1](i, ll0, full_name, step)
 
+    search.prepare = prepare
     return search, points
 
 
 def _bind(model, cfg, posterior_draws, log_q_fn, data):
-    theta, logp0, log_q0, grad_logp0, cache = data
+    theta, logp0, log_q0, grad_logp0, cache, stats = data
     S, d = theta.shape
     block = np.arange(d) if model.adapt_index is None else np.asarray(model.adapt_index)
-    theta_b = theta[:, block]
-    mean_b = jnp.mean(theta_b, axis=0)
-    sd_b = jnp.std(theta_b, axis=0, ddof=1)
+    theta_b, grad_logp0_b, mean_b, sd_b = stats
+    bidx = _block_index(model, d)  # a static slice where possible (no gather)
     struct = model.structure
     closed_form = struct is not None and getattr(struct, "family", None) == "bernoulli_logit"
-    grad_logp0_b = grad_logp0[:, block]
     is_glm = struct is not None and hasattr(struct, "beta_index")  # GLMStructure, duck-typed
 
     def ll_i_fn(th, i):
@@ -184,11 +215,16 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         return model.line_eval(cache, theta, embed(delta_b), steps, i)
 
     # ------------------------------------------------------------ structured (sigmoidal) pieces
+    def glm_offset(i):
+        """The data offset of a GLM's linear predictor (``GLMStructure.offset``), or 0."""
+        off = getattr(struct, "offset", None)
+        return 0.0 if off is None else jnp.asarray(off, dtype=theta.dtype)[i]
+
     def mu_and_grad(i):
         """Linear predictor of observation i and its gradient on the block, per draw."""
         if is_glm:
             x = jnp.asarray(struct.X)[i]
-            return theta_b @ x, jnp.broadcast_to(x, theta_b.shape)
+            return theta_b @ x + glm_offset(i), jnp.broadcast_to(x, theta_b.shape)
         W1, W2, b2 = _relu_blocks(theta, struct)
         x = jnp.asarray(struct.X)[i]
         return structured.relu_mu(W1, W2, b2, x), structured.relu_grad_mu(W1, W2, b2, x)
@@ -246,11 +282,11 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
             logdet, ok = closed_form_logdet(kind, i, y, mu, gmu, log_a, sign_a, c, steps)
             return Proposal(delta, logdet, ok, jnp.asarray(True))
 
-        grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, block]
+        grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, bidx]
         log_t = grad_lt = None
         if kind == "var" and model.has_var_target:
             log_t, grad_lt = jax.vmap(jax.value_and_grad(model.log_var_target), in_axes=(0, None))(theta, i)
-            grad_lt = grad_lt[:, block]
+            grad_lt = grad_lt[:, bidx]
         log_a, sign_a, v, C = gradient_direction(kind, logp0, ll0, grad_ll, log_t, grad_lt)
         log_c = step_scale(log_a, v, sd_b)
         c = jnp.exp(log_c)
@@ -284,7 +320,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         if is_glm and closed_form:
             y = jnp.asarray(struct.y, dtype=theta.dtype)[i]
             x = jnp.asarray(struct.X, dtype=theta.dtype)[i]
-            mu = theta_b @ x
+            mu = theta_b @ x + glm_offset(i)
             sig = jax.nn.sigmoid(mu)
             g_bar = jnp.mean(y - sig) * x
             nx = jnp.linalg.norm(x)
@@ -293,7 +329,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
             return newton(ctx, steps, g_bar, V, D)
         if block.shape[0] > cfg.newton_max_dim:
             return not_applicable(ctx, steps)
-        grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, block]
+        grad_ll = jax.vmap(jax.grad(ll_i_fn), in_axes=(0, None))(theta, i)[:, bidx]
         g_bar = jnp.mean(grad_ll, axis=0)
         mean_full = jnp.mean(theta, axis=0)
         H = jax.hessian(ll_i_fn)(mean_full, i)[jnp.ix_(block, block)]
@@ -485,8 +521,13 @@ def mapped_search(search, batch_size=1):
     is vectorized in chunks of ``batch_size`` observations (``jax.lax.map``), trading memory for
     speed.
     """
-    return jax.jit(lambda data, idx, cols: jax.lax.map(lambda a: search(data, a[0], a[1]), (idx, cols),
-                                                       batch_size=batch_size))
+    prepare = getattr(search, "prepare", lambda data: data)
+
+    def run(data, idx, cols):
+        data = prepare(data)  # per-run statistics once, not once per observation
+        return jax.lax.map(lambda a: search(data, a[0], a[1]), (idx, cols), batch_size=batch_size)
+
+    return jax.jit(run)
 
 
 # ----------------------------------------------------------------------------- small helpers
