@@ -85,8 +85,9 @@ def loo(
     ----------
     data : xarray.DataTree
         With a ``posterior`` group (and ``log_likelihood`` where present).
-    model : pymc.Model, PosteriorModel or None
-        A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.JaxModel`,
+    model : pymc.Model, StanModel, PosteriorModel or None
+        A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.StanModel`
+        (exact LOO by data deletion, :class:`~ppl_loo.stan.posterior.StanPosterior`), a :class:`~ppl_loo.JaxModel`,
         a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
         :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
         group (as ``arviz_stats.loo``).
@@ -134,7 +135,7 @@ def loo(
     data = check_datatree(data)
     if model is None:
         return _plain_psis(data, var_name, k_threshold, pointwise)
-    model = _as_model(model, var_name)
+    model = _as_model(model, var_name, data)
     if not getattr(model, "is_jax", False):
         raise TypeError(
             f"model of type {type(model).__name__} is not a ppl_loo model. Pass a pymc.Model, a "
@@ -278,8 +279,10 @@ def loo(
 
 
 # ----------------------------------------------------------------------------- helpers
-def _as_model(model, var_name):
-    """Wrap a ``pymc.Model`` in the PyMC adapter; other models pass through."""
+def _as_model(model, var_name, data=None):
+    """Wrap a ``pymc.Model`` in the PyMC adapter and a ``pl.StanModel`` in the Stan adapter
+    (:meth:`ppl_loo.stan.StanModel.loo_model`, which names the log-likelihood after ``data``'s
+    ``log_likelihood`` group); other models pass through."""
     if type(model).__module__.startswith("pymc"):
         import pymc as pm
 
@@ -287,6 +290,11 @@ def _as_model(model, var_name):
             from ppl_loo.models.pymc_model import PyMCModel
 
             return PyMCModel(model, var_name=var_name)
+    if type(model).__module__.startswith("ppl_loo.stan"):
+        from ppl_loo.stan import StanModel
+
+        if isinstance(model, StanModel):
+            return model.loo_model(var_name=var_name, data=data)
     return model
 
 
