@@ -180,43 +180,110 @@ def test_matrix_index_placement_warmup_and_thin(tmp_path):
     np.testing.assert_array_equal(d0["observed_data"]["y"].values, [0, 1, 2])
 
 
-def test_cmdstanpy_like_object(dt):
-    class RunSet:
-        csv_files = tuple(str(p) for p in CSV_FILES)
+def _assert_same_tree(ours, ref, groups):
+    """Same groups, variables, dims and values (the reference converter may add coordinates)."""
+    for g in groups:
+        a, b = ours[g].to_dataset(), ref[g].to_dataset()
+        assert set(a.data_vars) == set(b.data_vars), (g, set(a.data_vars), set(b.data_vars))
+        for v in a.data_vars:
+            assert a[v].dims == b[v].dims, (g, v, a[v].dims, b[v].dims)
+            assert a[v].dtype.kind == b[v].dtype.kind, (g, v, a[v].dtype, b[v].dtype)
+            np.testing.assert_array_equal(a[v].values, b[v].values, err_msg=f"{g}/{v}")
 
-    class FakeMCMC:
-        runset = RunSet()
 
-    d = from_cmdstan(FakeMCMC(), posterior_predictive="y_hat")
-    np.testing.assert_array_equal(d["posterior"]["theta"].values, dt["posterior"]["theta"].values)
+def test_real_cmdstanpy_fit_from_csv(dt):
+    """``cmdstanpy.from_csv`` builds a real ``CmdStanMCMC`` from the CSV files without a CmdStan
+    installation; ``from_cmdstan`` reads it, and agrees with cmdstanpy's own parsing and with
+    ArviZ's ``from_cmdstanpy`` converter on the same object."""
+    cmdstanpy = pytest.importorskip("cmdstanpy")
+    ab = pytest.importorskip("arviz_base")
+    fit = cmdstanpy.from_csv([str(p) for p in CSV_FILES])
+    assert type(fit).__name__ == "CmdStanMCMC"
+    d = from_cmdstan(fit, posterior_predictive="y_hat")
+    _assert_same_tree(d, dt, ["posterior", "sample_stats", "log_likelihood", "posterior_predictive"])
+    # cmdstanpy's own reading of the same files: draws (draw, chain, column), chain-major stacking
+    np.testing.assert_array_equal(d["posterior"]["theta"].values.reshape(400, 8), fit.stan_variable("theta"))
+    mv = fit.method_variables()
+    np.testing.assert_array_equal(d["sample_stats"]["lp"].values, mv["lp__"].T)
+    np.testing.assert_array_equal(d["sample_stats"]["diverging"].values, mv["divergent__"].T.astype(bool))
+    np.testing.assert_array_equal(d["sample_stats"]["tree_depth"].values, mv["treedepth__"].T)
+    np.testing.assert_allclose(d["posterior"].attrs["step_size"], fit.step_size, rtol=0)
+    np.testing.assert_allclose(d["sample_stats"].attrs["inv_metric"], fit.metric, rtol=0)
+    ref = ab.from_cmdstanpy(fit, log_likelihood="log_lik", posterior_predictive="y_hat")
+    _assert_same_tree(d, ref, ["posterior", "sample_stats", "log_likelihood", "posterior_predictive"])
 
 
-def test_pystan_like_fit(dt):
-    """Duck-typed PyStan 3 Fit (pystan is not installed): ``fit[name]`` is ``(*shape, chains*draws)``."""
-    post = dt["posterior"]
+@pytest.fixture(scope="module")
+def pystan_fit():
+    """A real PyStan 3 fit of eight schools: 4 chains, warmup saved, thinned by 3."""
+    stan = pytest.importorskip("stan")
+    pytest.importorskip("httpstan")
+    data = read_rdump(RDATA)
+    model = stan.build(EIGHT.read_text(), data={k: np.asarray(v).tolist() for k, v in data.items()},
+                       random_seed=11)
+    fit = model.sample(num_chains=4, num_warmup=200, num_samples=150, num_thin=3, save_warmup=True)
+    return data, fit
 
-    class FakeFit:
-        num_chains = 4
-        param_names = ("mu", "tau", "theta_tilde", "theta", "log_lik")
-        sample_and_sampler_param_names = ("lp__", "divergent__")
 
-        def __getitem__(self, name):
-            if name == "lp__":
-                a = dt["sample_stats"]["lp"].values
-            elif name == "divergent__":
-                a = dt["sample_stats"]["diverging"].values.astype(float)
-            elif name == "log_lik":
-                a = dt["log_likelihood"]["log_lik"].values
-            else:
-                a = post[name].values
-            a = a.reshape(400, *a.shape[2:])  # chain after chain
-            return np.moveaxis(a, 0, -1)
+def test_real_pystan_fit(pystan_fit):
+    """``from_cmdstan`` on a real PyStan fit: chains kept apart, warmup and thinning honoured, the
+    same groups and values as ArviZ's ``from_pystan``, and the adaptation / timing messages."""
+    ab = pytest.importorskip("arviz_base")
+    _, fit = pystan_fit
+    d = from_cmdstan(fit, posterior_predictive="y_hat", include_warmup=True)
+    assert d["posterior"].sizes["chain"] == 4
+    assert d["posterior"].sizes["draw"] == 50  # ceil(150 / 3)
+    assert d["warmup_posterior"].sizes["draw"] == 67  # ceil(200 / 3)
+    assert d.attrs["thin"] == 3 and d.attrs["num_warmup"] == 200 and d.attrs["save_warmup"] == 1
+    assert set(d["posterior"].data_vars) == {"mu", "tau", "theta_tilde", "theta"}
+    assert d["posterior"]["mu"].dims == ("chain", "draw")  # a scalar, not a length-1 vector
+    assert d["posterior_predictive"]["y_hat"].shape == (4, 50, 8)
+    assert d["log_likelihood"]["log_lik"].shape == (4, 50, 8)
+    ss = d["sample_stats"]
+    assert ss["diverging"].dtype == bool and ss["tree_depth"].dtype.kind == "i"
+    # after adaptation every chain keeps its own step size: equal within a chain, as the adaptation
+    # message reports it (to the 6 digits it prints), and different between chains
+    step = ss["step_size"].values
+    assert np.all(step == step[:, :1])
+    assert len(np.unique(step[:, 0])) == 4
+    np.testing.assert_allclose(step[:, 0], d["posterior"].attrs["step_size"], rtol=5e-6)
+    assert ss.attrs["inv_metric"].shape == (4, 10)
+    assert np.all(ss.attrs["gradient_seconds"] > 0)
+    # warmup step sizes still move
+    assert np.any(d["warmup_sample_stats"]["step_size"].values != step[:, :1])
+    ref = ab.from_pystan(fit, log_likelihood="log_lik", posterior_predictive="y_hat", save_warmup=True)
+    # (not warmup_posterior: arviz_base 1.3's io_pystan.get_draws returns the sampling draws there,
+    # ``values[:, num_warmup:]``; test_pystan_draws_match_bridge checks ours against lp__)
+    _assert_same_tree(d, ref, ["posterior", "sample_stats", "log_likelihood", "posterior_predictive",
+                               "warmup_sample_stats"])
+    assert d["warmup_posterior"].sizes["draw"] == d["warmup_sample_stats"].sizes["draw"] == 67
+    # without include_warmup: sampling draws only
+    d2 = from_cmdstan(fit)
+    assert "warmup_posterior" not in d2.children and d2["posterior"].sizes["draw"] == 50
+    np.testing.assert_array_equal(d2["posterior"]["theta"].values, d["posterior"]["theta"].values)
 
-    d = from_cmdstan(FakeFit())
-    for name in ("mu", "theta"):
-        np.testing.assert_array_equal(d["posterior"][name].values, post[name].values)
-    np.testing.assert_array_equal(d["log_likelihood"]["log_lik"].values, dt["log_likelihood"]["log_lik"].values)
-    assert d["sample_stats"]["diverging"].dtype == bool
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+def test_pystan_draws_match_bridge(pystan_fit):
+    """Every PyStan draw, unconstrained by the bridge: Stan's ``lp__`` is the bridge's log density
+    (``propto``, Jacobian), the transformed parameters and ``log_lik`` are the bridge's, to double
+    precision; so every variable of a draw sits in the right chain and draw."""
+    pytest.importorskip("httpstan")
+    import ppl_loo as pl
+
+    data, fit = pystan_fit
+    d = from_cmdstan(fit, include_warmup=True)
+    model = pl.StanModel(EIGHT, data)
+    post = model.loo_model(data=d)
+    for prefix in ("", "warmup_"):
+        u = post.unconstrain(d[f"{prefix}posterior"])
+        lp = model.log_density(u, propto=True, jacobian=True)
+        np.testing.assert_allclose(lp, d[f"{prefix}sample_stats"]["lp"].values.reshape(-1), rtol=1e-10, atol=1e-10)
+        out = model.split_constrained(model.param_constrain(u, include_tp=True, include_gq=True),
+                                      include_tp=True, include_gq=True)
+        np.testing.assert_allclose(out["theta"], d[f"{prefix}posterior"]["theta"].values.reshape(-1, 8), rtol=1e-12)
+        np.testing.assert_allclose(out["log_lik"], d[f"{prefix}log_likelihood"]["log_lik"].values.reshape(-1, 8),
+                                   rtol=1e-12)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")

@@ -268,3 +268,43 @@ def test_evaluation_errors_are_exceptions(eight):
 def test_data_to_json():
     js = data_to_json({"J": np.int64(3), "x": np.arange(3), "z": np.array([1.0, np.inf]), "b": True})
     assert js == '{"J": 3, "x": [0, 1, 2], "z": [1.0, Infinity], "b": 1}'
+
+
+def test_domain_errors_reject_or_raise(eight):
+    """A draw where Stan throws std::domain_error (tau = exp(800) = inf makes theta infinite):
+    ``on_error="reject"`` gives -inf (gradient NaN) for that draw only and counts it, the default
+    raises with Stan's message and the draw index."""
+    x = _points(eight.dim, n=4, seed=8)
+    x[2, 1] = 800.0
+    lp = eight.log_density(x, on_error="reject")
+    assert eight.last_n_rejected == 1 and lp[2] == -np.inf
+    ok = np.array([0, 1, 3])
+    np.testing.assert_allclose(lp[ok], eight_logp_numpy(x[ok]), rtol=1e-8)
+    lp2, g2 = eight.log_density_gradient(x, on_error="reject")
+    assert eight.last_n_rejected == 1 and lp2[2] == -np.inf and np.all(np.isnan(g2[2]))
+    np.testing.assert_allclose(g2[ok], eight.log_density_gradient(x[ok])[1], rtol=0)
+    with pytest.raises(StanEvaluationError, match=r"log_density: draw 2: .*normal_lpdf: Location parameter\[1\] is -?inf, but must be finite"):
+        eight.log_density(x)
+    with pytest.raises(StanEvaluationError, match=r"draw 2: "):
+        eight.log_density_gradient(x)
+    with pytest.raises(ValueError, match="on_error"):
+        eight.log_density(x, on_error="ignore")
+
+
+def test_data_forms_and_threads():
+    """Data as an R dump file (CmdStan's format) or JSON text give the same model; default threads."""
+    if not CMDSTAN_CSV.exists():
+        pytest.skip("CmdStan eight-schools data not available")
+    from_r = StanModel(EIGHT, CMDSTAN_CSV.with_name("eight_schools.data.R"))
+    from_json = StanModel(EIGHT, data_to_json(EIGHT_DATA))
+    assert from_r.data["J"] == 8 and from_r.n_threads >= 1
+    x = _points(10, n=40, seed=9)
+    np.testing.assert_array_equal(from_r.log_density(x), from_json.log_density(x))
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        StanModel(EIGHT, "nope.json")
+
+
+def test_time_gradient(eight):
+    x = _points(eight.dim, n=1, seed=10)[0]
+    t = eight.time_gradient(x, n_reps=200)
+    assert 0 < t < 1e-2

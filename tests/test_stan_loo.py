@@ -1,8 +1,9 @@
-"""``StanPosterior``: compiled Stan programs in the adaptive LOO engine (exact LOO by data deletion).
+"""``pl.loo(data, model=pl.StanModel(...))``: compiled Stan programs in the adaptive LOO engine
+(exact LOO by data deletion, :class:`ppl_loo.stan.posterior.StanPosterior`).
 
-Uses the two programs of ``stan_models/`` (compiled once, about a minute each, then cached in
-``$PPL_LOO_STAN_CACHE`` or ``~/.cache/ppl_loo/stan``), the CmdStan eight-schools output in
-``shared/data/cmdstan-eight-schools`` and, for the normal-mean model, a PyStan 3 fit.
+Uses the programs of ``stan_models/`` and one small inline program (compiled once, 30-60 s each,
+then cached in ``$PPL_LOO_STAN_CACHE`` or ``~/.cache/ppl_loo/stan``), the CmdStan eight-schools
+output in ``shared/data/cmdstan-eight-schools`` and, for the normal-mean model, a PyStan 3 fit.
 """
 
 from __future__ import annotations
@@ -55,15 +56,18 @@ def fd_hessian(grad_fn, theta, h=1e-5):
 def eight_schools():
     if ES_DIR is None:
         pytest.skip("shared/data/cmdstan-eight-schools not found")
-    data = read_rdump(ES_DIR / "eight_schools.data.R")
     dt = pl.from_cmdstan(sorted(str(p) for p in ES_DIR.glob("output_*.csv")))
-    model = StanPosterior(MODELS / "eight_schools_noncentered.stan", data, n_obs="J", loo_extra=es_extra)
+    # what a CmdStan user writes: the program, its R dump data file, the CSV files
+    stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", ES_DIR / "eight_schools.data.R",
+                        loo_extra=es_extra)
+    model = stan.loo_model(data=dt)
     theta = model.unconstrain(dt)
-    return data, dt, model, theta
+    return stan.data, dt, model, theta
 
 
 def test_eight_schools_setup(eight_schools):
     data, dt, model, theta = eight_schools
+    assert model.n_obs_key == "J"  # detected: the only integer entry that is an array's length
     assert model.n_obs == 8 and model.dim == 10 and set(model.obs_keys) == {"y", "sigma"}
     assert model.obs_dims == ("log_lik_dim_0",) and not model.factorizes
     assert theta.shape == (400, 10)
@@ -75,6 +79,10 @@ def test_eight_schools_setup(eight_schools):
     bare = StanPosterior(MODELS / "eight_schools_noncentered.stan", data, n_obs="J")
     with pytest.raises(ValueError, match="loo_extra"):
         bare.deleted_model(0)
+    # the same error through pl.loo with a StanModel that lacks loo_extra
+    with pytest.raises(Exception, match="loo_extra"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pl.loo(dt, pl.StanModel(MODELS / "eight_schools_noncentered.stan", data), progressbar=False)
 
 
 def test_eight_schools_loglik_and_deletion_identity(eight_schools):
@@ -148,8 +156,12 @@ def test_eight_schools_loo(eight_schools):
     import arviz_stats
 
     _, dt, model, theta = eight_schools
-    res = pl.loo(dt, model, progressbar=False)
+    res = pl.loo(dt, model.bridge, progressbar=False)  # the pl.StanModel itself
     assert res.elpd_i.dims == ("log_lik_dim_0",) and res.elpd_i.shape == (8,)
+    np.testing.assert_array_equal(res.elpd_i.coords["log_lik_dim_0"].values, np.arange(8))
+    # every observation is reported, adapted where plain PSIS needed it
+    assert set(res.transform.values) <= {"psis", "failed"} | set(pl.DEFAULT_TRANSFORMS)
+    assert np.sum(res.transform.values != "psis") >= 1
     assert np.all(np.isfinite(res.elpd_i.values)) and np.all(np.isfinite(res.pareto_k.values))
     assert np.all(np.isfinite(res.pareto_k_psis.values))
     assert np.all(res.pareto_k.values <= res.pareto_k_psis.values + 1e-12)
@@ -190,48 +202,161 @@ def closed_form_loo(data):
 
 @pytest.fixture(scope="module")
 def normal_fit():
+    stan = pytest.importorskip("stan")
     code = (MODELS / "normal_known_sigma.stan").read_text()
-    try:
-        import stan
-
-        fit = stan.build(code, data={**NORMAL_DATA, "y": Y_NORMAL.tolist()}, random_seed=1).sample(
-            num_chains=4, num_samples=1000)
-        dt = pl.from_cmdstan(fit)
-    except Exception as err:  # noqa: BLE001  # pragma: no cover - PyStan unavailable: conjugate draws
-        warnings.warn(f"PyStan sampling failed ({err!r}); drawing from the conjugate posterior")
-        y, s, m0, t0 = NORMAL_DATA["y"], 1.0, 0.0, 10.0
-        prec = 1 / t0**2 + len(y) / s**2
-        mean = (m0 / t0**2 + y.sum() / s**2) / prec
-        mu = np.random.default_rng(1).normal(mean, prec**-0.5, size=(4, 1000))
-        ll = -0.5 * np.log(2 * np.pi) - 0.5 * (y[None, None, :] - mu[..., None]) ** 2
-        dt = xr.DataTree.from_dict({
-            "posterior": xr.Dataset({"mu": (("chain", "draw"), mu)},
-                                    coords={"chain": np.arange(4), "draw": np.arange(1000)}),
-            "log_likelihood": xr.Dataset({"log_lik": (("chain", "draw", "log_lik_dim_0"), ll)},
-                                         coords={"chain": np.arange(4), "draw": np.arange(1000)}),
-        })
-    model = StanPosterior(MODELS / "normal_known_sigma.stan", NORMAL_DATA)
-    return dt, model
+    fit = stan.build(code, data={**NORMAL_DATA, "y": Y_NORMAL.tolist()}, random_seed=1).sample(
+        num_chains=4, num_samples=1000)
+    return pl.from_cmdstan(fit), pl.StanModel(MODELS / "normal_known_sigma.stan", NORMAL_DATA)
 
 
 def test_normal_outlier_loo(normal_fit):
-    dt, model = normal_fit
-    assert model.dim == 1 and model.n_obs == 12 and model.obs_keys == ("y",)
+    """Normal mean, known sigma, one outlier, sampled with PyStan: adaptive elpd_i within Monte
+    Carlo error of the closed-form LOO predictive density; the outlier needed adaptation."""
+    dt, stan = normal_fit
+    model = stan.loo_model(data=dt)
+    assert model.dim == 1 and model.n_obs == 12 and model.obs_keys == ("y",) and model.n_obs_key == "N"
     theta = model.unconstrain(dt)
     assert theta.shape == (4000, 1)
     # same dimension after deletion: exact LOO density without any extra term
     assert model.deleted_model(OUTLIER)[1] is None
     ll = np.asarray(model.log_lik(jnp.asarray(theta)))
-    np.testing.assert_allclose(ll, stack_draws(dt.log_likelihood["log_lik"]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ll, stack_draws(dt.log_likelihood["log_lik"]), rtol=1e-12, atol=1e-12)
     lli = np.asarray(jax.vmap(lambda t: model.loglik_i(t, OUTLIER))(jnp.asarray(theta)))
     np.testing.assert_allclose(lli, ll[:, OUTLIER], rtol=1e-9, atol=1e-9)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(dt, model, progressbar=False)
+        res = pl.loo(dt, stan, progressbar=False)
     exact = closed_form_loo(NORMAL_DATA)
     err = np.abs(res.elpd_i.values - exact)
     assert np.all(err <= 4 * res.mcse_elpd_i.values + 0.02), (err, res.mcse_elpd_i.values)
     assert res.pareto_k_psis.values[OUTLIER] > res.good_k
     assert res.pareto_k.values[OUTLIER] <= res.good_k
     assert res.transform.values[OUTLIER] != "psis"
+
+
+# ----------------------------------------------------------------------------- the user-facing path
+def test_no_python_loop_over_draws(eight_schools, monkeypatch):
+    """Every call into the bridge during ``pl.loo`` carries a whole batch: at least S draws."""
+    _, dt, model, theta = eight_schools
+    S = theta.shape[0]
+    sizes = []
+    for name in ("log_density", "log_density_gradient", "param_constrain", "param_unconstrain"):
+        orig = getattr(pl.StanModel, name)
+
+        def wrapped(self, x, *args, _orig=orig, **kw):
+            sizes.append(np.asarray(x).reshape(-1, np.shape(x)[-1]).shape[0])
+            return _orig(self, x, *args, **kw)
+
+        monkeypatch.setattr(pl.StanModel, name, wrapped)
+    stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", ES_DIR / "eight_schools.data.R",
+                        loo_extra=es_extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(dt, stan, transforms=("pmm1", "kl", "mm1"), progressbar=False)
+    assert np.all(np.isfinite(res.elpd_i.values))
+    assert len(sizes) > 0 and min(sizes) >= S, sorted(sizes)[:10]
+
+
+def test_result_dims_follow_log_likelihood_group(eight_schools):
+    """The DataTree's log-likelihood variable names the result and its dims, whatever its name."""
+    _, _, model, _ = eight_schools
+    dt = pl.from_cmdstan(sorted(str(p) for p in ES_DIR.glob("output_*.csv")), log_likelihood={"y": "log_lik"})
+    stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", model.data, loo_extra=es_extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(dt, stan, transforms=("mm1",), progressbar=False)
+        ref = pl.loo(dt, transforms=("mm1",), progressbar=False)  # plain PSIS from the group
+    assert res.elpd_i.dims == ("y_dim_0",) and res.pareto_k.dims == ("y_dim_0",)
+    np.testing.assert_array_equal(res.elpd_i.coords["y_dim_0"].values, np.arange(8))
+    np.testing.assert_allclose(res.pareto_k_psis.values, ref.pareto_k.values, atol=1e-3)  # CSV: 6 digits
+    data = pl.add_loo(dt, res)
+    assert data["loo"]["elpd_i"].dims == ("y_dim_0",)
+
+
+def test_draws_from_a_different_model_raise(eight_schools, normal_fit):
+    _, dt_es, model, _ = eight_schools
+    dt_normal, stan_normal = normal_fit
+    # eight-schools draws with the normal-mean program: both have a `mu`, but the CSV's log_lik
+    # has 8 observations and the program 12
+    with pytest.raises(ValueError, match=r"has 8 observations x 400 draws but the model gives 12 x 400"):
+        pl.loo(dt_es, stan_normal, progressbar=False)
+    # normal-mean draws with the eight-schools program
+    stan_es = pl.StanModel(MODELS / "eight_schools_noncentered.stan", model.data, loo_extra=es_extra)
+    with pytest.raises(ValueError, match=r"lacks the parameter\(s\) \['tau', 'theta_tilde'\]"):
+        pl.loo(dt_normal, stan_es, progressbar=False)
+    # the right program with other data: one school fewer than the draws
+    fewer = {"J": 7, "y": model.data["y"][:7], "sigma": model.data["sigma"][:7]}
+    with pytest.raises(ValueError, match=r"theta_tilde.*shape \(8,\).*declares \(7,\)"):
+        pl.loo(dt_es, pl.StanModel(MODELS / "eight_schools_noncentered.stan", fewer, loo_extra=es_extra),
+               progressbar=False)
+
+
+def test_draw_outside_the_support_raises(eight_schools):
+    _, dt, model, _ = eight_schools
+    bad = dt.copy()
+    post = bad["posterior"].to_dataset()
+    tau = post["tau"].values.copy()
+    tau[2, 5] = -1.0
+    post["tau"] = (post["tau"].dims, tau)
+    bad["posterior"] = xr.DataTree(post)
+    with pytest.raises(pl.stan.StanEvaluationError,
+                       match=r"(?s)chain index 2, draw index 5.*outside the support.*"
+                             r"Lower bounded variable is -1.*real<lower=0> tau;"):
+        pl.loo(bad, model.bridge, progressbar=False)
+
+
+CHECKED_CODE = """
+data {
+  int<lower=1> N;
+  vector[N] y;
+  int<lower=0> min_n;
+}
+parameters {
+  real mu;
+  real<lower=0> sigma;
+}
+model {
+  if (N < min_n) fatal_error("need at least min_n = ", min_n, " observations, got N = ", N);
+  mu ~ normal(0, 10);
+  sigma ~ lognormal(0, 1);
+  y ~ normal(mu, sigma);
+}
+generated quantities {
+  vector[N] log_lik;
+  for (i in 1:N) log_lik[i] = normal_lpdf(y[i] | mu, sigma);
+}
+"""
+
+
+def test_n_obs_detection_and_errors_inside_stan():
+    """Ambiguous observation size: a clear error asking for n_obs. An exception inside Stan during
+    the adaptive search (not a domain error, which is a rejection) stops pl.loo with Stan's message."""
+    y = np.array([0.3, -1.2, 0.8, 2.9, 0.1])
+    data = {"N": 5, "y": y, "min_n": 5}
+    stan = pl.StanModel(CHECKED_CODE, data)
+    with pytest.raises(pl.stan.StanDataError, match=r"ambiguous.*\['N', 'min_n'\].*n_obs="):
+        stan.loo_model()
+    with pytest.raises(pl.stan.StanDataError, match="n_obs='M' is not a data entry"):
+        pl.StanModel(CHECKED_CODE, data, n_obs="M")
+    stan = pl.StanModel(CHECKED_CODE, data, n_obs="N")
+    assert stan.loo_model().obs_keys == ("y",)
+    # draws near the posterior (any draws do: the test is about the error path)
+    rng = np.random.default_rng(0)
+    mu = rng.normal(y.mean(), 0.4, size=(2, 100))
+    sigma = np.exp(rng.normal(np.log(y.std()), 0.2, size=(2, 100)))
+    dt = xr.DataTree.from_dict({"posterior": xr.Dataset(
+        {"mu": (("chain", "draw"), mu), "sigma": (("chain", "draw"), sigma)},
+        coords={"chain": np.arange(2), "draw": np.arange(100)})})
+    # deleting an observation leaves N = 4 < min_n: Stan's fatal_error inside the engine's callback
+    with pytest.raises(Exception, match="need at least min_n = 5 observations, got N = 4"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pl.loo(dt, stan, transforms=("mm1",), influence_threshold=0.0, progressbar=False)
+    # with min_n = 4 the same run succeeds and every observation is reported
+    ok = pl.StanModel(CHECKED_CODE, {**data, "min_n": 4}, n_obs="N")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(dt, ok, transforms=("mm1",), influence_threshold=0.0, progressbar=False)
+    assert res.elpd_i.shape == (5,) and np.all(np.isfinite(res.elpd_i.values))
+    assert np.all(np.isfinite(res.candidates["k"]).any(axis=1))  # all searched (influence_threshold=0)

@@ -9,7 +9,12 @@
 //   * arrays are C-contiguous float64, `theta` has shape (S, d) row-major;
 //   * functions that can fail return 0 on success and non-zero on failure; on failure `*err`
 //     receives a malloc'ed, NUL-terminated message that the caller frees with `plstan_free_string`;
-//   * no C++ exception ever crosses the ABI.
+//   * no C++ exception ever crosses the ABI;
+//   * the density functions take `reject`: when non-zero, a draw at which Stan throws
+//     std::domain_error (what Stan's samplers treat as a rejection: a scale that underflowed to 0,
+//     an argument that overflowed to inf, ...) gets log density -inf (gradient NaN) and is counted
+//     in `*n_rejected`, instead of failing the whole batch. Every other exception (index out of
+//     range, wrong sizes, ...) is an error in either mode.
 
 #include <stan/io/json/json_data.hpp>
 #include <stan/model/log_prob_grad.hpp>
@@ -18,6 +23,8 @@
 #include <stan/version.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <atomic>
@@ -72,10 +79,13 @@ namespace {
 // Runs body(s, msgs) for s in [0, S) on up to `n_threads` threads. Each worker owns a Stan
 // autodiff stack (required under STAN_THREADS). The first failure (lowest draw index among the
 // ones that failed) is reported with its draw index.
+// Threads are only worth their start-up cost (tens of microseconds) with enough draws each.
+constexpr int kMinDrawsPerThread = 16;
+
 template <typename F>
 int run_draws(int S, int n_threads, char** err, F&& body) {
   if (S <= 0) return 0;
-  int nt = std::max(1, std::min(n_threads, S));
+  int nt = std::max(1, std::min(n_threads, (S + kMinDrawsPerThread - 1) / kMinDrawsPerThread));
   std::mutex mtx;
   int first_bad = -1;
   std::string first_msg;
@@ -228,12 +238,14 @@ const char* plstan_dims_json(plstan_model* pm, int include_tp, int include_gq) {
 
 // out[s] = log p(theta[s, :]) for s < S.
 int plstan_log_density(plstan_model* pm, int propto, int jacobian, const double* theta, int S,
-                       double* out, int n_threads, char** err) {
+                       double* out, int n_threads, int reject, int* n_rejected, char** err) {
   const std::size_t d = pm->d;
   stan_model& m = *pm->model;
-  return run_draws(S, n_threads, err, [&](int s, std::ostream* msgs) {
+  std::atomic<int> rejected{0};
+  int rc = run_draws(S, n_threads, err, [&](int s, std::ostream* msgs) {
     Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta + s * d, d);
     double lp;
+    try {
     if (propto) {
       // dropping constants needs autodiff types (with doubles every term is "constant")
       if (jacobian) {
@@ -245,28 +257,68 @@ int plstan_log_density(plstan_model* pm, int propto, int jacobian, const double*
       lp = jacobian ? m.template log_prob<false, true>(x, msgs)
                     : m.template log_prob<false, false>(x, msgs);
     }
+    } catch (const std::domain_error&) {
+      if (!reject) throw;
+      lp = -std::numeric_limits<double>::infinity();
+      ++rejected;
+    }
     out[s] = lp;
   });
+  if (n_rejected != nullptr) *n_rejected = rejected.load();
+  return rc;
 }
 
 // lp[s] = log p(theta[s]), grad[s, :] = d log p / d theta at theta[s].
 int plstan_log_density_gradient(plstan_model* pm, int propto, int jacobian, const double* theta,
-                                int S, double* lp, double* grad, int n_threads, char** err) {
+                                int S, double* lp, double* grad, int n_threads, int reject,
+                                int* n_rejected, char** err) {
   const std::size_t d = pm->d;
   stan_model& m = *pm->model;
-  return run_draws(S, n_threads, err, [&](int s, std::ostream* msgs) {
+  std::atomic<int> rejected{0};
+  int rc = run_draws(S, n_threads, err, [&](int s, std::ostream* msgs) {
     Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta + s * d, d);
     Eigen::VectorXd g(d);
     double v;
-    if (propto) {
-      v = jacobian ? stan::model::log_prob_grad<true, true>(m, x, g, msgs)
-                   : stan::model::log_prob_grad<true, false>(m, x, g, msgs);
-    } else {
-      v = jacobian ? stan::model::log_prob_grad<false, true>(m, x, g, msgs)
-                   : stan::model::log_prob_grad<false, false>(m, x, g, msgs);
+    try {
+      if (propto) {
+        v = jacobian ? stan::model::log_prob_grad<true, true>(m, x, g, msgs)
+                     : stan::model::log_prob_grad<true, false>(m, x, g, msgs);
+      } else {
+        v = jacobian ? stan::model::log_prob_grad<false, true>(m, x, g, msgs)
+                     : stan::model::log_prob_grad<false, false>(m, x, g, msgs);
+      }
+    } catch (const std::domain_error&) {
+      if (!reject) throw;
+      // log_prob_grad recovers the autodiff memory before rethrowing
+      v = -std::numeric_limits<double>::infinity();
+      g.setConstant(std::numeric_limits<double>::quiet_NaN());
+      ++rejected;
     }
     lp[s] = v;
     Eigen::Map<Eigen::VectorXd>(grad + s * d, d) = g;
+  });
+  if (n_rejected != nullptr) *n_rejected = rejected.load();
+  return rc;
+}
+
+// Stan's own gradient cost, for benchmarks: n_reps calls of stan::model::log_prob_grad<true, true>
+// (what NUTS evaluates) at the same point, timed in C++ with no Python in between. Returns the
+// mean seconds per gradient in *seconds and the last value in *lp.
+int plstan_time_gradient(plstan_model* pm, const double* theta, int n_reps, double* seconds,
+                         double* lp, char** err) {
+  const std::size_t d = pm->d;
+  stan_model& m = *pm->model;
+  return run_draws(1, 1, err, [&](int, std::ostream* msgs) {
+    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, d);
+    Eigen::VectorXd g(d);
+    double v = stan::model::log_prob_grad<true, true>(m, x, g, msgs);  // warm-up
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < n_reps; ++r) {
+      v = stan::model::log_prob_grad<true, true>(m, x, g, msgs);
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    *seconds = std::chrono::duration<double>(t1 - t0).count() / std::max(n_reps, 1);
+    *lp = v;
   });
 }
 

@@ -235,12 +235,14 @@ def _dims(name: str, shape) -> list[str]:
 
 
 def _dataset(arrays: dict[str, np.ndarray], attrs: dict) -> xr.Dataset:
+    """Variables over ``(chain, draw, name_dim_0, ...)`` with integer coordinates (as ArviZ)."""
     data_vars = {}
-    n_chain = n_draw = None
+    coords: dict[str, np.ndarray] = {}
     for name, a in arrays.items():
-        data_vars[name] = (_dims(name, a.shape[2:]), a)
-        n_chain, n_draw = a.shape[:2]
-    coords = {} if n_chain is None else {"chain": np.arange(n_chain), "draw": np.arange(n_draw)}
+        dims = _dims(name, a.shape[2:])
+        data_vars[name] = (dims, a)
+        for dim, size in zip(dims, a.shape):
+            coords[dim] = np.arange(size)
     return xr.Dataset(data_vars, coords=coords, attrs=dict(attrs))
 
 
@@ -388,22 +390,82 @@ def _from_csv_files(paths, *, include_warmup, **kw) -> xr.DataTree:
     return _build_tree(ref.header, sampling, warmup, attrs=attrs, stats_attrs=stats_attrs, **kw)
 
 
+def _pystan_messages(fit) -> list[dict]:
+    """Per chain: step size, inverse metric, timing and Stan's gradient timing from the raw output.
+
+    PyStan 3 keeps every chain's httpstan output (JSON lines) in ``fit.stan_outputs``; besides the
+    draws it holds the messages CmdStan would write as CSV comments (topic ``sample``: "Step
+    size = ...", "Diagonal elements of inverse mass matrix:", "Elapsed Time: ...") and the logger's
+    "Gradient evaluation took X seconds".
+    """
+    import json
+
+    out = []
+    for raw in getattr(fit, "stan_outputs", ()):
+        info: dict[str, Any] = {"timing": {}}
+        metric_next = False
+        for line in raw.splitlines():
+            if b'"values":{' in line or b'"values": {' in line:
+                continue  # a draw (may hold NaN/inf, which strict JSON parsers reject)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            vals = msg.get("values")
+            if not isinstance(vals, list) or not vals or not isinstance(vals[0], str):
+                continue
+            text = vals[0]
+            if msg.get("topic") == "logger":
+                m = re.search(r"Gradient evaluation took ([-+0-9.eE]+) seconds", text)
+                if m:
+                    info["gradient_seconds"] = float(m.group(1))
+                continue
+            if msg.get("topic") != "sample":
+                continue
+            body = text.strip()
+            if metric_next:
+                metric_next = False
+                try:
+                    info["inv_metric"] = np.array([float(v) for v in body.split(",") if v.strip()])
+                    continue
+                except ValueError:
+                    pass
+            if body.lower().startswith("step size"):
+                info["step_size"] = float(body.split("=", 1)[1])
+            elif "inverse mass matrix" in body.lower() or "inverse metric" in body.lower():
+                metric_next = True
+            else:
+                for val, what in _TIME_RE.findall(body):
+                    info["timing"][what.strip().lower().replace("-", "")] = float(val)
+        out.append(info)
+    return out
+
+
 def _from_pystan(fit, *, include_warmup, **kw) -> xr.DataTree:
-    """PyStan 3 ``Fit``: ``fit[name]`` has shape ``(*param_shape, chains * draws)`` (chain-major)."""
+    """PyStan 3 ``Fit``.
+
+    ``fit[name]`` has shape ``(*dims, n_saved * num_chains)`` (scalars: ``(1, ...)``) where the
+    last axis runs over draws with the chains interleaved (``draw * num_chains + chain``: PyStan
+    stores ``(column, draw, chain)`` and flattens the last two in C order); with
+    ``save_warmup=True`` the first ``ceil(num_warmup / num_thin)`` saved draws are warmup.
+    """
     n_chain = int(fit.num_chains)
+    thin = int(getattr(fit, "num_thin", 1) or 1)
+    n_warm = math.ceil(int(fit.num_warmup) / thin) if getattr(fit, "save_warmup", False) else 0
     header: list[str] = []
     cols: list[np.ndarray] = []
-    stat_names = list(getattr(fit, "sample_and_sampler_param_names", ()))
-    names = stat_names + [n for n in fit.param_names if n not in stat_names]
-    for name in names:
-        try:
-            a = np.asarray(fit[name], dtype=np.float64)
-        except KeyError:
-            continue
-        shape = a.shape[:-1]
-        flat = a.reshape(-1, a.shape[-1], order="F")  # column-major element order, like CmdStan
-        for k, idx in enumerate(np.ndindex(*shape[::-1]) if shape else [()]):
-            idx = idx[::-1]
+    for name in getattr(fit, "sample_and_sampler_param_names", ()):
+        header.append(name)
+        cols.append(np.asarray(fit[name], dtype=np.float64).reshape(-1))
+    for name, dims in zip(fit.param_names, fit.dims):
+        dims = tuple(int(k) for k in dims)
+        a = np.asarray(fit[name], dtype=np.float64)
+        total = a.shape[-1]
+        flat = a.reshape(-1, total, order="F")  # elements in column-major order, like CmdStan
+        idxs = [()] if not dims else [i[::-1] for i in np.ndindex(*dims[::-1])]
+        if len(idxs) != flat.shape[0]:
+            raise ValueError(f"PyStan fit: {name!r} has {flat.shape[0]} values per draw, expected dims {dims}")
+        for k, idx in enumerate(idxs):
             header.append(name + "".join(f".{i + 1}" for i in idx))
             cols.append(flat[k])
     if not cols:
@@ -411,9 +473,31 @@ def _from_pystan(fit, *, include_warmup, **kw) -> xr.DataTree:
     total = cols[0].shape[0]
     if total % n_chain:
         raise ValueError(f"{total} draws do not split into {n_chain} chains")
-    sampling = np.stack(cols, axis=-1).reshape(n_chain, total // n_chain, len(cols))
-    attrs = {"inference_library": "pystan"}
-    return _build_tree(header, sampling, None, attrs=attrs, **kw)
+    draws = np.stack(cols, axis=-1).reshape(total // n_chain, n_chain, len(cols)).transpose(1, 0, 2)
+    sampling = draws[:, n_warm:]
+    warmup = draws[:, :n_warm] if include_warmup and n_warm > 0 else None
+    attrs: dict[str, Any] = {"inference_library": "pystan"}
+    try:
+        import importlib.metadata
+
+        attrs["inference_library_version"] = importlib.metadata.version("pystan")
+    except Exception:  # noqa: BLE001  # pragma: no cover
+        pass
+    attrs.update({"num_samples": int(fit.num_samples), "num_warmup": int(fit.num_warmup),
+                  "save_warmup": int(bool(getattr(fit, "save_warmup", False))), "thin": thin})
+    stats_attrs: dict[str, Any] = {}
+    msgs = _pystan_messages(fit)
+    if len(msgs) == n_chain:
+        if all("step_size" in m for m in msgs):
+            attrs["step_size"] = np.array([m["step_size"] for m in msgs])
+        if all("inv_metric" in m for m in msgs) and len({m["inv_metric"].shape for m in msgs}) == 1:
+            stats_attrs["inv_metric"] = np.stack([m["inv_metric"] for m in msgs])
+        for key in ("warmup", "sampling", "total"):
+            if all(key in m["timing"] for m in msgs):
+                stats_attrs[f"elapsed_time_{key}"] = np.array([m["timing"][key] for m in msgs])
+        if all("gradient_seconds" in m for m in msgs):
+            stats_attrs["gradient_seconds"] = np.array([m["gradient_seconds"] for m in msgs])
+    return _build_tree(header, sampling, warmup, attrs=attrs, stats_attrs=stats_attrs, **kw)
 
 
 def from_cmdstan(
@@ -430,9 +514,10 @@ def from_cmdstan(
     ----------
     csv_files
         A CSV path, a list of paths (one chain each, all with the same header), a directory or a
-        glob pattern; or a cmdstanpy ``CmdStanMCMC`` (anything with ``.runset.csv_files``); or a
-        PyStan 3 ``Fit`` (anything with ``.param_names``, ``.num_chains`` and ``fit[name]`` arrays
-        with the draws of all chains, chain after chain, on the last axis).
+        glob pattern; or a cmdstanpy ``CmdStanMCMC`` (its ``runset.csv_files`` are read, so
+        ``cmdstanpy.from_csv(...)`` works too, without a CmdStan installation); or a PyStan 3
+        ``stan.fit.Fit`` (draws, sampler diagnostics, warmup when saved, thinning, and the step
+        size, inverse metric, timings and Stan's "Gradient evaluation took" from its output).
     log_likelihood
         The pointwise log-likelihood variable(s): a name, a list of names, a dict
         ``{new_name: stan_name}`` (renamed in the ``log_likelihood`` group), or None.

@@ -1,8 +1,13 @@
 """``StanModel``: a compiled Stan program plus data, evaluated in-process through ctypes.
 
 Every numerical method takes a whole ``(S, d)`` array of draws and makes one call into the
-library, which loops over the draws in C++ (optionally on ``n_threads`` threads); a 1-D input is
-treated as one draw and the draw axis is dropped from the result.
+library, which loops over the draws in C++ (on ``n_threads`` threads); a 1-D input is treated as
+one draw and the draw axis is dropped from the result.
+
+The same object is what a user passes to :func:`ppl_loo.loo` (``model=pl.StanModel(file, data)``):
+its LOO options (``n_obs``, ``obs_keys``, ``log_lik``, ``loo_extra``) are stored here and
+:meth:`StanModel.loo_model` turns it into the posterior-model adapter
+(:class:`ppl_loo.stan.posterior.StanPosterior`) that the engine uses.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import numpy as np
 
 from .compile import BuildResult, StanCompileError, build_library
 
-__all__ = ["StanCompileError", "StanDataError", "StanEvaluationError", "StanModel"]
+__all__ = ["StanCompileError", "StanDataError", "StanEvaluationError", "StanModel", "as_data_dict", "default_threads"]
 
 
 class StanDataError(ValueError):
@@ -29,6 +34,7 @@ class StanEvaluationError(RuntimeError):
 
 
 _dbl_p = ctypes.POINTER(ctypes.c_double)
+_int_p = ctypes.POINTER(ctypes.c_int)
 _err_p = ctypes.POINTER(ctypes.c_char_p)
 
 
@@ -46,11 +52,12 @@ def _bind(lib: ctypes.CDLL) -> None:
         "plstan_constrained_names": (c_char_p, [vp, c_int, c_int]),
         "plstan_unconstrained_names": (c_char_p, [vp]),
         "plstan_dims_json": (c_char_p, [vp, c_int, c_int]),
-        "plstan_log_density": (c_int, [vp, c_int, c_int, _dbl_p, c_int, _dbl_p, c_int, errp]),
+        "plstan_log_density": (c_int, [vp, c_int, c_int, _dbl_p, c_int, _dbl_p, c_int, c_int, _int_p, errp]),
         "plstan_log_density_gradient": (
             c_int,
-            [vp, c_int, c_int, _dbl_p, c_int, _dbl_p, _dbl_p, c_int, errp],
+            [vp, c_int, c_int, _dbl_p, c_int, _dbl_p, _dbl_p, c_int, c_int, _int_p, errp],
         ),
+        "plstan_time_gradient": (c_int, [vp, _dbl_p, c_int, _dbl_p, _dbl_p, errp]),
         "plstan_param_constrain": (
             c_int,
             [vp, c_int, c_int, _dbl_p, c_int, c_uint, _dbl_p, c_int, errp],
@@ -110,6 +117,47 @@ def _read_program(stan_file_or_code) -> tuple[str, str | None]:
     return text, None
 
 
+def as_data_dict(data) -> dict:
+    """The data as a ``dict``: from a dict, JSON text, a ``.json`` path or an R dump (``.R``) path."""
+    if data is None:
+        return {}
+    if isinstance(data, dict):
+        return dict(data)
+    if isinstance(data, (str, os.PathLike)):
+        text = os.fspath(data).strip()
+        if not text.startswith("{"):
+            p = Path(text)
+            if not p.exists():
+                raise FileNotFoundError(f"data file {text!r} does not exist")
+            if p.suffix.lower() == ".r":
+                from .cmdstan_csv import read_rdump
+
+                return read_rdump(p)
+            text = p.read_text()
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise StanDataError(f"the data are not valid JSON: {err}") from None
+    try:
+        return dict(data)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"data: expected a dict, a JSON text, or the path of a .json or .R file; got {type(data).__name__}"
+        ) from None
+
+
+def default_threads() -> int:
+    """Threads of the batched calls when ``n_threads=None``: the CPUs this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+_ON_ERROR = ("raise", "reject")
+
+
 class StanModel:
     """A Stan program with data, compiled once (cached) and evaluated in-process.
 
@@ -118,13 +166,35 @@ class StanModel:
     stan_file_or_code
         Path of a ``.stan`` file or the program text.
     data
-        ``dict`` (values: scalars, lists, NumPy arrays), a JSON string, a ``.json`` path or ``None``.
+        ``dict`` (values: scalars, lists, NumPy arrays), a JSON string, a ``.json`` path, an R dump
+        (``.data.R``, CmdStan's format) path, or ``None``.
+    n_obs
+        For LOO: name of the integer data entry holding the number of observations (``"N"``,
+        ``"J"`` for eight schools). Default: detected from the data, see
+        :func:`ppl_loo.stan.posterior.detect_n_obs`; ambiguous data raise an error asking for it.
+    obs_keys
+        For LOO: the data entries indexed by observation along their first axis, which exact LOO
+        by data deletion subsets. Default: every array whose leading dimension equals
+        ``data[n_obs]``.
+    log_lik
+        For LOO: the generated quantity with the pointwise log-likelihood (a vector of length
+        ``data[n_obs]``). Default ``"log_lik"``; programs without it get the log-likelihood by
+        data deletion.
+    loo_extra
+        For LOO, only for programs with parameters indexed by observation (one per group, such as
+        ``theta_tilde`` in eight schools): ``loo_extra(theta, i)``, a JAX function of one
+        unconstrained draw giving the log conditional density of the coordinates that deleting
+        observation ``i`` removes (usually their prior). See
+        :class:`~ppl_loo.stan.posterior.StanPosterior`.
     seed
         Seed of the model constructor (used by ``transformed data`` RNG calls).
     n_threads
-        Threads used by the batched methods (results do not depend on it).
+        Threads used by the batched methods (results do not depend on it); ``None``: the CPUs
+        available to this process, at most 8.
     extra_cxxflags
         Additional compiler flags (part of the cache key).
+    force_compile
+        Rebuild the library even when it is in the cache.
 
     Attributes
     ----------
@@ -134,6 +204,17 @@ class StanModel:
         Library path, cache directory and key, build time.
     dim : int
         Number of unconstrained parameters.
+    data : dict
+        The data (as a dict).
+    last_n_rejected : int
+        Draws rejected (log density ``-inf``) by the last density call with ``on_error="reject"``.
+
+    Examples
+    --------
+    >>> import ppl_loo as pl
+    >>> model = pl.StanModel("eight_schools.stan", "eight_schools.data.R", n_obs="J",
+    ...                      loo_extra=lambda theta, i: jax.scipy.stats.norm.logpdf(theta[2 + i]))
+    >>> res = pl.loo(pl.from_cmdstan(["output_1.csv", "output_2.csv"]), model=model)  # doctest: +SKIP
     """
 
     def __init__(
@@ -141,15 +222,31 @@ class StanModel:
         stan_file_or_code,
         data=None,
         *,
+        n_obs: str | None = None,
+        obs_keys=None,
+        log_lik: str | None = "log_lik",
+        loo_extra=None,
         seed: int = 1234,
-        n_threads: int = 1,
+        n_threads: int | None = None,
         extra_cxxflags: tuple[str, ...] = (),
         force_compile: bool = False,
     ):
         self.code, filename = _read_program(stan_file_or_code)
+        self.filename = filename
+        self.data = as_data_dict(data)
+        if n_obs is not None:
+            if n_obs not in self.data:
+                raise StanDataError(f"n_obs={n_obs!r} is not a data entry (entries: {list(self.data)})")
+            value = self.data[n_obs]
+            if np.ndim(value) != 0 or not float(np.asarray(value)).is_integer() or int(np.asarray(value)) < 1:
+                raise StanDataError(f"n_obs={n_obs!r}: data[{n_obs!r}] = {value!r} is not a positive integer "
+                                    "(the number of observations)")
+        self.loo_options = {"n_obs": n_obs, "obs_keys": None if obs_keys is None else tuple(obs_keys),
+                            "log_lik": log_lik, "loo_extra": loo_extra}
+        self.extra_cxxflags = tuple(extra_cxxflags)
         self.build: BuildResult = build_library(
             self.code,
-            extra_cxxflags=tuple(extra_cxxflags),
+            extra_cxxflags=self.extra_cxxflags,
             filename_in_msg=filename,
             force=force_compile,
         )
@@ -157,16 +254,19 @@ class StanModel:
         self.stanc_warnings = self.build.stanc_warnings
         self._lib = ctypes.CDLL(str(self.build.library), mode=os.RTLD_LOCAL)
         _bind(self._lib)
-        self.n_threads = int(n_threads)
-        self.data_json = data_to_json(data)
+        self.seed = int(seed)
+        self.n_threads = default_threads() if n_threads is None else max(1, int(n_threads))
+        self.data_json = data_to_json(self.data)
+        self.last_n_rejected = 0
         err = ctypes.c_void_p()
-        handle = self._lib.plstan_new(self.data_json.encode(), seed & 0xFFFFFFFF, ctypes.byref(err))
+        handle = self._lib.plstan_new(self.data_json.encode(), self.seed & 0xFFFFFFFF, ctypes.byref(err))
         if not handle:
             raise StanDataError(f"Stan could not instantiate the model with these data: {self._take(err)}")
         self._handle = handle
         self.dim = self._lib.plstan_num_unconstrained(handle)
         self.stan_version = self._lib.plstan_stan_version().decode()
         self.model_name = self._lib.plstan_model_name(handle).decode()
+        self._loo_models: dict = {}
 
     # ------------------------------------------------------------------ housekeeping
     def __del__(self):
@@ -177,6 +277,30 @@ class StanModel:
 
     def __repr__(self) -> str:
         return f"StanModel({self.build.key}, dim={self.dim}, params={self.get_dims()})"
+
+    def with_data(self, data) -> "StanModel":
+        """The same (cached) program on other data, with the same seed and threads."""
+        return StanModel(self.code, data, seed=self.seed, n_threads=self.n_threads,
+                         extra_cxxflags=self.extra_cxxflags)
+
+    def loo_model(self, var_name: str | None = None, data=None):
+        """The posterior-model adapter that :func:`ppl_loo.loo` runs on (cached per ``var_name``).
+
+        Parameters
+        ----------
+        var_name
+            Name of the log-likelihood variable in the user's DataTree. Default: the ``log_lik``
+            option when the DataTree's ``log_likelihood`` group has it, else that group's only
+            variable, else the ``log_lik`` option.
+        data
+            The user's DataTree (only its ``log_likelihood`` group is looked at).
+        """
+        from .posterior import StanPosterior
+
+        var_name = _resolve_var_name(var_name, data, self.loo_options["log_lik"])
+        if var_name not in self._loo_models:
+            self._loo_models[var_name] = StanPosterior(self, var_name=var_name)
+        return self._loo_models[var_name]
 
     def _take(self, err: ctypes.c_void_p) -> str:
         if not err.value:
@@ -204,6 +328,12 @@ class StanModel:
             raise ValueError("too many draws for one call")
         return x, single
 
+    @staticmethod
+    def _reject_flag(on_error: str) -> int:
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be one of {_ON_ERROR}, got {on_error!r}")
+        return int(on_error == "reject")
+
     # ------------------------------------------------------------------ names and dims
     def param_num(self, include_tp: bool = False, include_gq: bool = False) -> int:
         return self._lib.plstan_num_constrained(self._handle, int(include_tp), int(include_gq))
@@ -225,36 +355,64 @@ class StanModel:
         return {k: tuple(v) for k, v in json.loads(s).items()}
 
     # ------------------------------------------------------------------ densities
-    def log_density(self, theta_unc, *, jacobian: bool = True, propto: bool = False) -> np.ndarray:
+    def log_density(
+        self, theta_unc, *, jacobian: bool = True, propto: bool = False, on_error: str = "raise"
+    ) -> np.ndarray:
         """Log density at unconstrained draws ``(S, d)`` -> ``(S,)``.
 
         ``propto=True`` drops constant terms (evaluated with autodiff types, like Stan's
         ``log_prob_propto``); ``jacobian`` adds the log-Jacobian of the constraining transforms.
+        ``on_error="reject"`` gives ``-inf`` at draws where Stan throws ``std::domain_error``
+        (what its samplers treat as a rejection) instead of raising; their number is
+        :attr:`last_n_rejected`. Other errors always raise :class:`StanEvaluationError`.
         """
         x, single = self._draws(theta_unc, self.dim, "log_density")
         out = np.empty(x.shape[0])
         err = ctypes.c_void_p()
+        n_rej = ctypes.c_int(0)
         rc = self._lib.plstan_log_density(
             self._handle, int(propto), int(jacobian), self._ptr(x), x.shape[0], self._ptr(out),
-            self.n_threads, ctypes.byref(err),
+            self.n_threads, self._reject_flag(on_error), ctypes.byref(n_rej), ctypes.byref(err),
         )
         self._check(rc, err, "log_density")
+        self.last_n_rejected = n_rej.value
         return out[0] if single else out
 
     def log_density_gradient(
-        self, theta_unc, *, jacobian: bool = True, propto: bool = False
+        self, theta_unc, *, jacobian: bool = True, propto: bool = False, on_error: str = "raise"
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(lp (S,), grad (S, d))`` by reverse-mode autodiff (``stan::model::log_prob_grad``)."""
+        """``(lp (S,), grad (S, d))`` by reverse-mode autodiff (``stan::model::log_prob_grad``).
+
+        ``on_error="reject"``: ``-inf`` and a NaN gradient at draws where Stan throws
+        ``std::domain_error`` (see :meth:`log_density`).
+        """
         x, single = self._draws(theta_unc, self.dim, "log_density_gradient")
         lp = np.empty(x.shape[0])
         grad = np.empty_like(x)
         err = ctypes.c_void_p()
+        n_rej = ctypes.c_int(0)
         rc = self._lib.plstan_log_density_gradient(
             self._handle, int(propto), int(jacobian), self._ptr(x), x.shape[0], self._ptr(lp),
-            self._ptr(grad), self.n_threads, ctypes.byref(err),
+            self._ptr(grad), self.n_threads, self._reject_flag(on_error), ctypes.byref(n_rej),
+            ctypes.byref(err),
         )
         self._check(rc, err, "log_density_gradient")
+        self.last_n_rejected = n_rej.value
         return (lp[0], grad[0]) if single else (lp, grad)
+
+    def time_gradient(self, theta_unc, n_reps: int = 1000) -> float:
+        """Seconds per gradient of Stan's own ``log_prob_grad<true, true>`` (what NUTS calls), timed
+        in a C++ loop of ``n_reps`` evaluations at one point, with no Python in between.
+
+        The reference cost for the bridge's overhead (``benchmarks/stan.py``).
+        """
+        x, _ = self._draws(np.asarray(theta_unc).reshape(-1), self.dim, "time_gradient")
+        seconds, lp = ctypes.c_double(), ctypes.c_double()
+        err = ctypes.c_void_p()
+        rc = self._lib.plstan_time_gradient(self._handle, self._ptr(x), int(n_reps), ctypes.byref(seconds),
+                                            ctypes.byref(lp), ctypes.byref(err))
+        self._check(rc, err, "time_gradient")
+        return seconds.value
 
     # ------------------------------------------------------------------ transforms
     def param_constrain(
@@ -320,3 +478,18 @@ class StanModel:
                 out[name] = out[name][0]
             k += size
         return out
+
+
+def _resolve_var_name(var_name, data, log_lik) -> str:
+    """The DataTree name of the log-likelihood variable (see :meth:`StanModel.loo_model`)."""
+    if var_name is not None:
+        return str(var_name)
+    default = log_lik or "log_lik"
+    children = getattr(data, "children", None)
+    if children is not None and "log_likelihood" in children:
+        names = list(data["log_likelihood"].to_dataset().data_vars)
+        if default in names:
+            return default
+        if len(names) == 1:
+            return str(names[0])
+    return default

@@ -18,6 +18,12 @@ group, as ``theta_tilde`` in eight schools) lose coordinates when an observation
 deleted program then gives the LOO density of the remaining coordinates only; the missing factor
 (the conditional density of the dropped coordinates given the others, usually their prior) must be
 supplied as ``loo_extra(theta, i)`` (a JAX function of one full unconstrained draw).
+
+No Python loop over draws: every host call passes a whole batch to the bridge, which loops in C++.
+Draws at which Stan throws ``std::domain_error`` (a transformed draw far in the tails, where a
+scale underflows to 0) get log density ``-inf`` (importance weight 0), as Stan's samplers reject
+them; any other exception inside Stan, and any error at the posterior draws themselves, raises
+:class:`~ppl_loo.stan.StanEvaluationError` with Stan's message.
 """
 
 from __future__ import annotations
@@ -34,9 +40,9 @@ import numpy as np
 from ppl_loo import _config  # noqa: F401  (float64)
 from ppl_loo.models.base import PosteriorModel
 
-from .model import StanEvaluationError, StanModel, _read_program
+from .model import StanDataError, StanEvaluationError, StanModel, as_data_dict
 
-__all__ = ["StanPosterior"]
+__all__ = ["StanPosterior", "detect_n_obs"]
 
 _NAME_RE = re.compile(r"^([^.]+)((?:\.\d+)*)$")
 
@@ -50,22 +56,49 @@ def _split_name(name: str) -> tuple[str, tuple[int, ...]]:
     return m.group(1), idx
 
 
-def _as_data_dict(data) -> dict:
-    if data is None:
-        return {}
-    if isinstance(data, dict):
-        return dict(data)
-    if isinstance(data, (str, os.PathLike)):
-        text = str(data).strip()
-        if not text.startswith("{"):
-            p = Path(text)
-            if p.suffix == ".R" or p.suffix == ".r":
-                from .cmdstan_csv import read_rdump
+def _source_line(code: str, msg: str) -> str:
+    """`` (line 11: real<lower=0> tau;)`` for a Stan message that names a line of ``code``."""
+    m = re.search(r"line (\d+), column", msg)
+    lines = code.splitlines()
+    if m and 1 <= int(m.group(1)) <= len(lines):
+        return f" [line {m.group(1)}: {lines[int(m.group(1)) - 1].strip()}]"
+    return ""
 
-                return read_rdump(p)
-            text = p.read_text()
-        return json.loads(text)
-    return dict(data)
+
+def _is_int_scalar(v) -> bool:
+    if isinstance(v, bool) or np.ndim(v) != 0:
+        return False
+    v = np.asarray(v)
+    return np.issubdtype(v.dtype, np.integer)
+
+
+def detect_n_obs(data: dict, n_log_lik: int | None = None) -> str:
+    """The data entry holding the number of observations, when the data say so unambiguously.
+
+    Candidates are the positive integer scalars ``K`` such that some array entry has leading
+    dimension ``data[K]``; when the program has a ``log_lik`` generated quantity of length
+    ``n_log_lik``, only candidates of that value remain. Exactly one candidate is the answer;
+    none or several raise :class:`~ppl_loo.stan.StanDataError` asking for ``n_obs=...``.
+    """
+    leading = {np.shape(v)[0] for v in data.values() if np.ndim(v) >= 1}
+    cands = [k for k, v in data.items() if _is_int_scalar(v) and int(v) >= 1 and int(v) in leading]
+    if n_log_lik is not None:
+        cands = [k for k in cands if int(data[k]) == n_log_lik]
+    if len(cands) == 1:
+        return cands[0]
+    shapes = {k: (int(v) if _is_int_scalar(v) else np.shape(v)) for k, v in data.items()}
+    with_ll = f" equal to the length {n_log_lik} of the log_lik generated quantity" if n_log_lik else ""
+    if not cands:
+        raise StanDataError(
+            "cannot tell which data entry is the number of observations: no integer entry"
+            f"{with_ll} is the leading dimension of an array entry (data: {shapes}). Pass "
+            "n_obs='N' (the name of that entry) to pl.StanModel."
+        )
+    raise StanDataError(
+        f"the number of observations is ambiguous: the integer entries {cands}{with_ll} are each the "
+        f"leading dimension of an array entry (data: {shapes}). Pass n_obs=... to pl.StanModel, for "
+        f"example n_obs={cands[0]!r}, and obs_keys=[...] if not every such array is indexed by observation."
+    )
 
 
 class StanPosterior(PosteriorModel):
@@ -103,25 +136,49 @@ class StanPosterior(PosteriorModel):
     def __init__(
         self,
         stan_file_or_code,
-        data,
+        data=None,
         *,
-        n_obs: str = "N",
+        n_obs: str | None = None,
         obs_keys=None,
         log_lik: str | None = "log_lik",
-        var_name: str = "log_lik",
+        var_name: str | None = None,
         loo_extra=None,
         fd_eps: float = 1e-5,
-        n_threads: int = 1,
+        n_threads: int | None = None,
         seed: int = 1234,
     ):
-        self.code, _ = _read_program(stan_file_or_code)
-        self.data = _as_data_dict(data)
+        if isinstance(stan_file_or_code, StanModel):
+            bridge = stan_file_or_code
+            if data is not None:
+                raise ValueError("data: the StanModel already holds its data; pass data=None")
+            opts = bridge.loo_options
+            n_obs = opts["n_obs"] if n_obs is None else n_obs
+            obs_keys = opts["obs_keys"] if obs_keys is None else obs_keys
+            log_lik = opts["log_lik"] if log_lik == "log_lik" else log_lik
+            loo_extra = opts["loo_extra"] if loo_extra is None else loo_extra
+        else:
+            bridge = StanModel(stan_file_or_code, data, seed=seed, n_threads=n_threads, n_obs=n_obs)
+        self.bridge = bridge
+        self.code = bridge.code
+        self.data = bridge.data
+        self.dim = bridge.dim
+        gq_dims = bridge.get_dims(include_tp=True, include_gq=True)
+        ll_shape = gq_dims.get(log_lik) if log_lik is not None else None
+        if log_lik is not None and ll_shape is not None and len(ll_shape) != 1:
+            raise ValueError(f"generated quantity {log_lik!r} has shape {ll_shape}; the pointwise log-likelihood "
+                             "must be a vector with one entry per observation")
+        if log_lik is not None and ll_shape is None and log_lik != "log_lik":
+            raise ValueError(f"log_lik={log_lik!r} is not a generated quantity (or transformed parameter) of the "
+                             f"program; it has {list(gq_dims)}. Pass log_lik=None to get the log-likelihood by "
+                             "data deletion.")
+        if n_obs is None:
+            n_obs = detect_n_obs(self.data, ll_shape[0] if ll_shape else None)
         if n_obs not in self.data:
-            raise KeyError(f"n_obs={n_obs!r} is not a data entry (entries: {list(self.data)})")
+            raise StanDataError(f"n_obs={n_obs!r} is not a data entry (entries: {list(self.data)})")
         self.n_obs_key = n_obs
         self.n_obs = int(np.asarray(self.data[n_obs]))
         if self.n_obs < 1:
-            raise ValueError(f"data[{n_obs!r}] = {self.n_obs}: need at least one observation")
+            raise StanDataError(f"data[{n_obs!r}] = {self.n_obs}: need at least one observation")
         if obs_keys is None:
             obs_keys = [
                 k for k, v in self.data.items()
@@ -131,36 +188,31 @@ class StanPosterior(PosteriorModel):
             obs_keys = list(obs_keys)
             for k in obs_keys:
                 if k not in self.data:
-                    raise KeyError(f"obs_keys: {k!r} is not a data entry")
+                    raise StanDataError(f"obs_keys: {k!r} is not a data entry (entries: {list(self.data)})")
                 if np.ndim(self.data[k]) < 1 or np.shape(self.data[k])[0] != self.n_obs:
-                    raise ValueError(f"obs_keys: data[{k!r}] has shape {np.shape(self.data[k])}, "
-                                     f"not a leading dimension of {self.n_obs}")
+                    raise StanDataError(f"obs_keys: data[{k!r}] has shape {np.shape(self.data[k])}, "
+                                        f"not a leading dimension of {n_obs} = {self.n_obs}")
         self.obs_keys = tuple(obs_keys)
-        self._seed = int(seed)
-        self._n_threads = int(n_threads)
-        self.bridge = StanModel(self.code, self.data, seed=seed, n_threads=n_threads)
-        self.dim = self.bridge.dim
-        self.var_name = var_name
-        self.obs_dims = (f"{var_name}_dim_0",)
+        self._seed = bridge.seed
+        self.var_name = str(var_name or log_lik or "log_lik")
+        self.obs_dims = (f"{self.var_name}_dim_0",)
         self.obs_shape = (self.n_obs,)
         self.loo_extra = loo_extra
         self.fd_eps = float(fd_eps)
+        self.n_rejected = 0  # draws rejected (log density -inf) in host calls so far
         self._deleted: list = [None] * self.n_obs  # (StanModel, keep index or None), built lazily
-        self._param_dims = self.bridge.get_dims(include_tp=False, include_gq=False)
+        self._param_dims = bridge.get_dims(include_tp=False, include_gq=False)
         self.param_names = tuple(self._param_dims)
         self.param_dims = {k: tuple(f"{k}_dim_{j}" for j in range(len(s))) for k, s in self._param_dims.items()}
         # the log_lik generated quantity, if any
         self._ll_cols = None
-        if log_lik is not None:
-            names = self.bridge.constrained_param_names(include_tp=True, include_gq=True)
+        if ll_shape is not None:
+            if ll_shape[0] != self.n_obs:
+                raise StanDataError(f"generated quantity {log_lik!r} has {ll_shape[0]} entries but "
+                                    f"{n_obs} = {self.n_obs}: they must match (one entry per observation)")
+            names = bridge.constrained_param_names(include_tp=True, include_gq=True)
             cols = {n: j for j, n in enumerate(names) if _split_name(n)[0] == log_lik}
-            if cols:
-                want = [f"{log_lik}.{k + 1}" for k in range(self.n_obs)]
-                missing = [w for w in want if w not in cols]
-                if missing or len(cols) != self.n_obs:
-                    raise ValueError(f"generated quantity {log_lik!r} has {len(cols)} entries, expected a vector "
-                                     f"of {self.n_obs} (one per observation)")
-                self._ll_cols = np.array([cols[w] for w in want])
+            self._ll_cols = np.array([cols[f"{log_lik}.{k + 1}"] for k in range(self.n_obs)])
         self._jax_fns = self._build_jax()
 
     # ------------------------------------------------------------------ deleted models
@@ -178,7 +230,14 @@ class StanPosterior(PosteriorModel):
         if not 0 <= i < self.n_obs:
             raise IndexError(f"observation {i} out of range (n_obs = {self.n_obs})")
         if self._deleted[i] is None:
-            m = StanModel(self.code, self.deleted_data(i), seed=self._seed, n_threads=self._n_threads)
+            try:
+                m = self.bridge.with_data(self.deleted_data(i))
+            except StanDataError as err:
+                raise StanDataError(
+                    f"the program rejected the data without observation {i} ({self.n_obs_key} = {self.n_obs - 1}, "
+                    f"obs_keys {list(self.obs_keys)} subset along their first axis): {err}. Check n_obs and "
+                    "obs_keys: every data entry indexed by observation must be listed in obs_keys."
+                ) from None
             keep = None if m.dim == self.dim else self._keep_index(m, i)
             self._deleted[i] = (m, keep)
         return self._deleted[i]
@@ -226,25 +285,14 @@ class StanPosterior(PosteriorModel):
         return keep
 
     # ------------------------------------------------------------------ host evaluations
-    @staticmethod
-    def _safe_eval(model: StanModel, x: np.ndarray, grad: bool):
-        """Batched bridge call; draws where Stan throws get ``-inf`` (and NaN gradients)."""
-        try:
-            if grad:
-                return model.log_density_gradient(x)
-            return model.log_density(x), None
-        except StanEvaluationError:
-            lp = np.full(x.shape[0], -np.inf)
-            g = np.full(x.shape, np.nan) if grad else None
-            for s in range(x.shape[0]):  # error path only
-                try:
-                    if grad:
-                        lp[s], g[s] = model.log_density_gradient(x[s])
-                    else:
-                        lp[s] = model.log_density(x[s])
-                except StanEvaluationError:
-                    pass
-            return lp, g
+    def _safe_eval(self, model: StanModel, x: np.ndarray, grad: bool):
+        """One batched bridge call; draws where Stan throws ``std::domain_error`` get ``-inf``."""
+        if grad:
+            out = model.log_density_gradient(x, on_error="reject")
+        else:
+            out = model.log_density(x, on_error="reject"), None
+        self.n_rejected += model.last_n_rejected
+        return out
 
     def _host(self, theta, i, grad: bool):
         """``(lp, grad)`` at ``theta (..., d)`` for observation indices ``i`` (``< 0``: full model)."""
@@ -356,24 +404,84 @@ class StanPosterior(PosteriorModel):
         """``(lp, grad)`` straight from the bridge (NumPy), ``i < 0`` for the full data."""
         return self._host(theta, i, grad=True)
 
+    # ------------------------------------------------------------------ batched API at the draws
+    # Called by ``pl.loo`` once at the posterior draws, outside jit: straight to the bridge, so an
+    # error at a posterior draw raises with Stan's message instead of becoming -inf.
+    def log_density(self, theta):
+        """Log posterior density ``(S,)`` at unconstrained draws (one bridge call)."""
+        return jnp.asarray(self.bridge.log_density(np.asarray(theta, dtype=np.float64)))
+
+    def log_density_and_grad(self, theta):
+        """Value ``(S,)`` and gradient ``(S, dim)`` of the log posterior (one bridge call)."""
+        lp, g = self.bridge.log_density_gradient(np.asarray(theta, dtype=np.float64))
+        return jnp.asarray(lp), jnp.asarray(g)
+
+    def log_lik(self, theta, obs=None):
+        """Pointwise log-likelihood ``(S, n_obs)`` (``(S, len(obs))`` with ``obs``)."""
+        x = np.asarray(theta, dtype=np.float64)
+        if self._ll_cols is not None:
+            ll = self._host_loglik(x)
+        else:
+            lp = self.bridge.log_density(x)
+            ll = np.stack([lp - self._host(x, i, grad=False) for i in range(self.n_obs)], axis=1)
+        ll = jnp.asarray(ll)
+        return ll if obs is None else ll[:, jnp.asarray(obs)]
+
     # ------------------------------------------------------------------ constrained space
     def unconstrain(self, posterior) -> np.ndarray:
-        """Posterior draws (Dataset/DataTree with Stan's names, dims ``chain, draw, ...``) -> ``(S, d)``."""
+        """Posterior draws (Dataset/DataTree with Stan's names, dims ``chain, draw, ...``) -> ``(S, d)``.
+
+        Every parameter of the program must be in the posterior with the shape the program
+        declares for these data; draws outside the support raise with Stan's message.
+        """
         if hasattr(posterior, "children") and "posterior" in getattr(posterior, "children", {}):
             posterior = posterior["posterior"]
         if hasattr(posterior, "to_dataset"):
             posterior = posterior.to_dataset()
-        cols = []
-        for name in self.bridge.constrained_param_names(include_tp=False, include_gq=False):
-            var, idx = _split_name(name)
-            if var not in posterior:
-                raise KeyError(f"parameter {var!r} is not in the posterior (variables: {list(posterior.data_vars)})")
-            da = posterior[var].transpose("chain", "draw", ...)
-            a = np.asarray(da.values, dtype=np.float64)
-            a = a[(slice(None), slice(None), *(k - 1 for k in idx))]
-            cols.append(a.reshape(-1))
-        x = np.stack(cols, axis=-1) if cols else np.zeros((0, 0))
-        return self.bridge.param_unconstrain(x)
+        have = list(posterior.data_vars)
+        missing = [v for v in self._param_dims if v not in posterior]
+        if missing:
+            raise ValueError(
+                f"the posterior lacks the parameter(s) {missing} of the Stan program (it has {have}): the draws "
+                f"come from a different model, or the wrong program was given (program parameters: "
+                f"{dict(self._param_dims)})."
+            )
+        blocks = []
+        for var, shape in self._param_dims.items():
+            da = posterior[var]
+            extra = [d for d in da.dims if d not in ("chain", "draw")]
+            if "chain" not in da.dims or "draw" not in da.dims:
+                raise ValueError(f"posterior variable {var!r} has dims {da.dims}; expected ('chain', 'draw', ...)")
+            got = tuple(da.sizes[d] for d in extra)
+            if got != tuple(shape):
+                raise ValueError(
+                    f"posterior variable {var!r} has shape {got} per draw but the Stan program declares {tuple(shape)} "
+                    "with these data: the draws come from a different model or from different data."
+                )
+            a = np.asarray(da.transpose("chain", "draw", *extra).values, dtype=np.float64)
+            a = a.reshape(a.shape[0] * a.shape[1], *shape)
+            # Stan's flat order is column-major within each variable
+            blocks.append(a.reshape(a.shape[0], -1, order="F") if shape else a.reshape(-1, 1))
+        x = np.concatenate(blocks, axis=1) if blocks else np.zeros((0, 0))
+        finite = np.isfinite(x)
+        if not finite.all():
+            bad = int((~finite).any(axis=1).sum())
+            raise ValueError(f"the posterior has {bad} draw(s) with NaN or inf parameter values; remove them first")
+        try:
+            return self.bridge.param_unconstrain(x)
+        except StanEvaluationError as err:
+            msg = str(err)
+            m = re.search(r"draw (\d+):", msg)
+            where = ""
+            if m:
+                s_ = int(m.group(1))
+                n_draw = posterior.sizes["draw"]
+                where = f" (chain index {s_ // n_draw}, draw index {s_ % n_draw})"
+            decl = _source_line(self.code, msg)
+            raise StanEvaluationError(
+                f"a posterior draw{where} is outside the support of the Stan program's parameters: {msg}"
+                f"{decl}. Check that the draws come from this program."
+            ) from None
 
     def constrain(self, theta) -> dict:
         vals = self.bridge.param_constrain(np.asarray(theta, dtype=np.float64), include_tp=True)
