@@ -13,6 +13,7 @@ Conversions between constrained draws and ``theta`` are vectorized over draws wi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from math import prod
 
 import jax
@@ -92,7 +93,8 @@ class PyMCModel(PosteriorModel):
     (2, 3, ('mu', 'sigma_log__'))
     """
 
-    def __init__(self, model, var_name: str | None = None, *, loo_log_density: Callable | None = None):
+    def __init__(self, model, var_name: str | None = None, *, loo_log_density: Callable | None = None,
+                 structure: bool = True):
         import pymc as pm
         from pytensor.graph.replace import graph_replace
         from pytensor.tensor.type import discrete_dtypes
@@ -235,6 +237,26 @@ class PyMCModel(PosteriorModel):
             )
         self.n_obs = int(prod(self.obs_shape))
 
+        # ------------------------------------------------------------ exploitable structure
+        self._glm = None
+        self.structure_note = "structure detection off" if not structure else ""
+        if structure and self.factorizes:
+            from ppl_loo.models.base import GLMStructure
+            from ppl_loo.models.pymc_structure import detect_bernoulli_glm
+
+            self._glm, self.structure_note = detect_bernoulli_glm(self, model, obs_rv)
+            if self._glm is not None:
+                g = self._glm
+                self.structure = GLMStructure(X=g.X, y=g.y, beta_index=g.block, offset=g.offset)
+                self.adapt_index = g.block
+                b = g.block
+                contiguous = np.array_equal(b, np.arange(b[0], b[0] + b.size))
+                self._bsel = slice(int(b[0]), int(b[0]) + b.size) if contiguous else b
+                self.structure_note = (
+                    f"Bernoulli-logit linear predictor in {b.size} of {self.dim} parameters"
+                    + (", quadratic prior" if g.quadratic else "")
+                )
+
     # ------------------------------------------------------------------ layout
     def split(self, theta) -> list:
         """Value-variable blocks of ``theta`` (shape ``(..., dim)``), reshaped per block."""
@@ -278,6 +300,60 @@ class PyMCModel(PosteriorModel):
         parts = self.split(theta)
         jac = self._jac_fn(*parts)[0]
         return self._loo_log_density(self._values(theta), i) + jac
+
+    # ------------------------------------------------------------------ line evaluations
+    @cached_property
+    def _glm_cache_fn(self):
+        g = self._glm
+
+        def cache(theta, Xt, offset):
+            f0, grad = jax.vmap(jax.value_and_grad(g.prior))(theta)
+            g0 = grad[:, self._bsel] if g.quadratic else None
+            return theta[:, self._bsel] @ Xt.T + offset, f0, g0
+
+        return jax.jit(cache)
+
+    def line_cache(self, theta):
+        """For a detected Bernoulli-logit linear predictor: the logit ``(S, n)``, the prior part and
+        its gradient on the block at the draws, and the data; else None."""
+        if self._glm is None:
+            return None
+        g = self._glm
+        Xt = jnp.asarray(g.X)
+        offset = jnp.zeros(g.y.shape) if g.offset is None else jnp.asarray(g.offset)
+        mu0, f0, g0 = self._glm_cache_fn(jnp.asarray(theta), Xt, offset)
+        return mu0, f0, g0, Xt, jnp.asarray(2.0 * g.y - 1.0)
+
+    def line_eval(self, cache, theta, delta, ts, i):
+        """Fast :meth:`PosteriorModel.line_eval` of a Bernoulli-logit linear predictor.
+
+        Along ``theta + t delta`` the logit is ``mu0 + t X delta_block`` (one ``O(S n q)`` product, or
+        ``O(S n r)`` for a rank-``r`` displacement, serves every ``t``) and the log-likelihood is
+        ``-softplus(-(2y - 1) mu)``; the prior part comes from the PyMC graph
+        (:func:`ppl_loo.models.pymc_structure.prior_line`). Models without that structure use the
+        generic evaluation of the full model.
+        """
+        if self._glm is None:
+            return super().line_eval(cache, theta, delta, ts, i)
+        from ppl_loo.models.pymc_structure import prior_line
+
+        mu0, f0, g0, Xt, sign = cache
+        b = self._bsel
+        if hasattr(delta, "slope"):  # DiagAffine: delta = shift + slope * theta
+            shift, slope = delta.shift, delta.slope
+            dmu = (shift[b] @ Xt.T)[None, :] + theta[:, b] @ (slope[b][:, None] * Xt.T)
+            full = shift + slope * theta
+        elif hasattr(delta, "coef"):  # LowRank: delta = coef @ basis, O(S n r)
+            dmu = delta.coef @ (delta.basis[:, b] @ Xt.T)
+            full = delta.coef @ delta.basis
+        else:
+            full = jnp.broadcast_to(delta, theta.shape)
+            dmu = full[:, b] @ Xt.T
+        ts = jnp.asarray(ts)
+        prior = prior_line(self._glm, f0, g0, theta, full, full[:, b], ts)
+        mu = mu0[None] + ts[:, None, None] * dmu[None]  # (T, S, n)
+        lls = -jax.nn.softplus(-sign * mu)
+        return prior + jnp.sum(lls, axis=-1), lls[..., i]
 
     # ------------------------------------------------------------------ constrained space
     def constrain(self, theta) -> dict:

@@ -1,0 +1,262 @@
+"""Structure of a PyMC model that the LOO engine can exploit (DESIGN.md, layer 2).
+
+A Bernoulli observation whose logit is an affine function of a block of the unconstrained
+parameters, ``mu = X theta[block] + offset`` (for example ``logit_p=b0 + pm.math.dot(X, b)`` or
+``p=pm.math.sigmoid(...)``), is the generalized linear model of the notes, section 4: the
+engine then uses the exact closed-form Jacobians of the gradient flows (rank one, Eq. 28), low-rank
+displacements and a line evaluation through the linear predictor
+(:class:`~ppl_loo.models.base.GLMStructure`). This module finds that structure in the PyTensor
+graph and proves it:
+
+- **affinity, symbolically**: the gradient of ``w . mu`` with respect to the value variables
+  (PyTensor's symbolic gradient, ``w`` a free vector, after PyTensor's semantics-preserving
+  ``canonicalize`` rewrites) must not depend on the value of any value variable (dependence through
+  shapes only is allowed). A constant Jacobian means ``mu`` is affine.
+  Operations whose symbolic gradient is zero although they are not affine (``floor``, ``round``,
+  comparisons) are then caught by
+- **a numeric check**: ``mu`` at random points equals ``X theta[block] + offset`` (relative
+  ``1e-9``), and the model's log density equals the prior part plus the Bernoulli-logit
+  log-likelihood of ``mu``.
+
+The *prior part* (everything but the Bernoulli term: priors with their log-Jacobians, other
+observed variables, Potentials) stays a PyMC graph. When its Hessian on the block does not depend on
+the block (for example Gaussian priors on the coefficients, with any hyperparameters), it is a
+quadratic along every line that moves only the block, and :func:`prior_line` evaluates it at any
+number of steps from one extra evaluation; the same two-part proof (symbolic, then numeric on random
+lines) decides this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["BernoulliGLM", "detect_bernoulli_glm", "value_ancestors", "prior_line"]
+
+
+@dataclass(frozen=True)
+class BernoulliGLM:
+    """A Bernoulli-logit observation with logit ``X @ theta[block] + offset`` (flat observations).
+
+    Attributes
+    ----------
+    X : numpy.ndarray, shape (n, q)
+        Jacobian of the logit with respect to ``theta[block]`` (constant).
+    offset : numpy.ndarray or None, shape (n,)
+        The logit at ``theta[block] = 0`` (the parts of the logit that are data); None when zero.
+    y : numpy.ndarray, shape (n,)
+        The observations, float 0/1, flattened in C order.
+    block : numpy.ndarray of int
+        Indices of ``theta`` the logit depends on (whole value variables, in ``theta`` order).
+    prior : callable
+        ``prior(theta) -> scalar``: the log density without the Bernoulli term (log-Jacobians and
+        Potentials included), one unconstrained draw.
+    quadratic : bool
+        The prior part is a quadratic along lines that move only ``block`` (proved as above).
+    """
+
+    X: np.ndarray
+    offset: object
+    y: np.ndarray
+    block: np.ndarray
+    prior: object
+    quadratic: bool
+
+
+# ----------------------------------------------------------------------------- graph inspection
+def value_ancestors(outputs, targets) -> set:
+    """The variables of ``targets`` whose *values* the graphs ``outputs`` depend on.
+
+    Like :func:`pytensor.graph.traversal.ancestors`, but it does not follow the inputs that only
+    give a shape: those of ``Shape``/``Shape_i`` and the first input of ``Second`` (``fill``,
+    ``zeros_like``), which symbolic gradients of indexing and broadcasting create.
+    """
+    from pytensor.scalar.basic import Second
+    from pytensor.tensor.elemwise import Elemwise
+    from pytensor.tensor.shape import Shape, Shape_i
+
+    targets = set(targets)
+    found, seen, stack = set(), set(), list(outputs)
+    while stack:
+        v = stack.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v in targets:
+            found.add(v)
+            continue
+        node = v.owner
+        if node is None or isinstance(node.op, (Shape, Shape_i)):
+            continue
+        inputs = node.inputs
+        if isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, Second):
+            inputs = inputs[1:]
+        stack.extend(inputs)
+    return found
+
+
+def _gradient_free_of(expr, wrt, targets) -> bool:
+    """True when ``d(w . expr)/d wrt`` (``w`` a free vector) does not depend on ``targets``' values."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    flat = pt.flatten(expr)
+    w = pt.vector("w_probe", dtype=flat.dtype)
+    try:
+        grads = pytensor.grad(pt.sum(w * flat), list(wrt), disconnected_inputs="ignore",
+                              return_disconnected="none")
+    except Exception:  # noqa: BLE001 - an op without a gradient: not provably affine
+        return False
+    from pytensor.graph.rewriting.utils import rewrite_graph
+
+    # canonicalized (semantics-preserving rewrites): x ** 0 -> 1, x * 0 -> 0, ...
+    grads = [rewrite_graph(g, include=("canonicalize",)) for g in grads if g is not None]
+    return not value_ancestors(grads, targets)
+
+
+def _sigmoid_input(p):
+    """``eta`` when ``p = sigmoid(eta)`` (``logit_p=``, ``pm.math.sigmoid``/``invlogit``), else None."""
+    from pytensor.scalar.math import Sigmoid
+    from pytensor.tensor.elemwise import Elemwise
+
+    node = p.owner
+    if node is not None and isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, Sigmoid):
+        return node.inputs[0]
+    return None
+
+
+# ----------------------------------------------------------------------------- detection
+def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int = 0):
+    """Find and prove a Bernoulli-logit linear predictor of ``obs_rv``; ``(BernoulliGLM, "")`` or
+    ``(None, reason)``.
+
+    Parameters
+    ----------
+    adapter : PyMCModel
+        Provides the layout of ``theta`` (``split``, ``slices``, ``_value_vars``), ``logp`` and
+        ``observed``.
+    model : pymc.Model
+    obs_rv : TensorVariable
+        The observed variable LOO uses.
+    n_checks : int
+        Random points (and random lines) of the numeric checks.
+    seed : int
+        Seed of those points (the result does not depend on it unless the structure is absent).
+    """
+    import pytensor.tensor as pt
+    from pymc.logprob.basic import logp as rv_logp  # noqa: F401  (PyMC import sanity)
+
+    from ppl_loo.models.pymc_model import _jaxify
+
+    if type(obs_rv.owner.op).__name__ != "BernoulliRV":
+        return None, "the observed variable is not Bernoulli"
+    if adapter.observed is None:
+        return None, "the observed values are not known"
+    y = np.asarray(adapter.observed, dtype=np.float64).reshape(-1)
+    if not np.isin(y, (0.0, 1.0)).all():
+        return None, "the observed values are not all 0 or 1"
+    eta = _sigmoid_input(obs_rv.owner.inputs[-1])
+    if eta is None:
+        return None, "the Bernoulli probability is not sigmoid(logit)"
+    value_vars = list(adapter._value_vars)
+    eta_v = model.replace_rvs_by_values([eta])[0]
+    eta_v = pt.broadcast_to(eta_v, tuple(adapter.observed.shape))
+    deps = value_ancestors([eta_v], value_vars)
+    if not deps:
+        return None, "the logit does not depend on any parameter"
+    if not _gradient_free_of(eta_v, [v for v in value_vars if v in deps], value_vars):
+        return None, "the logit is not affine in the unconstrained parameters"
+
+    block = np.concatenate([np.arange(adapter.slices[v.name].start, adapter.slices[v.name].stop)
+                            for v in value_vars if v in deps])
+    d = adapter.dim
+    eta_fn = _jaxify(value_vars, [pt.flatten(eta_v)])
+
+    def eta_of(theta):
+        return eta_fn(*adapter.split(theta))[0]
+
+    zero = jnp.zeros(d)
+    offset = np.asarray(eta_of(zero), dtype=np.float64)
+    X = np.asarray(jax.jacfwd(lambda tb: eta_of(zero.at[block].set(tb)))(jnp.zeros(block.size)), dtype=np.float64)
+    if X.shape != (y.size, block.size) or not (np.isfinite(X).all() and np.isfinite(offset).all()):
+        return None, "the logit's Jacobian is not finite"
+
+    rng = np.random.default_rng(seed)
+    points = rng.normal(size=(n_checks, d)) * np.array([1.0, 3.0] * n_checks)[:n_checks, None]
+    pts = jnp.asarray(points)
+    mu = np.asarray(jax.vmap(eta_of)(pts))
+    lin = points[:, block] @ X.T + offset
+    if not np.allclose(mu, lin, rtol=1e-9, atol=1e-9 * (1.0 + np.abs(lin).max())):
+        return None, "the logit is not affine at random points (a piecewise-constant operation?)"
+
+    # the prior part: every term of the model's log density but the Bernoulli one
+    others = [rv for rv in model.free_RVs] + [o for o in model.observed_RVs if o is not obs_rv]
+    terms = model.logp(vars=others + list(model.potentials), jacobian=True, sum=False)
+    prior_graph = pt.sum([pt.sum(t) for t in terms]) if terms else pt.constant(0.0)
+    prior_fn = _jaxify(value_vars, [prior_graph])
+
+    def prior(theta):
+        return prior_fn(*adapter.split(theta))[0]
+
+    sign = jnp.asarray(2.0 * y - 1.0)
+    lp_model = np.asarray(jax.vmap(adapter.logp)(pts))
+    lp_parts = np.asarray(jax.vmap(lambda th: prior(th) + jnp.sum(-jax.nn.softplus(-sign * eta_of(th))))(pts))
+    ok = np.isfinite(lp_model)
+    if ok.sum() < 2 or not np.allclose(lp_parts[ok], lp_model[ok], rtol=1e-9, atol=1e-8):
+        return None, "the log density is not the prior part plus the Bernoulli-logit log-likelihood"
+
+    quadratic = _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng)
+    off = None if not np.any(offset != 0) else offset
+    return BernoulliGLM(X, off, y, block, prior, quadratic), ""
+
+
+def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng) -> bool:
+    """Hessian of the prior on the block free of the block's values (symbolic), and the prior a
+    quadratic along random block lines (numeric)."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    wrt = [v for v in value_vars if v in deps]
+    try:
+        grads = pytensor.grad(prior_graph, wrt, disconnected_inputs="ignore", return_disconnected="zero")
+    except Exception:  # noqa: BLE001
+        return False
+    flat = pt.concatenate([pt.flatten(g) for g in grads])
+    if not _gradient_free_of(flat, wrt, wrt):
+        return False
+    d = pts.shape[1]
+    dirs = np.zeros((pts.shape[0], d))
+    dirs[:, block] = rng.normal(size=(pts.shape[0], block.size))
+    dirs = jnp.asarray(dirs)
+    ts = jnp.asarray([0.0, 1.0, -1.0, 2.5])
+    vals = np.asarray(jax.vmap(lambda t: jax.vmap(prior)(pts + t * dirs))(ts))  # (4, P)
+    if not np.isfinite(vals).all():
+        return False
+    f0, f1, fm1, f25 = vals
+    a1 = 0.5 * (f1 - fm1)
+    a2 = 0.5 * (f1 + fm1) - f0
+    pred = f0 + 2.5 * a1 + 6.25 * a2
+    return bool(np.allclose(pred, f25, rtol=1e-9, atol=1e-8 * (1.0 + np.abs(vals).max())))
+
+
+# ----------------------------------------------------------------------------- line evaluation
+def prior_line(glm: BernoulliGLM, f0, g0, theta, delta, delta_b, ts):
+    """The prior part at ``theta + t delta`` for every ``t``: shape ``(T, S)``.
+
+    ``f0`` (``(S,)``) and ``g0`` (``(S, q)``, gradient on the block) are the prior and its gradient
+    at the draws; ``delta`` is ``(S, d)`` and ``delta_b`` its block. For a quadratic prior
+    (``glm.quadratic``) and ``delta`` zero outside the block (as the engine's maps are: they move
+    ``adapt_index`` only), ``f(t) = f0 + t f1 + t^2 f2`` with ``f1 = g0 . delta_b`` and
+    ``f2 = f(1) - f0 - f1``: one evaluation serves every step. Otherwise each step is evaluated.
+    """
+    ts = jnp.asarray(ts)
+    f = jax.vmap(glm.prior)
+    if glm.quadratic and ts.shape[0] > 2 and g0 is not None:
+        f1 = jnp.sum(g0 * delta_b, axis=1)
+        f2 = f(theta + delta) - f0 - f1
+        t = ts[:, None]
+        return f0[None] + t * f1[None] + t * t * f2[None]
+    return jax.vmap(lambda t: f(theta + t * delta))(ts)
