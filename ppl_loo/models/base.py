@@ -166,16 +166,18 @@ class PosteriorModel:
     def line_eval(self, cache, theta, delta, ts, i):
         """``(log p~(theta + t delta), log l_i(theta + t delta))`` for every ``t``: two ``(T, S)`` arrays.
 
-        ``delta`` is an ``(S, dim)`` array or a low-rank ``coef @ basis``
-        (:class:`ppl_loo.numerics.transforms.LowRank`).
+        ``delta`` is an ``(S, dim)`` array, a low-rank ``coef @ basis``
+        (:class:`ppl_loo.numerics.transforms.LowRank`) or a diagonal affine field
+        ``shift + slope * theta`` (:class:`ppl_loo.numerics.transforms.DiagAffine`); ``delta.dense(theta)``
+        gives the array.
 
         ``log l_i`` is ``logp - loo_logp`` for models that do not factorize. This is the inner loop
         of the adaptive search; models with a linear predictor override it (and
         :meth:`line_cache`) to avoid re-evaluating the full model for every step.
         """
         ts = jnp.asarray(ts)
-        if hasattr(delta, "dense"):  # a LowRank displacement of ppl_loo.numerics.transforms
-            delta = delta.dense()
+        if hasattr(delta, "dense"):  # LowRank / DiagAffine of ppl_loo.numerics.transforms
+            delta = delta.dense(theta)
 
         def both(th):
             lp = self.logp(th)

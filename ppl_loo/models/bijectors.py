@@ -17,6 +17,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ppl_loo.numerics.special import log_sigmoid
+
 __all__ = [
     "Bijector",
     "Identity",
@@ -163,7 +165,7 @@ class Interval(Bijector):
 
     def log_det_jacobian(self, u):
         return (
-            jnp.log(self.upper - self.lower) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u)
+            jnp.log(self.upper - self.lower) + log_sigmoid(u) + log_sigmoid(-u)
         )
 
     def in_support(self, x):
@@ -225,11 +227,11 @@ class SimplexStickBreaking(Bijector):
         u = jnp.asarray(u, dtype=float)
         km1 = u.shape[-1]
         v = u - self._offset(km1)
-        log_rest = jnp.cumsum(jax.nn.log_sigmoid(-v), axis=-1)
+        log_rest = jnp.cumsum(log_sigmoid(-v), axis=-1)
         log_rest_before = jnp.concatenate(
             [jnp.zeros_like(u[..., :1]), log_rest[..., :-1]], -1
         )
-        return jnp.sum(jax.nn.log_sigmoid(v) + jax.nn.log_sigmoid(-v) + log_rest_before, -1)
+        return jnp.sum(log_sigmoid(v) + log_sigmoid(-v) + log_rest_before, -1)
 
     def in_support(self, x):
         x = jnp.asarray(x)

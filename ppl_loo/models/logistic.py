@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.numerics.special import softplus
 from ppl_loo.models.base import GLMStructure, PosteriorModel
 from ppl_loo.models.bijectors import Exp
 from ppl_loo.models.jax_model import ParameterLayout
@@ -58,7 +59,7 @@ def _log_half_t(u, nu: float, scale: float):
         - 0.5 * log(nu * pi)
         - log(scale)
     )
-    return const - 0.5 * (nu + 1.0) * jax.nn.softplus(2.0 * u - 2.0 * log(scale) - log(nu)) + u
+    return const - 0.5 * (nu + 1.0) * softplus(2.0 * u - 2.0 * log(scale) - log(nu)) + u
 
 
 def _log_inv_gamma(u, a: float, b: float):
@@ -259,11 +260,11 @@ class LogisticRegression(PosteriorModel):
         return self._Xt @ theta[: self.q]
 
     def loglik(self, theta):
-        return -jax.nn.softplus(-self._sign * self.linear_predictor(theta))
+        return -softplus(-self._sign * self.linear_predictor(theta))
 
     def loglik_i(self, theta, i):
         mu_i = self._Xt[i] @ theta[: self.q]
-        return -jax.nn.softplus(-self._sign[i] * mu_i)
+        return -softplus(-self._sign[i] * mu_i)
 
     def logp(self, theta):
         return self.log_prior(theta) + jnp.sum(self.loglik(theta))
@@ -271,7 +272,7 @@ class LogisticRegression(PosteriorModel):
     def log_var_target(self, theta, i):
         """Log of the complement probability ``f_i = p_i^{1-y_i} (1-p_i)^{y_i}`` (paper S.9)."""
         mu_i = self._Xt[i] @ theta[: self.q]
-        return -jax.nn.softplus(self._sign[i] * mu_i)
+        return -softplus(self._sign[i] * mu_i)
 
     # ------------------------------------------------------------------ fast line evaluation
     @cached_property
@@ -292,15 +293,18 @@ class LogisticRegression(PosteriorModel):
             a0, b1, c2, mu0, dmu = coefficients(theta, delta, Xt)
             mu = mu0[None] + ts[:, None, None] * dmu[None]
             t = ts[:, None]
-            return a0[None] + b1[None] * t + c2[None] * t * t, -jax.nn.softplus(-sign * mu)
+            return a0[None] + b1[None] * t + c2[None] * t * t, -softplus(-sign * mu)
 
         def full(theta, delta, ts, Xt, sign):
             prior, lls = pointwise(theta, delta, ts, Xt, sign)
             return prior + jnp.sum(lls, axis=-1)
 
         def loo(theta, delta, ts, i, Xt, sign):
-            prior, lls = pointwise(theta, delta, ts, Xt, sign)
-            return prior + (jnp.sum(lls, axis=-1) - lls[..., i])
+            a0, b1, c2, mu0, dmu = coefficients(theta, delta, Xt)
+            t = ts[:, None]
+            mu = mu0[None] + ts[:, None, None] * dmu[None]
+            ll_i = -softplus(-sign[i] * (mu0[:, i][None] + t * dmu[:, i][None]))
+            return a0[None] + b1[None] * t + c2[None] * t * t - jnp.sum(softplus(-sign * mu), axis=-1) - ll_i
 
         return jax.jit(full), jax.jit(loo)
 
@@ -330,12 +334,15 @@ class LogisticRegression(PosteriorModel):
         return loo(theta, delta, ts, i, self._Xt, self._sign)
 
     def line_cache(self, theta):
-        """Prior value, prior precisions of the beta block and linear predictor at the draws."""
+        """Prior value, prior precisions of the beta block, linear predictor at the draws, and the
+        per-draw sums ``b * iv`` and ``b^2 * iv`` that evaluate diagonal affine lines in one pass."""
         theta = jnp.asarray(theta)
         inv_var = jnp.exp(-2.0 * jax.vmap(self._log_sd)(theta))  # (S, q)
         a0 = jax.vmap(self.log_prior)(theta)  # (S,)
-        mu0 = theta[:, : self.q] @ jnp.asarray(self._Xt).T  # (S, n)
-        return a0, inv_var, mu0
+        b = theta[:, : self.q]
+        mu0 = b @ jnp.asarray(self._Xt).T  # (S, n)
+        b_iv = b * inv_var
+        return a0, inv_var, mu0, b_iv, b * b_iv
 
     def line_eval(self, cache, theta, delta, ts, i):
         """Fast path of :meth:`PosteriorModel.line_eval` for ``delta`` zero outside the beta block.
@@ -344,13 +351,21 @@ class LogisticRegression(PosteriorModel):
         linear predictor is ``mu0 + t Xtilde delta`` and the Gaussian prior on the block given the
         hyperparameters is ``a0 + b1 t + c2 t^2``, so one ``O(S n q)`` product serves every ``t``.
         """
-        a0, inv_var, mu0 = cache
+        a0, inv_var, mu0, b_iv, b2_iv = cache
         q = self.q
         b = theta[:, :q]
         Xt = jnp.asarray(self._Xt)
-        if hasattr(delta, "coef"):  # LowRank: delta = coef @ basis, O(S n r)
+        if hasattr(delta, "slope"):  # DiagAffine: delta = shift + slope * theta, never formed
+            shift, slope = delta.shift[:q], delta.slope[:q]
+            # sum_q b db iv and sum_q db^2 iv with db = shift + slope b, from per-run sums
+            u = b_iv @ jnp.stack([shift, shift * slope], axis=1)  # one pass each over the (S, q) sums
+            v = b2_iv @ jnp.stack([slope, slope * slope], axis=1)
+            b1 = -(u[:, 0] + v[:, 0])
+            c2 = -0.5 * (inv_var @ (shift * shift) + 2.0 * u[:, 1] + v[:, 1])
+            dmu = (shift @ Xt.T)[None, :] + b @ (slope[:, None] * Xt.T)
+        elif hasattr(delta, "coef"):  # LowRank: delta = coef @ basis, O(S n r)
             coef, basis = delta.coef, delta.basis[:, :q]
-            b1 = -jnp.sum(coef * ((b * inv_var) @ basis.T), axis=1)
+            b1 = -jnp.sum(coef * (b_iv @ basis.T), axis=1)
             gram = jnp.einsum("sq,rq,uq->sru", inv_var, basis, basis)
             c2 = -0.5 * jnp.einsum("sr,sru,su->s", coef, gram, coef)
             dmu = coef @ (basis @ Xt.T)
@@ -360,10 +375,13 @@ class LogisticRegression(PosteriorModel):
             c2 = -0.5 * jnp.sum(db * db * inv_var, axis=1)
             dmu = db @ Xt.T  # (S, n)
         t = jnp.asarray(ts)[:, None]
-        mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n)
-        lls = -jax.nn.softplus(-jnp.asarray(self._sign) * mu)
-        logp = a0[None] + b1[None] * t + c2[None] * t * t + jnp.sum(lls, axis=-1)
-        return logp, lls[..., i]
+        sign = jnp.asarray(self._sign)
+        mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n), reduced without being stored
+        logp = a0[None] + b1[None] * t + c2[None] * t * t - jnp.sum(softplus(-sign * mu), axis=-1)
+        # observation i on its own: taking lls[..., i] from the (T, S, n) array would force XLA to
+        # store it, which costs six times the fused reduction
+        ll_i = -softplus(-sign[i] * (mu0[:, i][None] + t * dmu[:, i][None]))
+        return logp, ll_i
 
     # ------------------------------------------------------------------ NumPyro model
     def numpyro_model(self):

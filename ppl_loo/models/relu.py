@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.numerics.special import softplus
 from ppl_loo.models.base import PosteriorModel, ReluStructure
 from ppl_loo.models.jax_model import ParameterLayout
 from ppl_loo.models.logistic import check_binary_data
@@ -130,11 +131,11 @@ class ReluNet(PosteriorModel):
         return -0.5 * jnp.sum(jnp.square(theta / s)) - self.dim * (log(s) + 0.5 * log(2 * pi))
 
     def loglik(self, theta):
-        return -jax.nn.softplus(-self._sign * self.linear_predictor(theta))
+        return -softplus(-self._sign * self.linear_predictor(theta))
 
     def loglik_i(self, theta, i):
         mu_i = self.linear_predictor(theta, self._Xa[i][None])[0]
-        return -jax.nn.softplus(-self._sign[i] * mu_i)
+        return -softplus(-self._sign[i] * mu_i)
 
     def logp(self, theta):
         return self.log_prior(theta) + jnp.sum(self.loglik(theta))
@@ -142,4 +143,4 @@ class ReluNet(PosteriorModel):
     def log_var_target(self, theta, i):
         """Log of the complement probability ``f_i = p_i^{1-y_i} (1-p_i)^{y_i}`` (paper S.9)."""
         mu_i = self.linear_predictor(theta, self._Xa[i][None])[0]
-        return -jax.nn.softplus(self._sign[i] * mu_i)
+        return -softplus(self._sign[i] * mu_i)

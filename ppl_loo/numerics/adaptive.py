@@ -23,6 +23,7 @@ from ppl_loo.numerics import structured
 from ppl_loo.numerics.moments import normalize_log_weights
 from ppl_loo.numerics.psis import psislw
 from ppl_loo.numerics.transforms import (
+    DiagAffine,
     LowRank,
     dense,
     ObsContext,
@@ -132,6 +133,8 @@ class BlockStats(NamedTuple):
     grad_logp0_b: jnp.ndarray  # (S, d_b)
     mean_b: jnp.ndarray  # (d_b,)
     sd_b: jnp.ndarray  # (d_b,) posterior sd (ddof=1)
+    centred: jnp.ndarray  # (S, d_b) theta_b - mean_b
+    centred_sq: jnp.ndarray  # (S, d_b) its square
 
 
 def _block_index(model, d):
@@ -149,7 +152,11 @@ def block_stats(model, data: EngineData) -> BlockStats:
     theta, grad_logp0 = data.theta, data.grad_logp0
     block = _block_index(model, theta.shape[1])
     theta_b = theta[:, block]
-    return BlockStats(theta_b, grad_logp0[:, block], jnp.mean(theta_b, axis=0), jnp.std(theta_b, axis=0, ddof=1))
+    mean_b = jnp.mean(theta_b, axis=0)
+    centred = theta_b - mean_b
+    centred_sq = jnp.square(centred)
+    sd_b = jnp.sqrt(jnp.sum(centred_sq, axis=0) / (theta.shape[0] - 1))
+    return BlockStats(theta_b, grad_logp0[:, block], mean_b, sd_b, centred, centred_sq)
 
 
 def build_engine(model, cfg: EngineConfig, posterior_draws=True, log_q_fn=None):
@@ -191,7 +198,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
     theta, logp0, log_q0, grad_logp0, cache, stats = data
     S, d = theta.shape
     block = np.arange(d) if model.adapt_index is None else np.asarray(model.adapt_index)
-    theta_b, grad_logp0_b, mean_b, sd_b = stats
+    theta_b, grad_logp0_b, mean_b, sd_b, centred, centred_sq = stats
     bidx = _block_index(model, d)  # a static slice where possible (no gather)
     struct = model.structure
     closed_form = struct is not None and getattr(struct, "family", None) == "bernoulli_logit"
@@ -203,9 +210,12 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         return model.logp(th) - model.loo_logp(th, i)
 
     def embed(delta_b):
-        """Scatter a block displacement (dense or LowRank) into the full parameter vector."""
+        """Scatter a block displacement (dense, LowRank or DiagAffine) into the full parameter vector."""
         if block.shape[0] == d:
             return delta_b
+        if isinstance(delta_b, DiagAffine):  # zero slope and shift off the block: those coordinates stay
+            pad = lambda v: jnp.zeros((d,), v.dtype).at[block].set(v)  # noqa: E731
+            return DiagAffine(pad(delta_b.shift), pad(delta_b.slope))
         if isinstance(delta_b, LowRank):
             basis = jnp.zeros((delta_b.basis.shape[0], d), delta_b.basis.dtype).at[:, block].set(delta_b.basis)
             return LowRank(delta_b.coef, basis)
@@ -364,8 +374,8 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
                 lq_phi = lp
             else:
                 lq = jax.vmap(log_q_fn)
-                lq_inv = jax.lax.map(lambda t: lq(theta + dense(embed(prop.inverse(t)))), steps)
-                lq_phi = jax.vmap(lambda t: lq(theta + t * dense(embed(prop.delta))))(steps)
+                lq_inv = jax.lax.map(lambda t: lq(theta + dense(embed(prop.inverse(t)), theta)), steps)
+                lq_phi = jax.vmap(lambda t: lq(theta + t * dense(embed(prop.delta), theta)))(steps)
             log_qmix_phi = jnp.logaddexp(lq_phi, log_q0[None, :] - prop.logdet)
             log_qmix_th = jnp.logaddexp(log_q0[None, :], lq_inv - prop.logdet)
             log_w = jnp.concatenate([(logp0 - ll0)[None, :] - log_qmix_th, lp - ll_phi - log_qmix_phi], axis=1)
@@ -400,36 +410,40 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         and log-likelihoods ``(n_iter, 2S)``.
         """
         one = jnp.ones((1,), dtype=theta.dtype)
+        var0 = jnp.mean(centred_sq, axis=0)  # componentwise variance of the draws (ddof 0)
 
         def pooled(a, r):
-            delta = a + (r - 1.0) * theta_b
+            delta = DiagAffine(a, r - 1.0)  # phi = a + r * theta
+            back = DiagAffine(-a / r, 1.0 / r - 1.0)  # T^-1(theta) - theta
             logdet = jnp.sum(jnp.log(r))
             lp, ll = (z[0] for z in line(delta, one, i))
-            lq_phi = lp if posterior_draws else jax.vmap(log_q_fn)(theta + dense(embed(delta)))
-            back = (theta_b - a) / r - theta_b  # T^-1(theta) - theta
-            lq_inv = line(back, one, i)[0][0] if posterior_draws else jax.vmap(log_q_fn)(theta + dense(embed(back)))
+            lq_phi = lp if posterior_draws else jax.vmap(log_q_fn)(theta + dense(embed(delta), theta))
+            lq_inv = line(back, one, i)[0][0] if posterior_draws else jax.vmap(log_q_fn)(
+                theta + dense(embed(back), theta))
             log_eta = logdet + lp - ll - log_q0
             log_qmix_phi = jnp.logaddexp(lq_phi, log_q0 - logdet)
             log_qmix_th = jnp.logaddexp(log_q0, lq_inv - logdet)
             log_w = jnp.concatenate([logp0 - ll0 - log_qmix_th, lp - ll - log_qmix_phi])
             clean = lambda z: jnp.where(jnp.isfinite(z), z, -jnp.inf)  # noqa: E731
-            return clean(log_eta), clean(log_w), jnp.concatenate([ll0, ll]), theta_b + delta
+            return clean(log_eta), clean(log_w), jnp.concatenate([ll0, ll])
 
         def body(carry, _):
-            a, r, log_eta, phi = carry
+            # moments of the images phi = a + r theta in closed form from those of the draws:
+            # mean a + r m, variance r^2 v, weighted mean a + r (m + w.z), weighted variance about
+            # the plain mean r^2 (w.z^2), with z = theta - m (never forming phi)
+            a, r, log_eta = carry
             lw, _ = psislw(log_eta, cfg.r_eff)
             w = jnp.exp(lw)
-            m, v = jnp.mean(phi, axis=0), jnp.var(phi, axis=0)
-            m_w = w @ phi
-            v_w = w @ jnp.square(phi - m)
-            scale = jnp.where(v > 0, jnp.sqrt(v_w / jnp.where(v > 0, v, 1.0)), 1.0)
-            a_new, r_new = m_w + scale * (a - m), scale * r
-            log_eta_new, log_w, ll_pool, phi_new = pooled(a_new, r_new)
-            return (a_new, r_new, log_eta_new, phi_new), (a_new, r_new, log_w, ll_pool)
+            wz, wz2 = w @ centred, w @ centred_sq
+            scale = jnp.where(var0 > 0, jnp.sqrt(wz2 / jnp.where(var0 > 0, var0, 1.0)), 1.0)
+            a_new = a + r * (mean_b + wz) - scale * r * mean_b
+            r_new = scale * r
+            log_eta_new, log_w, ll_pool = pooled(a_new, r_new)
+            return (a_new, r_new, log_eta_new), (a_new, r_new, log_w, ll_pool)
 
         a0, r0 = jnp.zeros(theta_b.shape[1]), jnp.ones(theta_b.shape[1])
         log_eta0 = jnp.where(jnp.isfinite(logp0 - ll0 - log_q0), -ll0 + logp0 - log_q0, -jnp.inf)
-        _, (A, R, log_w, ll_pool) = jax.lax.scan(body, (a0, r0, log_eta0, theta_b), None, length=n_iter)
+        _, (A, R, log_w, ll_pool) = jax.lax.scan(body, (a0, r0, log_eta0), None, length=n_iter)
         return A, R, log_w, ll_pool
 
     def make_proposal(full_name, i, ll0, ctx, steps):
@@ -452,7 +466,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
 
     def context(ll0):
         lw_raw = normalize_log_weights(logp0 - ll0 - log_q0)
-        return ObsContext(theta_b, lw_raw, mean_b, sd_b)
+        return ObsContext(theta_b, lw_raw, mean_b, sd_b, centred, centred_sq)
 
     def search(i, ll0):
         ctx = context(ll0)
@@ -504,11 +518,11 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         """Pooled points ``[theta; phi]`` (shape ``(2S, d)``) of one candidate, matching ``ObsResult.lw``."""
         if full_name == "mm_iter":
             A, R, _, _ = mm_iter_states(i, jnp.asarray(ll0), int(step))
-            phi = theta + dense(embed(A[-1] + (R[-1] - 1.0) * theta_b))
+            phi = theta + dense(embed(DiagAffine(A[-1], R[-1] - 1.0)), theta)
             return jnp.concatenate([theta, phi], axis=0)
         steps = jnp.asarray([step], dtype=theta.dtype)
         prop, _ = make_proposal(full_name, i, jnp.asarray(ll0), context(jnp.asarray(ll0)), steps)
-        phi = theta + step * dense(embed(prop.delta))
+        phi = theta + step * dense(embed(prop.delta), theta)
         return jnp.concatenate([theta, phi], axis=0)
 
     return search, points

@@ -35,6 +35,7 @@ from ppl_loo.numerics.moments import weighted_mean, weighted_var_about
 __all__ = [
     "Proposal",
     "LowRank",
+    "DiagAffine",
     "dense",
     "ObsContext",
     "not_applicable",
@@ -50,12 +51,24 @@ __all__ = [
 
 
 class ObsContext(NamedTuple):
-    """Quantities of one observation ``i`` at the original draws (block coordinates ``_b``)."""
+    """Quantities of one observation ``i`` at the original draws (block coordinates ``_b``).
+
+    ``centred`` and ``centred_sq`` (``theta_b - mean_b`` and its square) are per-run constants that
+    the engine computes once; when absent they are formed here.
+    """
 
     theta_b: jnp.ndarray  # (S, d_b) adapted block of the draws
     lw_raw: jnp.ndarray  # (S,) normalized raw log weights of plain IS (Eq. 6 / Eq. 13)
     mean_b: jnp.ndarray  # (d_b,)
     sd_b: jnp.ndarray  # (d_b,)
+    centred: jnp.ndarray = None  # (S, d_b)
+    centred_sq: jnp.ndarray = None  # (S, d_b)
+
+    def z(self):
+        return self.theta_b - self.mean_b if self.centred is None else self.centred
+
+    def z2(self):
+        return jnp.square(self.z()) if self.centred_sq is None else self.centred_sq
 
 
 class LowRank(NamedTuple):
@@ -70,12 +83,32 @@ class LowRank(NamedTuple):
     coef: jnp.ndarray  # (S, r)
     basis: jnp.ndarray  # (r, d)
 
-    def dense(self):
+    def dense(self, theta=None):
         return self.coef @ self.basis
 
 
-def dense(delta):
-    """``delta`` as an ``(S, d)`` array, whether it is dense or :class:`LowRank`."""
+class DiagAffine(NamedTuple):
+    """A displacement field ``delta = shift + slope * theta`` (componentwise; shape ``(S, d)``).
+
+    The images ``phi = theta + t delta`` of a diagonal affine map (PMM2/MM2, iterated moment
+    matching) are never formed: a model with a linear predictor evaluates the line from
+    ``theta @ (slope * X)^T`` and per-run sums, and the weighted moments of the images follow from
+    those of the draws (:meth:`ppl_loo.models.base.PosteriorModel.line_eval`).
+    """
+
+    shift: jnp.ndarray  # (d,)
+    slope: jnp.ndarray  # (d,)
+
+    def dense(self, theta):
+        return self.shift + self.slope * theta
+
+
+def dense(delta, theta=None):
+    """``delta`` as an ``(S, d)`` array: dense, :class:`LowRank` or :class:`DiagAffine` (needs ``theta``)."""
+    if isinstance(delta, DiagAffine):
+        if theta is None:
+            raise ValueError("a DiagAffine displacement needs the draws theta to be made dense")
+        return delta.dense(theta)
     return delta.dense() if isinstance(delta, LowRank) else delta
 
 
@@ -123,18 +156,20 @@ def pmm2(ctx: ObsContext, ts) -> Proposal:
     constant over draws.
     """
     S = ctx.theta_b.shape[0]
-    centred = ctx.theta_b - ctx.mean_b
-    v = jnp.mean(jnp.square(centred), axis=0)
-    v_w = weighted_var_about(ctx.theta_b, ctx.lw_raw, ctx.mean_b)
+    v = jnp.mean(ctx.z2(), axis=0)
+    v_w = jnp.exp(ctx.lw_raw) @ ctx.z2()  # weighted variance about the plain mean (Paananen's T2)
     r = jnp.where(v > 0, jnp.sqrt(v_w / jnp.where(v > 0, v, 1.0)), 1.0)
-    shift = weighted_mean(ctx.theta_b, ctx.lw_raw) - ctx.mean_b
-    delta = (r - 1.0) * centred + shift
+    shift = jnp.exp(ctx.lw_raw) @ ctx.z()  # theta_bar_w - theta_bar
+    # delta = (r - 1)(theta - theta_bar) + shift, a diagonal affine field
+    delta = DiagAffine(shift - (r - 1.0) * ctx.mean_b, r - 1.0)
     factors = 1.0 + ts[:, None] * (r - 1.0)  # (T, d_b)
     logdet_t = jnp.sum(jnp.log(jnp.abs(factors)), axis=1)
     ok_t = jnp.all(factors > 0, axis=1)
 
     def inverse(t):
-        return ctx.mean_b + (centred - t * shift) / (1.0 + t * (r - 1.0)) - ctx.theta_b
+        # T_t^-1(theta) = theta_bar + (theta - theta_bar - t shift) / f, f = 1 + t (r - 1)
+        f = 1.0 + t * (r - 1.0)
+        return DiagAffine(ctx.mean_b - (ctx.mean_b + t * shift) / f, 1.0 / f - 1.0)
 
     return Proposal(delta, _const_logdet(logdet_t, S), jnp.broadcast_to(ok_t[:, None], (ts.shape[0], S)),
                     jnp.asarray(True), inverse)
@@ -255,7 +290,7 @@ def newton(ctx: ObsContext, ts, g_bar, V, D) -> Proposal:
     ``O(S d_b q)``: ``Sigma`` is never formed. ``det A = det(I + C G)``.
     """
     S = ctx.theta_b.shape[0]
-    Z = ctx.theta_b - ctx.mean_b
+    Z = ctx.z()
     ZV = Z @ V  # (S, q)
     U = Z.T @ ZV / (S - 1)  # Sigma V, (d_b, q)
     G = V.T @ U  # (q, q)

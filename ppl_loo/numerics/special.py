@@ -1,0 +1,34 @@
+"""Fast, stable elementwise functions for the likelihood inner loops.
+
+``jax.nn.softplus`` is ``logaddexp(x, 0)``, whose infinity handling keeps XLA's CPU backend from
+vectorizing it: about 14 ns per float64 element against 2 ns for the same function written as
+``max(x, 0) + log1p(exp(-|x|))`` (``benchmarks``-style measurement on this project's 2-core
+machine). The full-data likelihood along every candidate line (Eq. 11) evaluates it ``T S n``
+times per observation, so the difference is most of the engine's run time for sigmoidal models.
+The derivative is given explicitly (``sigmoid``), so gradients and Hessians are exact everywhere,
+including ``x = 0``.
+"""
+
+from ppl_loo import _config  # noqa: F401
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["softplus", "log_sigmoid"]
+
+
+@jax.custom_jvp
+def softplus(x):
+    """``log(1 + exp(x))``, finite and accurate for every float ``x``."""
+    return jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+@softplus.defjvp
+def _softplus_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return softplus(x), jax.nn.sigmoid(x) * t
+
+
+def log_sigmoid(x):
+    """``log sigmoid(x) = -softplus(-x)``."""
+    return -softplus(-x)
