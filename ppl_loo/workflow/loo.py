@@ -76,7 +76,7 @@ def loo(
     log_q=None,
     influence_threshold=None,
     jacobian="auto",
-    batch_size=1,
+    batch_size="auto",
     min_ess=None,
 ):
     """Adaptive PSIS-LOO-CV.
@@ -121,8 +121,10 @@ def loo(
     jacobian : {"auto", "exact", "first_order"}
         Jacobian determinants of the gradient transforms: closed form where the model declares its
         structure, exact autodiff ``log|det|`` for small blocks, else the first-order Eq. 22.
-    batch_size : int
-        Observations evaluated together in one vectorized call.
+    batch_size : int or "auto"
+        Observations evaluated together in one vectorized call: the draws are read once per batch,
+        so larger batches are faster and use more memory. ``"auto"`` picks up to 8 within a
+        working-memory budget of about 1 GB per batch.
     min_ess : float, optional
         A candidate proposal counts only if the effective sample size ``1 / sum w^2`` of its
         smoothed weights is at least this; default ``min(100, S / 10)``. k-hat alone misses maps
@@ -206,7 +208,9 @@ def loo(
     lw_adapted = np.zeros((len(obs_idx), 2 * S))
 
     edata = EngineData(theta_j, logp0, log_q0, grad_logp0, model.line_cache(theta_j))
-    search, points, mapped = _compiled_engine(model, cfg, not approx, batch_size, log_q_fn)
+    batch_size = _auto_batch_size(batch_size, S, d, n, len(obs_idx))
+    search, points, mapped, prepare = _compiled_engine(model, cfg, not approx, batch_size, log_q_fn)
+    edata = prepare(edata)  # per-run statistics of the draws, shared by every observation
     if len(obs_idx):
         results = _run(mapped, edata, obs_idx, ll, batch_size, progressbar)
         for j, i in enumerate(obs_idx):
@@ -308,8 +312,21 @@ def _compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
     key = (cfg, bool(posterior_draws), int(batch_size), log_q_fn)
     if key not in cache:
         search, points = build_engine(model, cfg, posterior_draws=posterior_draws, log_q_fn=log_q_fn)
-        cache[key] = (search, points, mapped_search(search, batch_size))
+        cache[key] = (search, points, mapped_search(search, batch_size), jax.jit(search.prepare))
     return cache[key]
+
+
+def _auto_batch_size(batch_size, S, d, n, n_flagged):
+    """``batch_size="auto"``: up to 8 observations per vectorized call within ~1 GB of temporaries.
+
+    One observation's search holds a few ``(S, d)`` and ``(T, S, n)`` float64 arrays at a time.
+    """
+    if batch_size != "auto":
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer or 'auto'; got {batch_size!r}.")
+        return int(batch_size)
+    per_obs = 8.0 * S * (8 * d + 12 * n)  # bytes, generous
+    return int(max(1, min(8, n_flagged, (2**30) // per_obs)))
 
 
 def _check_transforms(transforms):
