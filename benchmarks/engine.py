@@ -59,10 +59,12 @@ def main(argv=None):
     ap.add_argument("--prior", default="normal", choices=["normal", "horseshoe"])
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--batch-size", default="auto", help="observations per vectorized call (int or 'auto')")
     ap.add_argument("--set", default="both", choices=["papers", "all", "both"])
     ap.add_argument("--out", default=str(HERE / "results" / "engine.json"))
     args = ap.parse_args(argv)
+    if args.batch_size != "auto":
+        args.batch_size = int(args.batch_size)
 
 
     import ppl_loo as pl
@@ -105,6 +107,7 @@ def run_one(pl, model, data, t_fit, args, set_name, transforms):
         "S": res.n_samples,
         "transforms": transforms,
         "candidates_per_observation": n_cand,
+        "batch_size": args.batch_size,
         "wall_first_s": rows["first call (JIT compile included)"],
         "wall_second_s": rows["second call (compiled)"],
         "us_per_obs_transform_hbar": rows["second call (compiled)"] / evals * 1e6,
@@ -113,6 +116,7 @@ def run_one(pl, model, data, t_fit, args, set_name, transforms):
         "above_threshold_psis": int(np.sum(k_psis > thr)),
         "above_threshold_adapted": int(np.sum(res.pareto_k.values > thr)),
         "jax_backend": jax.default_backend(),
+        "load_average_1min_at_end": os.getloadavg()[0],
         "cpu_count": os.cpu_count(),
     }
     print(f"\n[{set_name}: {', '.join(transforms)}]")
