@@ -53,7 +53,13 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
                        progress_bar=progressbar, **kw)
     t_fit = time.perf_counter() - t0
     div = int(np.asarray(data["sample_stats"]["diverging"]).sum()) if "sample_stats" in data.children else -1
-    print(f"      done in {t_fit:.0f} s; divergences: {div}", file=out)
+    import arviz_stats as azs
+
+    post = data["posterior"].to_dataset()
+    rhat = max(float(np.nanmax(v.values)) for v in azs.rhat(post).data_vars.values())
+    ess = min(float(np.nanmin(v.values)) for v in azs.ess(post, method="bulk").data_vars.values())
+    print(f"      done in {t_fit:.0f} s; divergences: {div}; max R-hat {rhat:.3f}, min bulk ESS {ess:.0f} "
+          f"(a short demo run: use more warmup and draws for real work)", file=out)
 
     print("[2/3] plain PSIS-LOO", file=out, flush=True)
     with warnings.catch_warnings():
@@ -73,7 +79,7 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     for i in bad:
         rows.append((int(i), int(y[i]), f"{k0[i]:.2f}", f"{res.pareto_k.values[i]:.2f}",
                      str(res.transform.values[i]),
-                     "-" if np.isnan(res.hbar_used.values[i]) else f"4^-{int(round(-np.log(res.hbar_used.values[i]) / np.log(4)))}",
+                     "-" if np.isnan(res.hbar_used.values[i]) or res.transform.values[i] == "failed" else f"4^-{int(round(-np.log(res.hbar_used.values[i]) / np.log(4)))}",
                      f"{plain.elpd_i.values[i]:.2f}", f"{res.elpd_i.values[i]:.2f}",
                      "yes" if res.doubtful.values[i] else ""))
     print(f"\nObservations with plain-PSIS Pareto k > {thr:.2f} ({len(bad)} of {n}):", file=out)
