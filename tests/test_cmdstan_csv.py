@@ -114,70 +114,105 @@ def test_read_rdump(tmp_path):
     assert d["e"].shape == (0,)
 
 
-def test_different_header_raises(tmp_path):
-    text = CSV_FILES[1].read_text().splitlines(keepends=True)
-    k = next(i for i, ln in enumerate(text) if not ln.startswith("#"))
-    text[k] = text[k].replace("theta_tilde.", "eta.")
-    bad = tmp_path / "other_model.csv"
-    bad.write_text("".join(text))
-    with pytest.raises(ValueError, match="other_model.csv") as info:
-        from_cmdstan([CSV_FILES[0], bad])
-    assert "eta.1" in str(info.value) and "theta_tilde.1" in str(info.value)
+RELU = ROOT / "stan_models" / "relu_net.stan"
 
 
-def _synthetic_csv(path, *, save_warmup, thin=1):
-    """A small CmdStan-like CSV with a matrix ``m[2,3]`` written column-major, with optional warmup."""
-    n_warmup, n_samples = 4, 6
-    lines = [
-        "# stan_version_major = 2", "# stan_version_minor = 33", "# stan_version_patch = 1",
-        "# model = toy_model", "# method = sample (Default)", "#   sample",
-        f"#     num_samples = {n_samples}", f"#     num_warmup = {n_warmup}",
-        f"#     save_warmup = {save_warmup}", f"#     thin = {thin}",
-    ]
-    cols = ["lp__", "accept_stat__", "stepsize__", "treedepth__", "n_leapfrog__", "divergent__", "energy__", "a"]
-    cols += [f"m.{i}.{j}" for j in (1, 2, 3) for i in (1, 2)]  # m.1.1, m.2.1, m.1.2, ...
-    lines.append(",".join(cols))
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory):
+    """Real Stan output with saved warmup and thinning: Stan's own NUTS (the services CmdStan runs,
+    writing through CmdStan's CSV writer) on the ReLU-net program, which has a matrix parameter."""
+    if shutil.which("g++") is None:  # pragma: no cover
+        pytest.skip("no C++ compiler")
+    pytest.importorskip("httpstan")
+    import ppl_loo as pl
+    from ppl_loo.stan import relu_data
+    from ppl_loo.stan.sampler import sample_cmdstan_csv
 
-    def row(s):
-        m = [100 * s + 10 * i + j for j in (1, 2, 3) for i in (1, 2)]
-        return ",".join(str(v) for v in [-s, 0.9, 0.5, 2, 3, s % 2, 1.0 + s, s] + m)
-
-    nw = -(-n_warmup // thin) if save_warmup else 0
-    lines += [row(-(k + 1)) for k in range(nw)]
-    lines += ["# Adaptation terminated", "# Step size = 0.5", "# Diagonal elements of inverse mass matrix:",
-              "# 1, 2, 3, 4, 5, 6, 7"]
-    ns = -(-n_samples // thin)
-    lines += [row(k) for k in range(ns)]
-    lines += ["# ", "#  Elapsed Time: 0.01 seconds (Warm-up)", "#                0.02 seconds (Sampling)",
-              "#                0.03 seconds (Total)", "# "]
-    path.write_text("\n".join(lines) + "\n")
-    return nw, ns
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(20, 2))
+    y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    model = pl.StanModel(RELU, relu_data(X, y, hidden=2), sampler=True)
+    paths, logs = sample_cmdstan_csv(model, tmp_path_factory.mktemp("csv"), chains=2, seed=42, num_warmup=150,
+                                     num_samples=100, thin=3, save_warmup=True, max_depth=6, prefix="relu")
+    return model, paths, logs
 
 
-def test_matrix_index_placement_warmup_and_thin(tmp_path):
-    p = tmp_path / "toy.csv"
-    nw, ns = _synthetic_csv(p, save_warmup=1, thin=2)
-    assert (nw, ns) == (2, 3)
-    d = from_cmdstan(p, log_likelihood=None)
-    assert "warmup_posterior" not in d.children
-    m = d["posterior"]["m"]
-    assert m.dims == ("chain", "draw", "m_dim_0", "m_dim_1") and m.shape == (1, 3, 2, 3)
-    for s in range(3):
-        np.testing.assert_array_equal(m.values[0, s], [[100 * s + 10 * i + j for j in (1, 2, 3)] for i in (1, 2)])
-    assert d.attrs["thin"] == 2 and d.attrs["stan_version"] == "2.33.1"
-    d = from_cmdstan([p, p], log_likelihood={"ll": "a"}, include_warmup=True)
-    assert d["warmup_posterior"]["m"].shape == (2, 2, 2, 3)
-    np.testing.assert_array_equal(d["warmup_posterior"]["m"].values[1, 0, 1], [-100 + 21, -100 + 22, -100 + 23])
-    assert d["warmup_sample_stats"]["diverging"].dtype == bool
-    np.testing.assert_array_equal(d["log_likelihood"]["ll"].values[0], [0, 1, 2])
-    np.testing.assert_array_equal(d["warmup_log_likelihood"]["ll"].values[0], [-1, -2])
-    assert "a" not in d["posterior"].data_vars
-    # save_warmup=0: no warmup rows, include_warmup adds nothing
-    p0 = tmp_path / "toy0.csv"
-    _synthetic_csv(p0, save_warmup=0)
-    d0 = from_cmdstan(p0, include_warmup=True, observed_data={"y": np.arange(3.0)})
-    assert "warmup_posterior" not in d0.children and d0["posterior"].sizes["draw"] == 6
-    np.testing.assert_array_equal(d0["observed_data"]["y"].values, [0, 1, 2])
+def test_real_csv_with_warmup_and_thinning(sampled):
+    model, paths, logs = sampled
+    assert all("Gradient evaluation took" in log for log in logs)
+    f = read_cmdstan_csv(paths[0])
+    assert f.config["thin"] == "3" and f.get_int("save_warmup", 0) == 1 and f.config["model"] == model.model_name
+    assert f.n_warmup_rows == 50 and f.sampling.shape[0] == 34  # ceil(150 / 3), ceil(100 / 3)
+    assert f.step_size is not None and f.inv_metric.shape == (model.dim,)
+    assert set(f.timing) == {"warmup", "sampling", "total"}
+    step_col = f.header.index("stepsize__")
+    # after adaptation the step size is the adapted one, printed in the adaptation block
+    np.testing.assert_allclose(f.sampling[:, step_col], f.step_size, rtol=5e-6)
+    assert np.any(np.abs(f.warmup[:, step_col] - f.step_size) > 1e-3)
+    assert f.header[7:10] == ["W1.1.1", "W1.2.1", "W1.1.2"]  # column-major, as Stan writes
+
+    d = from_cmdstan(paths, include_warmup=True, posterior_predictive="y_rep", observed_data={"y": np.arange(3.0)})
+    assert dict(d["posterior"].sizes) == {"chain": 2, "draw": 34, "W1_dim_0": 2, "W1_dim_1": 3, "W2_dim_0": 2}
+    assert d["warmup_posterior"].sizes["draw"] == 50 and d["warmup_sample_stats"].sizes["draw"] == 50
+    assert d["posterior_predictive"]["y_rep"].shape == (2, 34, 20)
+    assert d.attrs["thin"] == 3 and d.attrs["save_warmup"] == 1
+    np.testing.assert_array_equal(d["observed_data"]["y"].values, [0, 1, 2])
+    # values placed by index: W1[i, j] of chain 1, draw 5 is column "W1.{i+1}.{j+1}" of that row
+    header, rows = _raw_rows(paths[1])
+    row = dict(zip(header, rows[50 + 5]))  # after the 50 warmup rows
+    for i in range(2):
+        for j in range(3):
+            assert d["posterior"]["W1"].values[1, 5, i, j] == float(row[f"W1.{i + 1}.{j + 1}"])
+    # every draw, warmup included: Stan's lp__ is the bridge's log density at the unconstrained draw
+    # (to the CSV's 6 significant digits) and log_lik its generated quantity
+    post = model.loo_model(data=d)
+    for prefix in ("", "warmup_"):
+        u = post.unconstrain(d[f"{prefix}posterior"])
+        lp = model.log_density(u, propto=True)
+        np.testing.assert_allclose(lp, d[f"{prefix}sample_stats"]["lp"].values.reshape(-1), rtol=1e-5, atol=1e-3)
+        ll = model.split_constrained(model.param_constrain(u, include_gq=True), include_gq=True)["log_lik"]
+        np.testing.assert_allclose(ll, d[f"{prefix}log_likelihood"]["log_lik"].values.reshape(-1, 20),
+                                   rtol=1e-4, atol=1e-4)
+    # without include_warmup the warmup rows are dropped
+    d0 = from_cmdstan(paths)
+    assert "warmup_posterior" not in d0.children
+    np.testing.assert_array_equal(d0["posterior"]["W1"].values, d["posterior"]["W1"].values)
+
+
+def test_real_csv_read_by_cmdstanpy_and_arviz(sampled):
+    """cmdstanpy and ArviZ read the same files to the same values (warmup included)."""
+    cmdstanpy = pytest.importorskip("cmdstanpy")
+    ab = pytest.importorskip("arviz_base")
+    _, paths, _ = sampled
+    fit = cmdstanpy.from_csv([str(p) for p in paths])
+    assert fit.num_draws_warmup == 50 and fit.num_draws_sampling == 34
+    d = from_cmdstan(fit, include_warmup=True, posterior_predictive="y_rep")
+    ref = ab.from_cmdstanpy(fit, log_likelihood="log_lik", posterior_predictive="y_rep")
+    _assert_same_tree(d, ref, ["posterior", "log_likelihood", "posterior_predictive"])
+    # sample statistics and warmup: cmdstanpy's own draws (draw, chain, column), warmup rows first.
+    # (arviz_base 1.3's from_cmdstanpy puts the warmup rows into sample_stats when the files saved
+    # them, 84 draws instead of 34, so it is no reference there.)
+    raw = fit.draws(inc_warmup=True)
+    cols = list(fit.column_names)
+    assert raw.shape[:2] == (84, 2)
+    for stan_name, ours in (("lp__", "lp"), ("stepsize__", "step_size"), ("treedepth__", "tree_depth"),
+                            ("n_leapfrog__", "n_steps"), ("divergent__", "diverging"), ("energy__", "energy"),
+                            ("accept_stat__", "acceptance_rate")):
+        np.testing.assert_array_equal(d["sample_stats"][ours].values, raw[50:, :, cols.index(stan_name)].T)
+        np.testing.assert_array_equal(d["warmup_sample_stats"][ours].values, raw[:50, :, cols.index(stan_name)].T)
+    np.testing.assert_array_equal(d["warmup_sample_stats"]["lp"].values, raw[:50, :, cols.index("lp__")].T)
+    np.testing.assert_array_equal(d["warmup_posterior"]["W1"].values[:, :, 1, 2],
+                                  raw[:50, :, cols.index("W1[2,3]")].T)
+    np.testing.assert_array_equal(d["posterior"]["W1"].values[:, :, 1, 2], raw[50:, :, cols.index("W1[2,3]")].T)
+
+
+def test_csv_files_of_different_models_raise(sampled):
+    """Chains from two different programs (eight schools by CmdStan, the ReLU net by Stan's NUTS)."""
+    _, paths, _ = sampled
+    with pytest.raises(ValueError, match=r"(?s)relu_1.csv.*different header from.*output_1.csv.*a different model") as info:
+        from_cmdstan([CSV_FILES[0], paths[0]])
+    assert "missing columns ['mu', 'tau', 'theta_tilde.1'" in str(info.value)
+    assert "extra columns ['W1.1.1'" in str(info.value)
 
 
 def _assert_same_tree(ours, ref, groups):

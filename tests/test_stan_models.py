@@ -57,7 +57,8 @@ def horseshoe():
 @pytest.fixture(scope="module")
 def relu():
     data = {"N": N_RELU, "D": D_RELU, "H": H, "X": X_RELU, "y": Y_RELU, "prior_scale": 1.0}
-    return pl.StanModel(RELU, data), pl.models.ReluNet(X_RELU, Y_RELU, hidden=H)
+    # sampler=True: the same cached library as tests/test_cmdstan_csv.py, which samples with it
+    return pl.StanModel(RELU, data, sampler=True), pl.models.ReluNet(X_RELU, Y_RELU, hidden=H)
 
 
 def test_horseshoe_data_defaults():

@@ -9,7 +9,7 @@ unconstrained draws. See :mod:`ppl_loo.stan.compile` for flags and the cache.
 
 from .cmdstan_csv import from_cmdstan, read_cmdstan_csv, read_rdump
 from .compile import StanCompileError, build_library, cache_dir
-from .model import StanDataError, StanEvaluationError, StanModel, as_data_dict, data_to_json
+from .model import StanDataError, StanEvaluationError, StanModel, as_data_dict, data_to_json, default_threads
 from .programs import horseshoe_data, relu_data
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "build_library",
     "cache_dir",
     "data_to_json",
+    "default_threads",
     "from_cmdstan",
     "horseshoe_data",
     "read_cmdstan_csv",

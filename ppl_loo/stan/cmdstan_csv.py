@@ -76,9 +76,16 @@ class CmdStanCSV:
         return ".".join(parts) if all(p is not None for p in parts) else None
 
     def get_int(self, key: str, default: int) -> int:
+        """An integer setting; CmdStan >= 2.33 writes booleans as ``true`` / ``false``."""
+        value = self.config.get(key)
+        if value is None:
+            return default
+        low = value.strip().lower()
+        if low in ("true", "false"):
+            return int(low == "true")
         try:
-            return int(float(self.config[key]))
-        except (KeyError, ValueError):
+            return int(float(low))
+        except ValueError:
             return default
 
 
