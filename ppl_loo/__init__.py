@@ -13,9 +13,10 @@ from ppl_loo.stan import StanModel, from_cmdstan
 from ppl_loo.workflow.add_loo import add_loo
 from ppl_loo.workflow.expectation import loo_expectation
 from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
+from ppl_loo.workflow.predictive import LooROC, loo_roc
 from ppl_loo.workflow.result import LooResult
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "add_loo", "loo_expectation", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
+__all__ = ["loo", "add_loo", "loo_expectation", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS"]

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
+from scipy.special import expit, logsumexp
 
 pm = pytest.importorskip("pymc")
 azs = pytest.importorskip("arviz_stats")
@@ -26,6 +27,7 @@ SAMPLE = {
     "cores": 1,
     "progressbar": False,
     "compute_convergence_checks": False,
+    "nuts_sampler": "pymc",  # PyMC picks nutpie when it is installed; keep the tests' draws fixed
 }
 
 
@@ -75,6 +77,13 @@ def logistic_fit():
     return model, idata, X, y, s, s0
 
 
+@pytest.fixture(scope="module")
+def logistic_loo(logistic_fit):
+    model, idata, X, y, s, s0 = logistic_fit
+    m = PyMCModel(model)
+    return m, pl.loo(idata, m, progressbar=False)
+
+
 # ---------------------------------------------------------------------- 1. densities, transforms
 def test_logp_loglik_match_pymc(bounded_fit):
     model, idata = bounded_fit
@@ -121,10 +130,12 @@ def test_pl_loo_with_pymc_model(bounded_fit):
 
 
 # ---------------------------------------------------------------------- 2. logistic regression
-def test_logistic_matches_closed_form_and_arviz(logistic_fit):
+def test_logistic_matches_closed_form_and_arviz(logistic_fit, logistic_loo):
     model, idata, X, y, s, s0 = logistic_fit
-    m = PyMCModel(model)
-    res = pl.loo(idata, m, progressbar=False)
+    m, res = logistic_loo
+    # the adapter found the linear predictor [1, X] @ (beta0, b) in the graph
+    np.testing.assert_allclose(m.structure.X, np.column_stack([np.ones(len(y)), X]), atol=1e-12)
+    assert m.structure.offset is None
 
     # the same draws, named as the closed-form model expects
     post = idata["posterior"].to_dataset()
@@ -163,7 +174,113 @@ def test_logistic_matches_closed_form_and_arviz(logistic_fit):
     assert np.isfinite(res.elpd)
 
 
-# ---------------------------------------------------------------------- 3. errors
+# ---------------------------------------------------------------------- 3. LOO probabilities, ROC, AUC
+def test_loo_expectation_predicted_probability(logistic_fit, logistic_loo):
+    """Plain-PSIS observations: the PSIS-weighted mean with arviz_stats's smoothed weights."""
+    model, idata, X, y, s, s0 = logistic_fit
+    m, res = logistic_loo
+    n = len(y)
+
+    def prob(p):
+        return expit(np.asarray(p["beta0"])[:, None] + np.asarray(p["b"]) @ X.T)
+
+    e = pl.loo_expectation(idata, res, prob)
+    vals = np.asarray(e.values)
+    assert e.dims == res.elpd_i.dims
+    assert np.all((vals > 0) & (vals < 1))
+    peer = azs.loo(idata, pointwise=True)
+    lw = np.asarray(peer.log_weights.transpose("chain", "draw", "obs_id").values).reshape(-1, n)
+    lw = lw - logsumexp(lw, axis=0)
+    post = idata["posterior"]
+    f0 = expit(post["beta0"].values.reshape(-1)[:, None] + post["b"].values.reshape(-1, 2) @ X.T)
+    by_hand = np.sum(np.exp(lw) * f0, axis=0)
+    psis = np.asarray(res.transform.values) == "psis"
+    assert psis.sum() > 0 and (~psis).sum() > 0
+    np.testing.assert_allclose(vals[psis], by_hand[psis], rtol=0, atol=1e-8)
+
+
+def test_loo_roc_auc_pr():
+    """pl.loo_roc on a GLM with overlapping classes: LOO probabilities read from the PyMC graph, the
+    AUC against every (positive, negative) pair, the curves against their definitions."""
+    rng = np.random.default_rng(17)
+    n = 40
+    X = rng.normal(size=(n, 2))
+    y = (rng.uniform(size=n) < expit(0.3 + 1.2 * X[:, 0] - 0.8 * X[:, 1])).astype(int)
+    j = np.argmax(X[:, 0])
+    X[j, 0], y[j] = 3.5, 0  # one surprising label at high leverage: plain PSIS fails there
+    with pm.Model(coords={"feature": [0, 1], "obs_id": np.arange(n)}) as model:
+        b0 = pm.Normal("b0", 0, 2.5)
+        b = pm.Normal("b", 0, 2.5, dims="feature")
+        pm.Bernoulli("y", p=pm.math.invlogit(b0 + pm.math.dot(X, b)), observed=y, dims="obs_id")
+        idata = pm.sample(**SAMPLE, random_seed=2)
+    m = PyMCModel(model)
+    assert m.structure is not None  # p = invlogit(affine) is the GLM
+    res = pl.loo(idata, m, progressbar=False)
+
+    def prob(p):
+        return expit(np.asarray(p["b0"])[:, None] + np.asarray(p["b"]) @ X.T)
+
+    # the adapter's own p(y = 1 | theta), read from the graph, equals the hand-written one
+    pts = m.constrain(jnp.asarray(rng.normal(size=(20, m.dim))))
+    np.testing.assert_allclose(m.predicted_probability(pts), prob(pts), rtol=1e-12)
+    roc = pl.loo_roc(idata, res)
+    p = np.asarray(roc.probability.values)
+    assert roc.probability.dims == ("obs_id",)
+    np.testing.assert_allclose(p, np.asarray(pl.loo_expectation(idata, res, prob).values), rtol=1e-12)
+    np.testing.assert_array_equal(roc.y, y)
+    # AUC: every (positive, negative) pair, ties count 1/2
+    pos, neg = p[y == 1], p[y == 0]
+    diff = pos[:, None] - neg[None, :]
+    auc = float(np.mean((diff > 0) + 0.5 * (diff == 0)))
+    assert 0.6 < auc < 1.0
+    assert roc.auc == pytest.approx(auc, abs=1e-12)
+    assert roc.auc == pytest.approx(np.trapezoid(roc.tpr, roc.fpr), abs=1e-12)
+    levels = np.unique(p)[::-1]
+    np.testing.assert_allclose(roc.tpr[1:], [np.mean(pos >= t) for t in levels])
+    np.testing.assert_allclose(roc.fpr[1:], [np.mean(neg >= t) for t in levels])
+    np.testing.assert_allclose(roc.precision[:-1], [np.mean(y[p >= t]) for t in levels[::-1]])
+    p_in = prob(m.constrain(m.unconstrain(idata))).mean(axis=0)
+    d_in = p_in[y == 1][:, None] - p_in[y == 0][None, :]
+    print(f"\nLOO AUC {roc.auc:.4f} (in-sample {np.mean((d_in > 0) + 0.5 * (d_in == 0)):.4f}), LOO average "
+          f"precision {roc.average_precision:.4f}; adapted {int(np.sum(res.transform.values != 'psis'))}")
+    assert np.sum(res.transform.values != "psis") >= 1  # adapted weights enter the curve
+    with pytest.raises(ValueError, match="labels must be 0 or 1"):
+        pl.loo_roc(idata, res, y=np.arange(n))
+
+
+def test_roc_pr_functions_with_ties():
+    """Array-level curves against brute force on scores with ties (scikit-learn's conventions)."""
+    from ppl_loo.workflow.predictive import average_precision, precision_recall_curve, roc_auc, roc_curve
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, size=40)
+    score = np.round(rng.uniform(size=40), 1)  # many ties, across classes too
+    pos, neg = score[y == 1], score[y == 0]
+    diff = pos[:, None] - neg[None, :]
+    assert np.any(diff == 0)
+    assert roc_auc(y, score) == pytest.approx(np.mean((diff > 0) + 0.5 * (diff == 0)), abs=1e-12)
+    fpr, tpr, thr = roc_curve(y, score)
+    levels = np.unique(score)[::-1]
+    np.testing.assert_array_equal(thr, np.r_[np.inf, levels])
+    np.testing.assert_allclose(tpr, [0] + [np.mean(pos >= t) for t in levels])
+    np.testing.assert_allclose(fpr, [0] + [np.mean(neg >= t) for t in levels])
+    assert roc_auc(y, score) == pytest.approx(np.trapezoid(tpr, fpr), abs=1e-12)
+    precision, recall, pthr = precision_recall_curve(y, score)
+    np.testing.assert_array_equal(pthr, levels[::-1])
+    np.testing.assert_allclose(precision[:-1], [np.mean(y[score >= t]) for t in levels[::-1]])
+    np.testing.assert_allclose(recall[:-1], [np.mean(pos >= t) for t in levels[::-1]])
+    assert (precision[-1], recall[-1]) == (1.0, 0.0)
+    r = np.r_[[np.mean(pos >= t) for t in levels], ]
+    pr = np.array([np.mean(y[score >= t]) for t in levels])
+    ap = float(np.sum(np.diff(np.r_[0.0, r]) * pr))
+    assert average_precision(y, score) == pytest.approx(ap, abs=1e-12)
+    with pytest.raises(ValueError, match="both classes"):
+        roc_auc(np.ones(5), np.arange(5.0))
+    with pytest.raises(ValueError, match="0 or 1"):
+        roc_curve(np.array([0, 2, 1]), np.arange(3.0))
+
+
+# ---------------------------------------------------------------------- 4. errors
 def test_discrete_free_variable_raises():
     with pm.Model() as model:
         k = pm.Poisson("k", 3.0)

@@ -301,6 +301,36 @@ class PyMCModel(PosteriorModel):
         jac = self._jac_fn(*parts)[0]
         return self._loo_log_density(self._values(theta), i) + jac
 
+    # ------------------------------------------------------------------ predictions
+    @cached_property
+    def _prob_fn(self):
+        """``p`` of a Bernoulli ``var_name`` as a JAX function of the constrained free variables."""
+        import pytensor.tensor as pt
+        from pytensor.graph.replace import graph_replace
+
+        if type(self._obs_rv.owner.op).__name__ != "BernoulliRV":
+            return None
+        holders = {rv: pt.tensor(name=f"{rv.name}_value", dtype=rv.type.dtype, shape=self.shapes[rv.name])
+                   for rv in self._free_rvs}
+        p = pt.broadcast_to(self._obs_rv.owner.inputs[-1], self.obs_shape)
+        p = graph_replace(p, dict(holders), strict=False)
+        return _jaxify([holders[rv] for rv in self._free_rvs], [p])
+
+    def predicted_probability(self, params) -> np.ndarray:
+        """``p(y_i = 1 | theta)`` of a Bernoulli observed variable, shape ``(M, *obs_shape)``.
+
+        ``params`` maps the free variables' names to constrained values of shape ``(M, *shape)``
+        (the output of :meth:`constrain`); for :func:`ppl_loo.loo_expectation` and
+        :func:`ppl_loo.loo_roc`.
+        """
+        fn = self._prob_fn
+        if fn is None:
+            raise ValueError(
+                f"observed variable {self.var_name!r} is not Bernoulli; pass your own probability function."
+            )
+        arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
+        return np.asarray(jax.jit(jax.vmap(lambda *a: fn(*a)[0]))(*arrays))
+
     # ------------------------------------------------------------------ line evaluations
     @cached_property
     def _glm_cache_fn(self):
@@ -336,6 +366,7 @@ class PyMCModel(PosteriorModel):
         if self._glm is None:
             return super().line_eval(cache, theta, delta, ts, i)
         from ppl_loo.models.pymc_structure import prior_line
+        from ppl_loo.numerics.special import softplus
 
         mu0, f0, g0, Xt, sign = cache
         b = self._bsel
@@ -351,9 +382,12 @@ class PyMCModel(PosteriorModel):
             dmu = full[:, b] @ Xt.T
         ts = jnp.asarray(ts)
         prior = prior_line(self._glm, f0, g0, theta, full, full[:, b], ts)
-        mu = mu0[None] + ts[:, None, None] * dmu[None]  # (T, S, n)
-        lls = -jax.nn.softplus(-sign * mu)
-        return prior + jnp.sum(lls, axis=-1), lls[..., i]
+        t = ts[:, None]
+        mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n), reduced without being stored
+        logp = prior - jnp.sum(softplus(-sign * mu), axis=-1)
+        # observation i on its own (slicing the (T, S, n) array would make XLA store it)
+        ll_i = -softplus(-sign[i] * (mu0[:, i][None] + t * dmu[:, i][None]))
+        return logp, ll_i
 
     # ------------------------------------------------------------------ constrained space
     def constrain(self, theta) -> dict:

@@ -442,7 +442,9 @@ def _pointwise_factory(data, var_name, model, n):
         shape = tuple(model.obs_shape) if getattr(model, "obs_shape", ()) else (n,)
         dims = tuple(model.obs_dims)[: len(shape)] if len(model.obs_dims) >= len(shape) else tuple(
             f"{var_name}_dim_{j}" for j in range(len(shape)))
-        coords = {}
+        # the model's coordinate values of those dims (PyMC coords), where their lengths fit
+        mc = getattr(model, "coords", None) or {}
+        coords = {d: np.asarray(mc[d]) for d, k in zip(dims, shape) if d in mc and len(mc[d]) == k}
 
     def make(values, name):
         return xr.DataArray(np.asarray(values).reshape(shape), dims=dims, coords=coords, name=name)
