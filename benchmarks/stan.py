@@ -102,7 +102,7 @@ def pystan_gradient_seconds(path, data):
     """Stan's "Gradient evaluation took X seconds" from a short PyStan run (4 chains)."""
     import stan
 
-    from ppl_loo.stan.cmdstan_csv import _pystan_messages
+    from ppl_loo.stan.pystan_fit import pystan_messages as _pystan_messages
 
     payload = {k: np.asarray(v).tolist() for k, v in data.items()}
     posterior = stan.build(Path(path).read_text(), data=payload, random_seed=1)
@@ -146,13 +146,13 @@ def bench_model(spec, sizes, repeats, with_compile, with_pystan):
         for nt in sorted({1, threads}):
             model.n_threads = nt
             model.log_density_gradient(x[: min(S, 100)], on_error="reject")
-            t = best_of(lambda: model.log_density_gradient(x, on_error="reject"), repeats)
+            t = best_of(lambda x=x: model.log_density_gradient(x, on_error="reject"), repeats)
             entry[f"bridge_{nt}t_s"] = t
             entry[f"bridge_{nt}t_grads_per_s"] = S / t
         model.n_threads = threads
         xj = jnp.asarray(x)
         jax.block_until_ready(vg(xj))  # compile
-        t = best_of(lambda: jax.block_until_ready(vg(xj)), repeats)
+        t = best_of(lambda xj=xj: jax.block_until_ready(vg(xj)), repeats)
         entry["jax_path_s"] = t
         entry["jax_path_grads_per_s"] = S / t
         entry["overhead_1t"] = (entry["bridge_1t_s"] / S) / row["stan_gradient_s"]
@@ -183,7 +183,7 @@ def main(argv=None):
         print(f"{r['model']:>18} {r['dim']:>5} {'-' if comp is None else f'{comp:.1f}':>11} "
               f"{r['cached_construct_s'] * 1e3:>11.1f} {r['stan_gradient_s'] * 1e6:>14.2f} {ps_txt:>16}")
     print()
-    print(f"{'model':>18} {'S':>6} {'bridge 1t [grad/s]':>19} {'bridge {0}t [grad/s]'.format(rows[0]['threads']):>19} "
+    print(f"{'model':>18} {'S':>6} {'bridge 1t [grad/s]':>19} {'bridge {}t [grad/s]'.format(rows[0]['threads']):>19} "
           f"{'JAX path [grad/s]':>18} {'overhead 1t':>11}")
     for r in rows:
         nt = r["threads"]

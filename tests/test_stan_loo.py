@@ -24,7 +24,6 @@ import jax.numpy as jnp
 import xarray as xr
 
 import ppl_loo as pl
-from ppl_loo.stan import read_rdump
 from ppl_loo.stan.posterior import StanPosterior
 from ppl_loo.workflow.inputs import stack_draws
 
@@ -238,7 +237,7 @@ def test_normal_outlier_loo(normal_fit):
 # ----------------------------------------------------------------------------- the user-facing path
 def test_no_python_loop_over_draws(eight_schools, monkeypatch):
     """Every call into the bridge during ``pl.loo`` carries a whole batch: at least S draws."""
-    _, dt, model, theta = eight_schools
+    _, dt, _, theta = eight_schools
     S = theta.shape[0]
     sizes = []
     for name in ("log_density", "log_density_gradient", "param_constrain", "param_unconstrain"):

@@ -174,8 +174,8 @@ def test_relu_loo_matches_jax_model(relu):
     # adapt the 5 most influential observations (posterior variance of log_lik above a quantile)
     ll = dt.log_likelihood["y"].values.reshape(-1, N_RELU)
     influence = np.var(ll, axis=0, ddof=1)
-    kw = dict(transforms=("mm1", "mm2", "pmm1", "kl"), progressbar=False,
-              influence_threshold=float(np.sort(influence)[-6]))
+    kw = {"transforms": ("mm1", "mm2", "pmm1", "kl"), "progressbar": False,
+          "influence_threshold": float(np.sort(influence)[-6])}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res_j = pl.loo(dt, jm, **kw)

@@ -1,15 +1,32 @@
-"""In-process Stan bridge (issue 4).
+"""Stan in ppl_loo (issue 4): an in-process bridge, CmdStan / PyStan output in, adaptive LOO out.
 
-``StanModel(stan_file_or_code, data)`` translates the program with httpstan's ``stanc``, compiles
-it together with a small C ABI bridge (``bridge.cpp``) against the Stan headers shipped in the
-``httpstan`` wheel, caches the shared library, and exposes batched ``log_density``,
-``log_density_gradient``, ``param_constrain`` and ``param_unconstrain`` over ``(S, d)`` arrays of
-unconstrained draws. See :mod:`ppl_loo.stan.compile` for flags and the cache.
+>>> import ppl_loo as pl
+>>> data = pl.from_cmdstan(["output_1.csv", "output_2.csv"])            # doctest: +SKIP
+>>> res = pl.loo(data, model=pl.StanModel("model.stan", "model.data.R"))  # doctest: +SKIP
+
+* :class:`StanModel` (:mod:`.model`): the program is translated with httpstan's ``stanc``,
+  compiled together with a small C ABI bridge (``bridge.cpp``) against the Stan headers shipped
+  in the ``httpstan`` wheel, cached (:mod:`.compile`), and exposes batched ``log_density``,
+  ``log_density_gradient``, ``param_constrain`` and ``param_unconstrain`` over ``(S, d)`` arrays
+  of unconstrained draws (one C++ call per batch, optionally threaded). Passed to
+  :func:`ppl_loo.loo`, it becomes a :class:`~.posterior.StanPosterior` (:meth:`StanModel.loo_model`):
+  exact LOO by data deletion through ``jax.pure_callback``.
+* :func:`from_cmdstan` (:mod:`.cmdstan_csv`, :mod:`.pystan_fit`): CmdStan CSV files, a cmdstanpy
+  ``CmdStanMCMC`` or a PyStan 3 fit to a DataTree; :func:`read_rdump` for ``.data.R`` files.
+* :mod:`.programs`: data of the ``stan_models/`` programs (:func:`horseshoe_data`,
+  :func:`relu_data`); :mod:`.sampler`: Stan's NUTS in-process, writing CmdStan-format CSV.
 """
 
 from .cmdstan_csv import from_cmdstan, read_cmdstan_csv, read_rdump
 from .compile import StanCompileError, build_library, cache_dir
-from .model import StanDataError, StanEvaluationError, StanModel, as_data_dict, data_to_json, default_threads
+from .model import (
+    StanDataError,
+    StanEvaluationError,
+    StanModel,
+    as_data_dict,
+    data_to_json,
+    default_threads,
+)
 from .programs import horseshoe_data, relu_data
 
 __all__ = [

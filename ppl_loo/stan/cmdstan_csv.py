@@ -15,7 +15,8 @@ A CmdStan CSV file holds
 Array variables are written one column per element, ``name.i.j`` (1-based); the element order is
 column-major, but values are placed by their parsed indices, not by column order.
 
-:func:`read_rdump` reads the R dump data format (``J <- 8``, ``y <- c(...)``, ``structure(...)``).
+:func:`read_rdump` (:mod:`ppl_loo.stan.rdump`) reads the R dump data format; PyStan fits are
+converted by :mod:`ppl_loo.stan.pystan_fit`.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
+
+from .rdump import read_rdump
 
 __all__ = ["CmdStanCSV", "from_cmdstan", "read_cmdstan_csv", "read_rdump"]
 
@@ -397,116 +399,6 @@ def _from_csv_files(paths, *, include_warmup, **kw) -> xr.DataTree:
     return _build_tree(ref.header, sampling, warmup, attrs=attrs, stats_attrs=stats_attrs, **kw)
 
 
-def _pystan_messages(fit) -> list[dict]:
-    """Per chain: step size, inverse metric, timing and Stan's gradient timing from the raw output.
-
-    PyStan 3 keeps every chain's httpstan output (JSON lines) in ``fit.stan_outputs``; besides the
-    draws it holds the messages CmdStan would write as CSV comments (topic ``sample``: "Step
-    size = ...", "Diagonal elements of inverse mass matrix:", "Elapsed Time: ...") and the logger's
-    "Gradient evaluation took X seconds".
-    """
-    import json
-
-    out = []
-    for raw in getattr(fit, "stan_outputs", ()):
-        info: dict[str, Any] = {"timing": {}}
-        metric_next = False
-        for line in raw.splitlines():
-            if b'"values":{' in line or b'"values": {' in line:
-                continue  # a draw (may hold NaN/inf, which strict JSON parsers reject)
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            vals = msg.get("values")
-            if not isinstance(vals, list) or not vals or not isinstance(vals[0], str):
-                continue
-            text = vals[0]
-            if msg.get("topic") == "logger":
-                m = re.search(r"Gradient evaluation took ([-+0-9.eE]+) seconds", text)
-                if m:
-                    info["gradient_seconds"] = float(m.group(1))
-                continue
-            if msg.get("topic") != "sample":
-                continue
-            body = text.strip()
-            if metric_next:
-                metric_next = False
-                try:
-                    info["inv_metric"] = np.array([float(v) for v in body.split(",") if v.strip()])
-                    continue
-                except ValueError:
-                    pass
-            if body.lower().startswith("step size"):
-                info["step_size"] = float(body.split("=", 1)[1])
-            elif "inverse mass matrix" in body.lower() or "inverse metric" in body.lower():
-                metric_next = True
-            else:
-                for val, what in _TIME_RE.findall(body):
-                    info["timing"][what.strip().lower().replace("-", "")] = float(val)
-        out.append(info)
-    return out
-
-
-def _from_pystan(fit, *, include_warmup, **kw) -> xr.DataTree:
-    """PyStan 3 ``Fit``.
-
-    ``fit[name]`` has shape ``(*dims, n_saved * num_chains)`` (scalars: ``(1, ...)``) where the
-    last axis runs over draws with the chains interleaved (``draw * num_chains + chain``: PyStan
-    stores ``(column, draw, chain)`` and flattens the last two in C order); with
-    ``save_warmup=True`` the first ``ceil(num_warmup / num_thin)`` saved draws are warmup.
-    """
-    n_chain = int(fit.num_chains)
-    thin = int(getattr(fit, "num_thin", 1) or 1)
-    n_warm = math.ceil(int(fit.num_warmup) / thin) if getattr(fit, "save_warmup", False) else 0
-    header: list[str] = []
-    cols: list[np.ndarray] = []
-    for name in getattr(fit, "sample_and_sampler_param_names", ()):
-        header.append(name)
-        cols.append(np.asarray(fit[name], dtype=np.float64).reshape(-1))
-    for name, dims in zip(fit.param_names, fit.dims):
-        dims = tuple(int(k) for k in dims)
-        a = np.asarray(fit[name], dtype=np.float64)
-        total = a.shape[-1]
-        flat = a.reshape(-1, total, order="F")  # elements in column-major order, like CmdStan
-        idxs = [()] if not dims else [i[::-1] for i in np.ndindex(*dims[::-1])]
-        if len(idxs) != flat.shape[0]:
-            raise ValueError(f"PyStan fit: {name!r} has {flat.shape[0]} values per draw, expected dims {dims}")
-        for k, idx in enumerate(idxs):
-            header.append(name + "".join(f".{i + 1}" for i in idx))
-            cols.append(flat[k])
-    if not cols:
-        raise ValueError("the PyStan fit has no draws")
-    total = cols[0].shape[0]
-    if total % n_chain:
-        raise ValueError(f"{total} draws do not split into {n_chain} chains")
-    draws = np.stack(cols, axis=-1).reshape(total // n_chain, n_chain, len(cols)).transpose(1, 0, 2)
-    sampling = draws[:, n_warm:]
-    warmup = draws[:, :n_warm] if include_warmup and n_warm > 0 else None
-    attrs: dict[str, Any] = {"inference_library": "pystan"}
-    try:
-        import importlib.metadata
-
-        attrs["inference_library_version"] = importlib.metadata.version("pystan")
-    except Exception:  # noqa: BLE001  # pragma: no cover
-        pass
-    attrs.update({"num_samples": int(fit.num_samples), "num_warmup": int(fit.num_warmup),
-                  "save_warmup": int(bool(getattr(fit, "save_warmup", False))), "thin": thin})
-    stats_attrs: dict[str, Any] = {}
-    msgs = _pystan_messages(fit)
-    if len(msgs) == n_chain:
-        if all("step_size" in m for m in msgs):
-            attrs["step_size"] = np.array([m["step_size"] for m in msgs])
-        if all("inv_metric" in m for m in msgs) and len({m["inv_metric"].shape for m in msgs}) == 1:
-            stats_attrs["inv_metric"] = np.stack([m["inv_metric"] for m in msgs])
-        for key in ("warmup", "sampling", "total"):
-            if all(key in m["timing"] for m in msgs):
-                stats_attrs[f"elapsed_time_{key}"] = np.array([m["timing"][key] for m in msgs])
-        if all("gradient_seconds" in m for m in msgs):
-            stats_attrs["gradient_seconds"] = np.array([m["gradient_seconds"] for m in msgs])
-    return _build_tree(header, sampling, warmup, attrs=attrs, stats_attrs=stats_attrs, **kw)
-
-
 def from_cmdstan(
     csv_files,
     *,
@@ -555,7 +447,9 @@ def from_cmdstan(
     elif hasattr(csv_files, "param_names") and hasattr(csv_files, "num_chains") and hasattr(csv_files, "__getitem__"):
         fit = csv_files
         ll = _resolve_default_ll(log_likelihood, list(fit.param_names))
-        return _from_pystan(fit, include_warmup=include_warmup, log_likelihood=ll, **kw)
+        from .pystan_fit import from_pystan_fit
+
+        return from_pystan_fit(fit, include_warmup=include_warmup, log_likelihood=ll, **kw)
     paths = _expand_paths(csv_files)
     if log_likelihood == "log_lik":  # the default: only when present
         header = read_cmdstan_header(paths[0])
@@ -576,83 +470,3 @@ def read_cmdstan_header(path) -> list[str]:
             if line.strip() and not line.startswith("#"):
                 return [h.strip() for h in line.rstrip("\r\n").split(",")]
     raise ValueError(f"{path}: no header row; is this a CmdStan CSV file?")
-
-
-# ---------------------------------------------------------------------------------------- R dump
-_ASSIGN_RE = re.compile(r"""(?m)^[ \t]*["'`]?([A-Za-z.][\w.]*)["'`]?[ \t]*<-""")
-
-
-def _r_numbers(text: str) -> tuple[list[float], bool]:
-    """Comma-separated R numbers (with ``a:b`` ranges, ``NA``, ``Inf``, ``1L``) -> values, all-int flag."""
-    vals: list[float] = []
-    is_int = True
-    for tok in (t.strip() for t in text.split(",")):
-        if not tok:
-            continue
-        if re.fullmatch(r"-?\d+L?\s*:\s*-?\d+L?", tok):
-            a, b = (int(s.strip().rstrip("L")) for s in tok.split(":"))
-            vals.extend(range(a, b + 1) if a <= b else range(a, b - 1, -1))
-            continue
-        t = tok.rstrip("L") if re.fullmatch(r"-?\d+L", tok) else tok
-        low = t.lower().lstrip("+-")
-        if low in ("na", "nan"):
-            vals.append(math.nan)
-            is_int = False
-        elif low == "inf":
-            vals.append(-math.inf if t.startswith("-") else math.inf)
-            is_int = False
-        else:
-            v = float(t)
-            if not re.fullmatch(r"[-+]?\d+", t):
-                is_int = False
-            vals.append(v)
-    return vals, is_int
-
-
-def _r_value(text: str):
-    s = text.strip().rstrip(";").strip()
-    dim = None
-    m = re.match(r"^structure\s*\((.*)\)$", s, re.DOTALL)
-    if m:
-        inner = m.group(1)
-        md = re.search(r"\.Dim\s*=\s*(c\s*\([^)]*\)|[\d:L\s]+)", inner)
-        if md is None:
-            raise ValueError(f"R dump: structure(...) without .Dim: {s[:80]!r}")
-        d = md.group(1).strip()
-        d = d[d.index("(") + 1 : -1] if d.startswith("c") else d
-        dim = tuple(int(v) for v in _r_numbers(d)[0])
-        s = inner[: md.start()].rstrip().rstrip(",").strip()
-    mc = re.match(r"^c\s*\((.*)\)$", s, re.DOTALL)
-    if mc:
-        vals, is_int = _r_numbers(mc.group(1))
-        vector = True
-    elif re.match(r"^(integer|double|numeric)\s*\(\s*0?\s*\)$", s):
-        vals, is_int, vector = [], True, True
-    else:
-        vals, is_int = _r_numbers(s)
-        vector = len(vals) != 1 or ":" in s
-    arr = np.array(vals, dtype=np.int64 if is_int else np.float64)
-    if dim is not None:
-        if math.prod(dim) != arr.size:
-            raise ValueError(f"R dump: .Dim {dim} does not match {arr.size} values")
-        return arr.reshape(dim, order="F")  # R arrays are column-major
-    if not vector:
-        return int(arr[0]) if is_int else float(arr[0])
-    return arr
-
-
-def read_rdump(path) -> dict:
-    """Read an R dump data file (CmdStan's ``.data.R``) -> ``{name: int | float | ndarray}``.
-
-    Supports scalars, ``c(...)`` vectors, ``a:b`` ranges, ``structure(c(...), .Dim = c(...))``
-    arrays (column-major, as R stores them), ``NA``/``Inf``, integer suffix ``L``. Values written
-    without a decimal point or exponent are integers.
-    """
-    text = Path(path).read_text(encoding="utf-8")
-    text = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
-    matches = list(_ASSIGN_RE.finditer(text))
-    out: dict[str, Any] = {}
-    for k, m in enumerate(matches):
-        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
-        out[m.group(1)] = _r_value(text[m.end() : end])
-    return out

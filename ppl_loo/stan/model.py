@@ -285,7 +285,7 @@ class StanModel:
     def __repr__(self) -> str:
         return f"StanModel({self.build.key}, dim={self.dim}, params={self.get_dims()})"
 
-    def with_data(self, data) -> "StanModel":
+    def with_data(self, data) -> StanModel:
         """The same (cached) program on other data, with the same seed and threads."""
         return StanModel(self.code, data, seed=self.seed, n_threads=self.n_threads,
                          extra_cxxflags=self.extra_cxxflags)

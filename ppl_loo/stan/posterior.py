@@ -28,10 +28,7 @@ them; any other exception inside Stan, and any error at the posterior draws them
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +37,7 @@ import numpy as np
 from ppl_loo import _config  # noqa: F401  (float64)
 from ppl_loo.models.base import PosteriorModel
 
-from .model import StanDataError, StanEvaluationError, StanModel, as_data_dict
+from .model import StanDataError, StanEvaluationError, StanModel
 
 __all__ = ["StanPosterior", "detect_n_obs"]
 
