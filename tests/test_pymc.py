@@ -164,6 +164,9 @@ def test_logistic_matches_closed_form_and_arviz(logistic_fit, logistic_loo):
     np.testing.assert_allclose(res.pareto_k_psis.values, res_lr.pareto_k_psis.values, atol=1e-6)
     np.testing.assert_allclose(res_same.pareto_k_psis.values, res_lr.pareto_k_psis.values, atol=1e-6)
     np.testing.assert_allclose(res_same.elpd_i.values, res_lr.elpd_i.values, atol=1e-6)
+    np.testing.assert_allclose(res_same.pareto_k.values, res_lr.pareto_k.values, atol=1e-6)
+    np.testing.assert_array_equal(res_same.transform.values, res_lr.transform.values)
+    assert np.sum(res_same.transform.values != "psis") >= 1
 
     # the peer: arviz_stats moment matching with the same PyMC model
     ref = azs.loo(idata, pointwise=True, moment_match=True, model=model)
@@ -281,22 +284,51 @@ def test_roc_pr_functions_with_ties():
 
 
 # ---------------------------------------------------------------------- 4. errors
-def test_discrete_free_variable_raises():
+def test_discrete_free_variable_raises(bounded_fit):
+    _, idata = bounded_fit
     with pm.Model() as model:
         k = pm.Poisson("k", 3.0)
         pm.Normal("y", k, 1.0, observed=np.array([1.0, 2.0]))
-    with pytest.raises(ValueError, match="'k'"):
-        PyMCModel(model)
+    with pytest.raises(ValueError, match=r"\['k'\] are discrete.*[Mm]arginalize"):
+        pl.loo(idata, model)
 
 
-def test_missing_posterior_variable_raises(bounded_fit):
+def test_missing_posterior_group_raises(bounded_fit):
     model, idata = bounded_fit
-    post = idata["posterior"].to_dataset().drop_vars("sigma")
-    with pytest.raises(ValueError, match="'sigma'"):
-        PyMCModel(model).unconstrain(post)
+    no_post = xr.DataTree.from_dict({"log_likelihood": idata["log_likelihood"].to_dataset()})
+    with pytest.raises(ValueError, match="no 'posterior' group"):
+        pl.loo(no_post, model)
+
+
+def _with_posterior(idata, post):
+    return xr.DataTree.from_dict({"posterior": post, "log_likelihood": idata["log_likelihood"].to_dataset()})
+
+
+def test_draws_that_do_not_match_the_model(bounded_fit):
+    """Names, shapes, support and values of the draws: a clear error (or warning) each, via pl.loo."""
+    model, idata = bounded_fit
+    post = idata["posterior"].to_dataset()
+    cases = [
+        (post.drop_vars("sigma"), r"'sigma' is missing"),
+        (post.rename({"alpha": "intercept"}), r"'alpha' is missing"),
+        (post.assign(slope=post["slope"].expand_dims(extra=2, axis=-1)), r"'slope' has per-draw shape \(2,\)"),
+        (post.assign(sigma=-post["sigma"]), r"'sigma' has 1000 draw\(s\) outside the support"),
+        (post.assign(slope=post["alpha"] + 5.0), r"'slope' has \d+ draw\(s\) outside the support"),
+        (post.assign(alpha=post["alpha"].where(post["draw"] != 3)), r"'alpha' has non-finite draws"),
+    ]
+    for bad, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            pl.loo(_with_posterior(idata, bad), model, progressbar=False)
+    # a dict of arrays with the wrong shape
     bad = {"alpha": np.zeros((10,)), "slope": np.zeros((10,)), "sigma": np.ones((10, 2))}
     with pytest.raises(ValueError, match="'sigma'"):
         PyMCModel(model).unconstrain(bad)
+    # a log_likelihood group from other data than the model's: warned, the model's values are used
+    ll = idata["log_likelihood"].to_dataset()
+    shifted = xr.DataTree.from_dict({"posterior": post, "log_likelihood": ll + 0.5})
+    with pytest.warns(UserWarning, match="differs from the model's"):
+        res = pl.loo(shifted, model, progressbar=False)
+    np.testing.assert_allclose(res.elpd, pl.loo(idata, model, progressbar=False).elpd, rtol=1e-12)
 
 
 def test_var_name_required_with_several_observed():

@@ -75,6 +75,30 @@ def test_samplers_without_log_likelihood(sampler):
     np.testing.assert_allclose(res.pareto_k_psis.values, ref.pareto_k.values, atol=1e-6)
 
 
+# ---------------------------------------------------------------------- several observed variables
+def test_several_observed_variables_var_name():
+    """``a_j ~ N(mu, 1)`` and ``b_i ~ N(mu, 2^2)`` share ``mu ~ N(0, s0^2)``; LOO over ``b`` keeps all
+    of ``a``: ``b_i | a, b_-i ~ N(m, 4 + v)`` with the posterior ``N(m, v)`` of ``mu`` given the rest."""
+    rng = np.random.default_rng(10)
+    s0, a, b = 3.0, rng.normal(0.5, 1.0, size=6), rng.normal(0.5, 2.0, size=10)
+    b[7] = 14.0
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, s0)
+        pm.Normal("a", mu, 1.0, observed=a)
+        pm.Normal("b", mu, 2.0, observed=b)
+        idata = pm.sample(**SAMPLE, nuts_sampler="pymc", random_seed=10, idata_kwargs={"log_likelihood": True})
+    with pytest.raises(ValueError, match="var_name"):
+        pl.loo(idata, model)
+    res = pl.loo(idata, model, var_name="b", progressbar=False)
+    assert res.elpd_i.dims == ("b_dim_0",) and res.elpd_i.size == b.size
+    exact = []
+    for i in range(b.size):
+        rest = np.delete(b, i)
+        prec = 1.0 / s0**2 + a.size + rest.size / 4.0
+        exact.append(norm.logpdf(b[i], (a.sum() + rest.sum() / 4.0) / prec, np.sqrt(4.0 + 1.0 / prec)))
+    _check_exact(res, exact, "two observed variables, var_name='b'")
+
+
 # ---------------------------------------------------------------------- multivariate rows
 def test_mvnormal_rows_are_observations():
     """``y_i ~ N_2(mu, Sigma)`` (rows), ``mu ~ N_2(0, s0^2 I)``: ``y_i | y_-i ~ N(m_-i, Sigma + V_-i)``."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xarray as xr
-from scipy.special import expit, logsumexp
+from scipy.special import logsumexp
 from scipy.stats import poisson
 
 pm = pytest.importorskip("pymc")
@@ -90,34 +90,35 @@ def _ess(w):
 
 
 def test_poisson_adapted_elpd_i_vs_refit(poisson_fit):
+    """Every flagged observation (plain-PSIS k above the threshold, or a log-likelihood so variable
+    that plain PSIS is not trusted): refit without it by MCMC; the adapted elpd_i lies within three
+    Monte Carlo standard errors of the refit's ``log mean_s p(y_i | theta_s)``."""
     model, idata, x, y, outliers, res = poisson_fit
-    adapted = np.flatnonzero(np.asarray(res.transform.values) != "psis")
-    assert adapted.size >= 1
-    order = adapted[np.argsort(-res.pareto_k_psis.values[adapted])]
-    for i in order[:2]:
+    flagged = np.asarray(res._engine.obs_idx)
+    k_bad = np.flatnonzero(res.pareto_k_psis.values > res.good_k)
+    assert set(k_bad) <= set(flagged) and set(outliers) <= set(flagged)
+    eng = res._engine
+    lines = []
+    for i in flagged:
         keep = np.arange(len(y)) != i
         with _poisson_model(x[keep], y[keep]):
             refit = pm.sample(draws=1000, tune=1000, chains=4, cores=1, random_seed=100 + int(i),
-                              progressbar=False, compute_convergence_checks=False)
+                              progressbar=False, compute_convergence_checks=False, nuts_sampler="pymc")
         post = refit["posterior"]
         a = post["alpha"].values  # (chain, draw)
         b = post["beta"].values  # (chain, draw, 2)
         ll = poisson.logpmf(y[i], np.exp(a + b @ x[i]))  # (chain, draw)
-        S = ll.size
-        elpd_refit = float(logsumexp(ll) - np.log(S))
+        elpd_refit = float(logsumexp(ll) - np.log(ll.size))
         w = np.exp(ll - ll.max())
-        mcse_refit = float(np.std(w, ddof=1) / np.mean(w) / np.sqrt(_ess(w)))
+        mcse_refit = float(np.std(w, ddof=1) / np.mean(w) / np.sqrt(_ess(w)))  # delta method, log of a mean
         e_ad = float(res.elpd_i.values[i])
-        mcse_ad = float(res.mcse_elpd_i.values[i])
-        tol = 3 * np.sqrt(mcse_refit**2 + mcse_ad**2)
-        eng = res._engine
         e_psis = float(logsumexp(eng.lw_psis[i] + eng.ll[:, i]))
-        print(f"\nobs {i} (y={y[i]}, k_psis={res.pareto_k_psis.values[i]:.3f}, "
-              f"k={res.pareto_k.values[i]:.3f}, {res.transform.values[i]}): "
-              f"elpd_i ppl_loo {e_ad:.4f} +- {mcse_ad:.4f}, refit {elpd_refit:.4f} +- {mcse_refit:.4f}, "
-              f"plain PSIS {e_psis:.4f}, "
-              f"|diff| {abs(e_ad - elpd_refit):.4f} <= {tol:.4f}")
-        assert abs(e_ad - elpd_refit) <= tol
+        lines.append(f"obs {i:2d} (y={y[i]:2d}, k_psis={res.pareto_k_psis.values[i]:.3f}, k={res.pareto_k.values[i]:.3f}, "
+                     f"{res.transform.values[i]}): ppl_loo {e_ad:.4f} +- {res.mcse_elpd_i.values[i]:.4f}, refit "
+                     f"{elpd_refit:.4f} +- {mcse_refit:.4f}, plain PSIS {e_psis:.4f}: "
+                     f"|diff| = {abs(e_ad - elpd_refit) / mcse_refit:.2f} refit MCSE")
+        print("\n" + lines[-1])
+        assert abs(e_ad - elpd_refit) <= 3.0 * mcse_refit, lines[-1]
 
 
 # ---------------------------------------------------------------------- eight schools

@@ -23,10 +23,7 @@ pt = pytest.importorskip("pytensor.tensor")
 from ppl_loo.models.base import PosteriorModel
 from ppl_loo.models.pymc_model import PyMCModel
 from ppl_loo.numerics.adaptive import EngineConfig, EngineData, build_engine, mapped_search
-from ppl_loo.numerics import transforms as _tr
-from ppl_loo.numerics.transforms import LowRank
-
-DiagAffine = getattr(_tr, "DiagAffine", None)  # the engine's diagonal-affine displacement (newer engines)
+from ppl_loo.numerics.transforms import DiagAffine, LowRank
 
 N, G = 18, 3
 
@@ -113,10 +110,8 @@ def _deltas(m, theta, rng):
     shift, slope = np.zeros(d), np.zeros(d)
     shift[block] = rng.normal(size=block.size)
     slope[block] = 0.3 * rng.normal(size=block.size)
-    out = [jnp.asarray(dense), LowRank(jnp.asarray(rng.normal(size=(S, 2))), jnp.asarray(basis))]
-    if DiagAffine is not None:
-        out.append(DiagAffine(jnp.asarray(shift), jnp.asarray(slope)))
-    return out
+    return [jnp.asarray(dense), LowRank(jnp.asarray(rng.normal(size=(S, 2))), jnp.asarray(basis)),
+            DiagAffine(jnp.asarray(shift), jnp.asarray(slope))]
 
 
 @pytest.mark.parametrize("kind", ["normal", "student", "hier"])

@@ -8,6 +8,11 @@ their current values. The unconstrained vector ``theta`` is the concatenation of
 ``model.value_vars`` (for example ``sigma_log__``), each flattened in C order, in that order.
 Conversions between constrained draws and ``theta`` are vectorized over draws with
 :func:`jax.vmap` (no Python loop over draws).
+
+A Bernoulli observation whose logit is affine in the parameters is recognized in the graph
+(:mod:`ppl_loo.models.pymc_structure`) and handed to the engine as the GLM structure of the closed-form
+models, so a logistic regression written in PyMC runs on the same fast path as
+:class:`~ppl_loo.models.LogisticRegression`.
 """
 
 from __future__ import annotations
@@ -52,6 +57,14 @@ class PyMCModel(PosteriorModel):
         for exact LOO when the observed variable's likelihood does not factorize into one term
         per observation (for example one ``pm.MvNormal`` over all observations). The log-Jacobian
         of the value transforms is added by the adapter.
+    structure : bool, default True
+        Look for a Bernoulli observation whose logit is affine in a block of the unconstrained
+        parameters (:mod:`ppl_loo.models.pymc_structure`). When found (and proved), the adapter
+        declares a :class:`~ppl_loo.models.base.GLMStructure` with ``adapt_index`` = that block,
+        so the engine uses the exact closed-form Jacobians (Eq. 28) and evaluates lines through
+        the linear predictor; the other parameters (for example a hierarchical scale) are held
+        fixed by the transformations. ``False`` keeps the generic path (every parameter moves,
+        autodiff Jacobians).
 
     Attributes
     ----------
@@ -66,6 +79,10 @@ class PyMCModel(PosteriorModel):
         Names of the free random variables, in the order of ``model.value_vars``.
     value_names : tuple of str
         Names of the value variables (``sigma_log__`` ...), the blocks of ``theta``.
+    structure, adapt_index :
+        The detected :class:`~ppl_loo.models.base.GLMStructure` and its block, or None.
+    structure_note : str
+        What was detected, or why nothing was (for example "the logit is not affine ...").
 
     Raises
     ------
@@ -77,7 +94,8 @@ class PyMCModel(PosteriorModel):
     -----
     ``logp(theta)`` is ``model.logp(jacobian=True, sum=True)`` (Potentials included) and
     ``loglik(theta)`` is ``model.logp(vars=[obs], sum=False, jacobian=False)`` flattened in C
-    order. For a non-factorizing likelihood with ``loo_log_density``, ``loglik`` is the
+    order; a multivariate observed variable observed with shape ``(n, k)`` (``pm.MvNormal`` rows)
+    has one log-likelihood term per row, so its observations are the rows. For a non-factorizing likelihood with ``loo_log_density``, ``loglik`` is the
     pointwise ``logp - loo_logp`` (the log of ``p(y_i | y_-i, theta)`` up to the normalization the
     user's function implies), as the engine expects (``factorizes = False``).
 
@@ -219,9 +237,12 @@ class PyMCModel(PosteriorModel):
                 raise ValueError(
                     f"the likelihood of observed variable {var_name!r} does not factorize into one "
                     f"term per observation (elementwise logp has shape {ll_shape}, the data "
-                    f"{data_shape}), e.g. one multivariate distribution over all observations. Exact "
-                    "LOO needs the leave-one-out density: pass "
-                    "loo_log_density=callable(values, i) to PyMCModel."
+                    f"{data_shape}), e.g. one multivariate distribution over all observations, so "
+                    "there is no pointwise log-likelihood to leave out. Exact LOO needs the "
+                    "leave-one-out density: write loo_log_density(values, i) -> log p(params) + "
+                    "log p(y_-i | params) (a JAX function of the constrained values, a dict by "
+                    "variable name) and call pl.loo(data, ppl_loo.models.PyMCModel(model, "
+                    "loo_log_density=loo_log_density))."
                 )
             self.factorizes = False
             self.obs_shape = (int(data_shape[-1]),) if len(data_shape) else (1,)

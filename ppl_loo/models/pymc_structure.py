@@ -147,7 +147,6 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
         Seed of those points (the result does not depend on it unless the structure is absent).
     """
     import pytensor.tensor as pt
-    from pymc.logprob.basic import logp as rv_logp  # noqa: F401  (PyMC import sanity)
 
     from ppl_loo.models.pymc_model import _jaxify
 
