@@ -1,0 +1,534 @@
+"""``ppl_loo.pvi``: predictive variational inference (Lai & Yao 2024), DataTree out.
+
+The numerics (families, score estimators, the optimizer loop) live in :mod:`ppl_loo.numerics`;
+what each backend provides in :mod:`ppl_loo.workflow.pvi_models`. This module runs PVI and the
+plain-VI comparison in the same family, draws from ``q``, and writes the user's DataTree:
+``posterior`` (constrained draws named like the model's variables), ``log_likelihood``,
+``observed_data`` and the ``pvi`` group (variational parameters, objective traces, training
+scores, and the heterogeneity table of the notes, section 3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from ppl_loo.numerics import pvi as npvi
+from ppl_loo.numerics.optim import Optimizer, get_optimizer, step_decay
+from ppl_loo.numerics.variational import Family, flatten_params, get_family
+from ppl_loo.workflow.pvi_eval import training_scores
+from ppl_loo.workflow.pvi_models import as_pvi_model
+
+__all__ = ["DEFAULT_LEARNING_RATE", "pvi", "pvi_log_q"]
+
+DEFAULT_LEARNING_RATE = {"adam": 1e-2, "rmsprop": 1e-3, "sgd": 1e-3}
+_SCORE_NAMES = {"log": "log score", "crps": "CRPS", "quadratic": "quadratic score"}
+CAVEAT = ("The heterogeneity flags are a heuristic (Lai & Yao, Sec. 2.5), not a test: a PVI sd well above the VI sd "
+          "says the data vary more than the model allows along that parameter (misspecification), but a "
+          "non-identified spread inflates it too (binary data without replication; a noise scale traded against "
+          "the spread of a coefficient). Regularization (lam > 0) stabilizes the solution.")
+
+
+def _prng_key(random_seed):
+    if random_seed is None:
+        raise TypeError("pl.pvi needs random_seed= (an int, a numpy Generator or a JAX key): it is the only "
+                        "source of randomness of the optimization and the draws.")
+    if isinstance(random_seed, np.random.Generator):
+        return jax.random.PRNGKey(int(random_seed.integers(2**63 - 1)))
+    if isinstance(random_seed, (int, np.integer)):
+        return jax.random.PRNGKey(int(random_seed))
+    if isinstance(random_seed, jax.Array):
+        if jnp.issubdtype(random_seed.dtype, jax.dtypes.prng_key):
+            return jax.random.key_data(random_seed)
+        return random_seed
+    raise TypeError(f"random_seed must be an int, a numpy Generator or a JAX key, got {type(random_seed).__name__}.")
+
+
+def _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold):
+    if score not in (None, "log", "crps", "quadratic"):
+        raise ValueError(f"score={score!r}: choose 'log', 'crps' or 'quadratic' (None fits plain VI).")
+    if reg not in npvi.REGULARIZERS:
+        raise ValueError(f"reg={reg!r}: choose None, 'prior' (KL to the prior, Eq. 6) or 'posterior' (Eq. 7).")
+    if not (isinstance(lam, (int, float, np.floating, np.integer)) and math.isfinite(lam) and lam >= 0):
+        raise ValueError(f"lam={lam!r} must be a finite number >= 0.")
+    if lam > 0 and reg is None:
+        raise ValueError(f"lam={lam} has no effect without a regularizer: pass reg='prior' or reg='posterior'.")
+    if int(steps) < 1:
+        raise ValueError(f"steps={steps} must be >= 1.")
+    if int(draws_per_step) < 1:
+        raise ValueError(f"draws_per_step={draws_per_step} must be >= 1.")
+    if int(num_draws) < 2:
+        raise ValueError(f"num_draws={num_draws} must be >= 2.")
+    if not 0.0 <= float(average) < 1.0:
+        raise ValueError(f"average={average} must be in [0, 1): the fraction of final steps whose iterates are averaged.")
+    if estimator not in npvi.ESTIMATORS:
+        raise ValueError(f"estimator={estimator!r}: choose 'reparam' (Table 1, (a)) or 'rejection' (Appendix B).")
+    if not heterogeneity_threshold > 1.0:
+        raise ValueError(f"heterogeneity_threshold={heterogeneity_threshold} must be > 1 (a ratio of sds).")
+
+
+def _check_available(pm, settings):
+    """Raise with the backend's reason when the score / regularizer needs a missing term."""
+    t = pm.terms
+    need = {"log": t.loglik, "crps": t.simulate, "quadratic": t.probs}
+    if settings.score is not None and need[settings.score] is None:
+        reason = pm.notes.get(settings.score, "the model does not provide it")
+        raise ValueError(f"score={settings.score!r} ({_SCORE_NAMES[settings.score]}) is not available for this "
+                         f"{pm.kind} model: {reason}.")
+    if settings.reg == "prior" and t.log_prior is None:
+        raise ValueError(f"reg='prior' needs the log prior density, which this {pm.kind} model does not give; "
+                         "pass log_prior= to the SimulatorModel, or use reg=None.")
+    if settings.reg == "posterior" and t.logp is None:
+        raise ValueError(f"reg='posterior' needs the likelihood, which this {pm.kind} model does not have.")
+
+
+def _log_bound(pm, log_lik_bound):
+    """``log C_i`` of the rejection estimator: given, or 0 for a discrete outcome (a pmf is <= 1)."""
+    if log_lik_bound is not None:
+        b = np.asarray(log_lik_bound, dtype=np.float64)
+        if b.ndim not in (0, 1) or (b.ndim == 1 and b.shape[0] != pm.n_obs) or not np.all(np.isfinite(b)):
+            raise ValueError(f"log_lik_bound must be a finite scalar or one value per observation ({pm.n_obs}).")
+        return jnp.broadcast_to(jnp.asarray(b), (pm.n_obs,))
+    base = getattr(pm.base, "model", None)
+    if pm.kind == "PyMC" and base is not None:
+        from pytensor.tensor.type import discrete_dtypes
+
+        rv = base[pm.var_name]
+        if rv.type.dtype in discrete_dtypes:
+            if type(rv.owner.op).__name__ == "PoissonRV" and pm.y is not None:
+                from scipy.special import gammaln
+
+                y = np.asarray(pm.y, dtype=np.float64)
+                ylog = np.where(y > 0, y * np.log(np.where(y > 0, y, 1.0)), 0.0)
+                return jnp.asarray(ylog - y - gammaln(y + 1.0))  # sup_lambda Poisson(y | lambda)
+            return jnp.zeros(pm.n_obs)
+    raise ValueError(
+        "estimator='rejection' needs an upper bound C_i >= p(y_i | theta) for every theta (Appendix B): pass "
+        "log_lik_bound= (log C_i, a scalar or one per observation), e.g. 0 for a discrete outcome or "
+        "-log(sqrt(2 pi) sigma) for a normal likelihood with known sigma."
+    )
+
+
+class _Fit:
+    def __init__(self, family, params, info, wall, settings):
+        self.family, self.params, self.info, self.wall, self.settings = family, params, info, wall, settings
+
+
+def _runner(pm, family_spec, family_options, settings, optimizer, learning_rate, steps):
+    """The family and the compiled scan for this configuration, cached on the PVI model."""
+    opt_key = optimizer if isinstance(optimizer, str) else id(optimizer)
+    lr_key = learning_rate if not callable(learning_rate) else id(learning_rate)
+    fam_key = family_spec if isinstance(family_spec, str) else id(family_spec)
+    key = (fam_key, tuple(sorted((family_options or {}).items())), settings, opt_key, lr_key, int(steps))
+    cache = pm.__dict__.setdefault("_pvi_runners", {})
+    if key not in cache:
+        family = get_family(family_spec, **(family_options or {}))
+        if isinstance(optimizer, Optimizer):
+            opt = optimizer
+        else:
+            lr = DEFAULT_LEARNING_RATE.get(optimizer, 1e-3) if learning_rate is None else learning_rate
+            if not callable(lr):
+                if not (float(lr) > 0 and math.isfinite(float(lr))):
+                    raise ValueError(f"learning_rate={learning_rate!r} must be a positive number or a schedule.")
+                lr = step_decay(float(lr), max(int(steps) // 2, 1), 0.1)
+            opt = get_optimizer(optimizer, lr)
+        step = npvi.build_step(family, pm.terms, settings, opt)
+        cache[key] = (family, opt, npvi.build_runner(step))
+    return cache[key]
+
+
+def _fit(pm, family_spec, family_options, settings, optimizer, learning_rate, steps, hyper, key, init, init_scale,
+         progressbar, desc):
+    family, opt, runner = _runner(pm, family_spec, family_options, settings, optimizer, learning_rate, steps)
+    params0 = _initial_params(family, pm, init, init_scale)
+    state = npvi.init(params0, opt)
+    bar = None
+    if progressbar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int(steps), desc=desc, unit="step")
+    t0 = time.perf_counter()
+    state, info = npvi.run_steps(runner, state, key, hyper, int(steps),
+                                 progress=None if bar is None else (lambda k: bar.update(k - bar.n)))
+    params = jax.tree_util.tree_map(np.asarray, npvi.final_params(state))
+    wall = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    n_bad = int(np.sum(~info.finite))
+    leaves_ok = all(np.all(np.isfinite(v)) for v in jax.tree_util.tree_leaves(params))
+    if n_bad == len(info.finite) or not leaves_ok:
+        raise ValueError(
+            f"{desc}: the objective or its gradient was not finite at {n_bad} of {len(info.finite)} steps and no "
+            "usable solution was found. The model's log density may be -inf or NaN at draws from q: pass init= (a "
+            "starting point inside the support), a smaller learning_rate, or check the model."
+        )
+    if n_bad:
+        warnings.warn(f"{desc}: {n_bad} of {len(info.finite)} steps had a non-finite objective or gradient and were "
+                      "skipped.", UserWarning, stacklevel=3)
+    return _Fit(family, params, info, wall, settings)
+
+
+def _initial_params(family, pm, init, init_scale):
+    loc = None
+    if init is not None:
+        if isinstance(init, xr.DataTree) and "pvi" in init.children:
+            a = init["pvi"].to_dataset()
+            loc = np.asarray(a["loc"].values)
+        elif isinstance(init, (dict, xr.Dataset, xr.DataTree)):
+            theta = np.asarray(pm.unconstrain(init), dtype=np.float64)
+            loc = theta.mean(axis=0)
+        else:
+            loc = np.asarray(init, dtype=np.float64).reshape(-1)
+        if loc.shape != (pm.dim,) or not np.all(np.isfinite(loc)):
+            raise ValueError(f"init gives {loc.shape} unconstrained values; the model has dim={pm.dim} (finite).")
+    return family.init(pm.dim, loc=loc, scale=init_scale)
+
+
+def pvi(
+    model,
+    data=None,
+    *,
+    score="log",
+    family="meanfield",
+    reg=None,
+    lam=0.0,
+    draws_per_step=100,
+    steps=2000,
+    optimizer="adam",
+    learning_rate=None,
+    random_seed=None,
+    estimator="reparam",
+    num_draws=1000,
+    compare_vi=True,
+    var_name=None,
+    simulator=None,
+    probs=None,
+    observed=None,
+    categories=None,
+    log_lik_bound=None,
+    max_rounds=50,
+    init=None,
+    init_scale=0.1,
+    average=0.4,
+    family_options=None,
+    group="posterior",
+    heterogeneity_threshold=2.0,
+    progressbar=False,
+):
+    """Predictive variational inference: fit ``q`` to maximize a proper score of its predictive.
+
+    Maximizes ``(1/n) [sum_i S(q^Y, y_i) - lam r(q)]`` (Eq. 4; notes erratum 5) by stochastic
+    gradient ascent on the reparameterized estimators of Table 1, in the model's unconstrained
+    space (Jacobian only in the prior and log joint, notes 2.4), then runs plain VI (the ELBO)
+    in the same family for the heterogeneity table (notes, section 3).
+
+    Parameters
+    ----------
+    model
+        A ``pymc.Model``, a ``pl.StanModel`` (or ``StanPosterior``), a :class:`~ppl_loo.JaxModel`,
+        another JAX posterior model, or a :class:`~ppl_loo.SimulatorModel` (likelihood-free, CRPS).
+    data : xarray.DataTree, optional
+        The user's DataTree: its groups are kept and PVI's are added. It must not already have
+        the group ``group`` (default ``"posterior"``).
+    score : {"log", "crps", "quadratic"} or None
+        The scoring rule (Table 1): log predictive density (Eq. 5), CRPS (continuous outcomes;
+        needs a pathwise-differentiable simulator) or quadratic / Brier (categorical outcomes).
+        ``None`` fits plain VI (ADVI) instead.
+    family : {"meanfield", "fullrank", "flow"} or Family
+        Diagonal Gaussian, full-rank Gaussian, or a neural spline flow
+        (:func:`ppl_loo.numerics.variational.flow`; options in ``family_options``).
+    reg : {None, "prior", "posterior"}
+        ``KL(q || prior)`` (Eq. 6) or ``KL(q || posterior)`` (Eq. 7, i.e. ``lam * ELBO``).
+    lam : float
+        The regularization weight of Eq. (4); ``lam -> inf`` with ``reg="posterior"`` gives VI.
+    draws_per_step : int
+        ``M`` draws from ``q`` per step (CRPS: ``M / 2`` independent pairs; must be even).
+    steps : int
+        Optimizer steps.
+    optimizer : {"adam", "rmsprop", "sgd"} or Optimizer
+        ``"rmsprop"`` is the paper's (App. D).
+    learning_rate : float or callable, optional
+        Default 1e-2 for Adam, 1e-3 otherwise. A number is used for the first half of the steps and
+        multiplied by 0.1 for the second half (the paper's schedule); a callable ``step -> rate``
+        is used as is.
+    random_seed : int, numpy.random.Generator or JAX key
+        Required.
+    estimator : {"reparam", "rejection"}
+        Log-score gradient: estimator (a) of Table 1 (default) or the unbiased rejection-sampling
+        estimator of Appendix B, where observations without an acceptance draw fresh batches (up
+        to ``max_rounds``) instead of being dropped (notes erratum 7).
+    num_draws : int
+        Draws from ``q`` written to ``posterior`` (one chain).
+    compare_vi : bool
+        Also fit plain VI in the same family (heterogeneity table, training-score gap).
+    var_name : str, optional
+        The observed variable to score (PyMC models with several).
+    simulator, probs, observed, categories
+        Backend-specific inputs: see :func:`ppl_loo.workflow.pvi_models.as_pvi_model`. For a
+        JaxModel, ``simulator(values, key)`` (CRPS) and ``probs(values)`` (quadratic) are JAX
+        functions of the constrained values; for a Stan model, ``simulator`` names a generated
+        quantity with one ``*_rng`` draw per observation and ``observed`` the outcome's data entry.
+    log_lik_bound : float or array, optional
+        ``log C_i >= log p(y_i | theta)`` for the rejection estimator; default 0 for discrete
+        PyMC outcomes (the Poisson maximum for Poisson ones).
+    max_rounds : int
+        Cap on the fresh batches of the rejection estimator.
+    init : array, DataTree or dict, optional
+        Initial location in the unconstrained space (an array), the mean of draws (a posterior),
+        or a previous ``pl.pvi`` result; default 0. The initial scale is ``init_scale``.
+    average : float
+        Fraction of the final steps whose iterates are averaged (Polyak-Ruppert); 0 keeps the
+        last iterate.
+    family_options : dict, optional
+        Options of the family (``flow``: ``n_layers``, ``hidden``, ``n_bins``, ``bound``).
+    group : str
+        Name of the group for PVI's draws. With ``"posterior"``, ``pl.loo(result, model)``
+        applies the variational correction (Eq. 13) automatically.
+    heterogeneity_threshold : float
+        A parameter is flagged when ``sd_PVI / sd_VI`` exceeds this (a heuristic; see the notes).
+    progressbar : bool
+
+    Returns
+    -------
+    xarray.DataTree
+        ``posterior`` (or ``group``): draws from ``q``; ``log_likelihood`` (when the model has one
+        and ``group == "posterior"``); ``observed_data``; ``pvi``: ``loc`` / ``sd`` (marginals of
+        ``q`` in the unconstrained space, dim ``param``), ``phi`` (all variational parameters,
+        flattened; ``attrs["phi_leaves"]`` says how), ``objective`` per step, ``log_q`` per draw,
+        the training scores of PVI and VI (``train_log_score``, ``train_crps`` (lower is better),
+        ``train_quadratic``, and ``vi_`` versions), and the heterogeneity table ``pvi_mean``,
+        ``pvi_sd``, ``vi_mean``, ``vi_sd``, ``sd_ratio``, ``flagged``.
+    """
+    _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold)
+    if data is not None:
+        if not isinstance(data, xr.DataTree):
+            raise TypeError(f"data must be an xarray.DataTree or None, got {type(data).__name__}.")
+        if group in data.children:
+            raise ValueError(
+                f"data already has a {group!r} group (from another fit). pl.pvi writes its draws there: pass "
+                f"group='{group}_pvi' (then pl.loo on this DataTree uses the other draws), or data without it."
+            )
+    key = _prng_key(random_seed)
+    pm = as_pvi_model(model, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
+                      categories=categories)
+    if score is None and reg not in (None, "posterior"):
+        raise ValueError("score=None fits plain VI (the ELBO, i.e. reg='posterior'); reg='prior' needs a score.")
+    settings = npvi.Settings(score, reg if score is not None else "posterior", estimator, int(draws_per_step),
+                             int(max_rounds))
+    _check_available(pm, settings)
+    log_bound = _log_bound(pm, log_lik_bound) if estimator == "rejection" else jnp.zeros(pm.n_obs)
+    avg_start = int(int(steps) * (1.0 - float(average))) if average > 0 else 2**30
+    k_pvi, k_vi, k_draw, k_eval, k_draw_vi, k_eval_vi, k_het = jax.random.split(key, 7)
+
+    desc = "PVI" if score is not None else "VI"
+    fit = _fit(pm, family, family_options, settings, optimizer, learning_rate, steps,
+               npvi.Hyper(float(lam), 1.0, log_bound, avg_start), k_pvi, init, init_scale, progressbar, desc)
+    if estimator == "rejection":
+        viol = int(np.sum(fit.info.violations))
+        if viol:
+            raise ValueError(f"log_lik_bound is not an upper bound of log p(y_i | theta): it was exceeded {viol} times "
+                             "during the optimization, so the rejection estimator was invalid. Pass a larger bound.")
+        dropped = int(np.sum(fit.info.dropped))
+        if dropped:
+            warnings.warn(f"rejection estimator: {dropped} observation-steps had no acceptance within max_rounds="
+                          f"{max_rounds} batches and were left out of those steps' gradients (biased); raise "
+                          "max_rounds or draws_per_step.", UserWarning, stacklevel=2)
+    vi_fit = None
+    if compare_vi and score is not None:
+        if pm.terms.logp is None:
+            warnings.warn("compare_vi: the model has no likelihood, so plain VI cannot be fitted; the heterogeneity "
+                          "table has PVI values only.", UserWarning, stacklevel=2)
+        else:
+            vi_settings = npvi.Settings(None, "posterior", "reparam", int(draws_per_step), int(max_rounds))
+            vi_fit = _fit(pm, family, family_options, vi_settings, optimizer, learning_rate, steps,
+                          npvi.Hyper(1.0, 1.0, jnp.zeros(pm.n_obs), avg_start), k_vi, init, init_scale,
+                          progressbar, "VI")
+
+    # ------------------------------------------------------------------ draws from q
+    d = pm.dim
+    eps = jax.random.normal(k_draw, (int(num_draws), d))
+    theta, log_q = fit.family.sample_and_log_q(fit.params, eps)
+    theta, log_q = np.asarray(theta), np.asarray(log_q)
+    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(log_q))):
+        raise ValueError("the draws from the fitted q are not finite; the optimization diverged (lower learning_rate).")
+    scores = training_scores(pm, theta, k_eval)
+    vi_scores, vi_theta = {}, None
+    if vi_fit is not None:
+        vi_theta = np.asarray(vi_fit.family.sample(vi_fit.params, jax.random.normal(k_draw_vi, (int(num_draws), d))))
+        vi_scores = training_scores(pm, vi_theta, k_eval_vi)
+
+    tree = _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het, heterogeneity_threshold,
+                     dict(score=score, family=fit.family.name, family_options=json.dumps(family_options or {}),
+                          reg=str(reg), lam=float(lam), estimator=estimator, draws_per_step=int(draws_per_step),
+                          steps=int(steps), optimizer=optimizer if isinstance(optimizer, str) else "custom",
+                          learning_rate=str(learning_rate if learning_rate is not None else
+                                            DEFAULT_LEARNING_RATE.get(optimizer, "custom")),
+                          average=float(average), random_seed=str(random_seed), num_draws=int(num_draws),
+                          init_scale=float(init_scale)))
+    return tree
+
+
+def _marginals(fit, key, d):
+    eps = jax.random.normal(key, (4000, d))
+    m, s = fit.family.marginals(fit.params, eps)
+    return np.asarray(m), np.asarray(s)
+
+
+def _posterior_dataset(pm, theta):
+    values = pm.constrain(theta)
+    data_vars, coords = {}, {}
+    for name, arr in values.items():
+        arr = np.asarray(arr)[None]
+        dims = tuple(pm.param_dims.get(name, ()))
+        if len(dims) != arr.ndim - 2:
+            dims = tuple(f"{name}_dim_{k}" for k in range(arr.ndim - 2))
+        data_vars[name] = (("chain", "draw") + dims, arr)
+        for dim, size in zip(dims, arr.shape[2:]):
+            c = pm.coords.get(dim)
+            coords[dim] = np.asarray(c) if c is not None and len(c) == size else np.arange(size)
+    coords.update(chain=[0], draw=np.arange(theta.shape[0]))
+    return xr.Dataset(data_vars, coords=coords)
+
+
+def _obs_coords(pm):
+    coords = {}
+    for dim, size in zip(pm.obs_dims, pm.obs_shape):
+        c = pm.coords.get(dim)
+        coords[dim] = np.asarray(c) if c is not None and len(c) == size else np.arange(size)
+    return coords
+
+
+def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het, threshold, attrs):
+    children = {} if data is None else {name: node.to_dataset() for name, node in data.children.items()}
+    post = _posterior_dataset(pm, theta)
+    post.attrs.update(inference_library="ppl_loo.pvi", method="pvi" if attrs["score"] is not None else "vi")
+    children[group] = post
+    S = theta.shape[0]
+    obs_coords = _obs_coords(pm)
+    if group == "posterior" and pm.eval_loglik is not None and "log_likelihood" not in children:
+        ll = np.asarray(scores.pop("_ll"))
+        children["log_likelihood"] = xr.Dataset(
+            {pm.var_name: (("chain", "draw") + tuple(pm.obs_dims), ll.reshape((1, S) + tuple(pm.obs_shape)))},
+            coords={"chain": [0], "draw": np.arange(S), **obs_coords})
+    scores.pop("_ll", None)
+    vi_scores.pop("_ll", None)
+    if "observed_data" not in children and pm.y is not None:
+        yv = np.asarray(getattr(pm.base, "observed", None) if getattr(pm.base, "observed", None) is not None else pm.y)
+        if yv.size == pm.n_obs or yv.shape[: len(pm.obs_shape)] == tuple(pm.obs_shape):
+            yv = yv.reshape(tuple(pm.obs_shape) + yv.shape[len(pm.obs_shape):] if yv.size != pm.n_obs
+                            else tuple(pm.obs_shape))
+            dims = tuple(pm.obs_dims) + tuple(f"{pm.var_name}_event_{k}" for k in range(yv.ndim - len(pm.obs_dims)))
+            name = pm.var_name if pm.kind != "Stan" else "y"
+            children["observed_data"] = xr.Dataset({name: (dims, yv)}, coords=obs_coords)
+
+    d = pm.dim
+    k1, k2 = jax.random.split(k_het)
+    pm_mean, pm_sd = _marginals(fit, k1, d)
+    labels = list(pm.labels)
+    coords = {"param": labels, "step": np.arange(len(fit.info.objective))}
+    ds = {
+        "loc": (("param",), pm_mean),
+        "sd": (("param",), pm_sd),
+        "objective": (("step",), np.asarray(fit.info.objective)),
+        "score_term": (("step",), np.asarray(fit.info.score)),
+        "finite": (("step",), np.asarray(fit.info.finite)),
+        "log_q": (("chain", "draw"), log_q.reshape(1, S)),
+    }
+    phi, leaves = flatten_params(fit.params)
+    ds["phi"] = (("phi_dim",), phi)
+    for k, v in scores.items():
+        ds[f"train_{k}"] = ((), float(v))
+    het = {"pvi_mean": pm_mean, "pvi_sd": pm_sd}
+    flagged_names = []
+    vi_attrs = {}
+    if vi_fit is not None:
+        vm, vs = _marginals(vi_fit, k2, d)
+        ratio = pm_sd / vs
+        flagged = ratio > threshold
+        flagged_names = [lab for lab, f in zip(labels, flagged) if f]
+        het.update(vi_mean=vm, vi_sd=vs, sd_ratio=ratio, flagged=flagged)
+        coords["vi_step"] = np.arange(len(vi_fit.info.objective))
+        ds["vi_objective"] = (("vi_step",), np.asarray(vi_fit.info.objective))
+        vphi, _ = flatten_params(vi_fit.params)
+        ds["vi_phi"] = (("vi_phi_dim",), vphi)
+        for k, v in vi_scores.items():
+            ds[f"vi_train_{k}"] = ((), float(v))
+        vi_attrs = {"wall_time_vi_s": float(vi_fit.wall)}
+    else:
+        nan = np.full(d, np.nan)
+        het.update(vi_mean=nan, vi_sd=nan, sd_ratio=nan, flagged=np.zeros(d, bool))
+    for k, v in het.items():
+        ds[k] = (("param",), np.asarray(v))
+    group_ds = xr.Dataset(ds, coords={**coords, "chain": [0], "draw": np.arange(S)})
+    group_ds.attrs.update(attrs)
+    group_ds.attrs.update(
+        method="pvi" if attrs["score"] is not None else "vi", score=str(attrs["score"]), model_kind=pm.kind,
+        var_name=pm.var_name, n_obs=int(pm.n_obs), dim=int(d), posterior_group=group,
+        phi_leaves=json.dumps(leaves), wall_time_pvi_s=float(fit.wall), nonfinite_steps=int(np.sum(~fit.info.finite)),
+        heterogeneity_threshold=float(threshold), flagged=json.dumps(flagged_names), caveat=CAVEAT,
+        space="unconstrained", **vi_attrs,
+    )
+    children["pvi"] = group_ds
+    return xr.DataTree.from_dict(children)
+
+
+# ----------------------------------------------------------------------------- log q for pl.loo
+def _family_of(attrs) -> Family:
+    return get_family(attrs["family"], **json.loads(attrs.get("family_options", "{}") or "{}"))
+
+
+def _params_of(family, phi, leaves_json, dim):
+    template = family.init(dim)
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    shapes = [tuple(s) for _, s in json.loads(leaves_json)]
+    if [tuple(np.shape(x)) for x in leaves] != shapes:
+        raise ValueError("the pvi group's parameters do not match its family; was the DataTree edited?")
+    out, k = [], 0
+    for s in shapes:
+        size = int(np.prod(s)) if s else 1
+        out.append(jnp.asarray(np.asarray(phi[k:k + size]).reshape(s)))
+        k += size
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def pvi_log_q(data, theta=None):
+    """``log q`` of a ``pl.pvi`` result as a JAX function of one unconstrained draw, or ``None``.
+
+    ``None`` unless ``data`` has a ``pvi`` group whose draws are the ``posterior`` group. With
+    ``theta`` (the posterior draws in the model's unconstrained space, as ``pl.loo`` computes
+    them) the function is checked against the ``log_q`` stored per draw: a mismatch means the
+    model given to ``pl.loo`` parameterizes the space differently from the one PVI used (or the
+    draws were changed), and the variational correction (Eq. 13) would be wrong, so it raises.
+    """
+    if not isinstance(data, xr.DataTree) or "pvi" not in data.children:
+        return None
+    g = data["pvi"].to_dataset()
+    if g.attrs.get("posterior_group") != "posterior" or "phi" not in g:
+        return None
+    family = _family_of(g.attrs)
+    params = _params_of(family, np.asarray(g["phi"].values), g.attrs["phi_leaves"], int(g.attrs["dim"]))
+
+    def log_q(th):
+        return family.log_q(params, th)
+
+    if theta is not None:
+        theta = np.asarray(theta, dtype=np.float64)
+        stored = np.asarray(g["log_q"].values).reshape(-1)
+        if theta.shape[0] != stored.shape[0]:
+            raise ValueError(f"the posterior has {theta.shape[0]} draws but the pvi group's log_q has "
+                             f"{stored.shape[0]}: the draws are not the ones pl.pvi wrote. Pass log_q= explicitly.")
+        got = np.asarray(jax.jit(jax.vmap(log_q))(jnp.asarray(theta)))
+        if not np.allclose(got, stored, rtol=1e-6, atol=1e-6 * (1 + np.max(np.abs(stored)))):
+            raise ValueError(
+                "the pvi group's q does not reproduce its stored log_q at the posterior draws under this model: the "
+                "model's unconstrained parameterization differs from the one pl.pvi used (or the draws were "
+                "changed). Pass the same model to pl.loo, or log_q= explicitly."
+            )
+    return log_q

@@ -1,0 +1,203 @@
+"""PVI quantities of a PyMC model: category probabilities and a JAX simulator of the observed variable.
+
+``log p(y_i | theta)`` and the log joint come from :class:`~ppl_loo.models.PyMCModel`; this module
+adds what only PVI needs:
+
+- the observed variable's logp at every category (quadratic score), compiled to JAX with
+  ``pymc.logprob.basic.logp`` on constant category arrays, exactly as the model defines it;
+- a simulator: the distribution parameters of the observed variable as a JAX function of the
+  unconstrained draw, fed to PyTensor's JAX sampler of that distribution
+  (``pytensor.link.jax.dispatch.random.jax_sample_fn``: ``loc + scale * z`` for the location-scale
+  families, ``jax.random.gamma`` with its implicit reparameterization gradient, ...). For a
+  continuous observed variable it is pathwise differentiable in ``theta`` (the CRPS gradient of
+  Table 1); for a discrete one it still draws predictive outcomes (held-out CRPS) but the CRPS
+  objective is refused.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ppl_loo.numerics.pvi import Terms
+from ppl_loo.workflow.pvi_models import PVIModel, _category_index, _simulate_terms
+
+__all__ = ["pymc_pvi_model"]
+
+
+def _jaxify(inputs, outputs):
+    from pymc.sampling.jax import get_jaxified_graph
+
+    return get_jaxified_graph(inputs=list(inputs), outputs=list(outputs))
+
+
+def _labels(base) -> list:
+    out = []
+    for v in base.value_names:
+        shape = base.ushapes[v]
+        if shape == ():
+            out.append(v)
+        else:
+            out.extend(f"{v}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape))
+    return out
+
+
+def _extra_sampler(op_name):
+    """JAX samplers for distributions PyTensor's JAX backend does not dispatch (pathwise)."""
+    if op_name == "LogNormalRV":
+        def sample(key, size, dtype, mu, sigma):
+            return jnp.exp(mu + sigma * jax.random.normal(key, size, dtype))
+        return sample
+    if op_name == "HalfNormalRV":
+        def sample(key, size, dtype, loc, scale):
+            return loc + scale * jnp.abs(jax.random.normal(key, size, dtype))
+        return sample
+    return None
+
+
+def _sampler(obs_rv):
+    """``(sample_fn, reason)``: PyTensor's JAX sampler of the observed distribution, or why there is none."""
+    from pytensor.tensor.random.op import RandomVariable
+
+    op = obs_rv.owner.op
+    name = type(op).__name__
+    if not isinstance(op, RandomVariable):
+        return None, (f"the observed variable's distribution ({name}) is not a basic random variable with a "
+                      "JAX sampler")
+    try:
+        from pytensor.link.jax.dispatch.random import jax_sample_fn
+
+        return jax_sample_fn(op, obs_rv.owner), None
+    except NotImplementedError:
+        fn = _extra_sampler(name)
+        if fn is not None:
+            return fn, None
+        return None, f"PyTensor has no JAX sampler for {name}"
+
+
+def pymc_pvi_model(base, *, categories=None) -> PVIModel:
+    """A :class:`~ppl_loo.workflow.pvi_models.PVIModel` from a :class:`~ppl_loo.models.PyMCModel`."""
+    from pytensor.tensor.type import discrete_dtypes
+
+    if not base.factorizes:
+        raise ValueError(
+            f"the likelihood of {base.var_name!r} does not factorize into one term per observation, so the "
+            "per-observation predictive score of PVI is not defined for it."
+        )
+    model = base.model
+    obs_rv = model[base.var_name]
+    value_vars = [model.rvs_to_values[model[n]] for n in base.param_names]
+    op = obs_rv.owner.op
+    op_name = type(op).__name__
+    discrete = obs_rv.type.dtype in discrete_dtypes
+    y = None if base.observed is None else np.asarray(base.observed)
+    rv_shape = tuple(y.shape) if y is not None else tuple(base.obs_shape)
+    obs_shape = tuple(base.obs_shape)
+    vector = rv_shape != obs_shape
+    n = base.n_obs
+    notes = {}
+
+    loglik = jax.vmap(base.loglik)
+    logp = jax.vmap(base.logp)
+
+    def log_prior(theta):
+        return logp(theta) - jnp.sum(loglik(theta), axis=1)
+
+    # ------------------------------------------------------------------ distribution parameters
+    params_fn = None
+    try:
+        dist_params = list(op.dist_params(obs_rv.owner))
+        params_fn = _jaxify(value_vars, model.replace_rvs_by_values(dist_params))
+    except Exception as err:  # noqa: BLE001 - reported when a score needs it
+        notes["params"] = f"its distribution parameters could not be compiled to JAX ({err})"
+
+    # ------------------------------------------------------------------ simulator
+    sim = predict = None
+    sample_fn, reason = _sampler(obs_rv)
+    if sample_fn is not None and params_fn is not None:
+        dtype = obs_rv.type.dtype
+
+        def sim_one(theta, key):
+            p = params_fn(*base.split(theta))
+            return jnp.asarray(sample_fn(key, rv_shape, dtype, *p), dtype=jnp.float64)
+
+        simulate = _simulate_terms(sim_one, vector)
+        predict = jax.jit(simulate)
+        if discrete:
+            notes["crps"] = (f"the observed variable {base.var_name!r} is discrete ({op_name}); its draws are not "
+                             "pathwise differentiable in the parameters, so the CRPS gradient of the paper does not "
+                             "apply (notes, section 4). Use score='log' (or 'quadratic' for categorical outcomes)")
+        else:
+            sim = simulate
+    else:
+        notes["crps"] = (f"no differentiable simulator of {base.var_name!r}: {reason or notes.get('params')}. "
+                         "Write the model as a pl.JaxModel and pass simulator=")
+
+    # ------------------------------------------------------------------ categories (quadratic score)
+    probs = None
+    cats = None
+    if discrete and not vector:
+        try:
+            cats = _categories(op_name, params_fn, base, categories)
+        except ValueError as err:
+            notes["quadratic"] = str(err)
+        if cats is not None:
+            import pytensor.tensor as pt
+            from pymc.logprob.basic import logp as rv_logp
+
+            graphs = [rv_logp(obs_rv, pt.as_tensor(np.full(rv_shape, c, dtype=obs_rv.type.dtype))) for c in cats]
+            cat_fn = _jaxify(value_vars, model.replace_rvs_by_values(graphs))
+
+            def probs_one(theta):
+                lps = cat_fn(*base.split(theta))
+                return jnp.exp(jnp.stack([jnp.ravel(lp) for lp in lps], axis=-1))
+
+            probs = jax.vmap(probs_one)
+            total = np.asarray(probs(jnp.zeros((1, base.dim)))).sum(axis=-1)
+            if not np.allclose(total, 1.0, atol=1e-6):
+                raise ValueError(f"the categories {cats.tolist()} do not cover the outcomes of {base.var_name!r}: "
+                                 f"their probabilities sum to {total.min():.4g}..{total.max():.4g}, not 1. Pass "
+                                 "every possible outcome as categories=.")
+    elif not discrete:
+        notes["quadratic"] = (f"the quadratic score is for categorical outcomes; {base.var_name!r} is continuous "
+                              f"({op_name}). Use score='crps' or 'log'")
+    y_index = None
+    if probs is not None and y is not None:
+        y_index = _category_index(y, cats, f"observed variable {base.var_name!r}")
+
+    y_flat = None if y is None else y.astype(np.float64).reshape((n, -1) if vector else (n,))
+    terms = Terms(n, loglik=loglik, logp=logp, log_prior=log_prior, probs=probs, simulate=sim,
+                  y=None if y_flat is None else jnp.asarray(y_flat),
+                  y_index=None if y_index is None else jnp.asarray(y_index), vector=vector)
+    return PVIModel(
+        kind="PyMC", base=base, dim=base.dim, n_obs=n, labels=_labels(base), terms=terms,
+        constrain=base.constrain, unconstrain=base.unconstrain, param_names=tuple(base.param_names),
+        param_dims=dict(base.param_dims), coords=dict(base.coords), var_name=base.var_name,
+        obs_dims=tuple(base.obs_dims), obs_shape=obs_shape, y=y_flat, categories=cats,
+        eval_loglik=jax.jit(loglik), eval_probs=None if probs is None else jax.jit(probs),
+        eval_predict=predict, notes=notes,
+    )
+
+
+def _categories(op_name, params_fn, base, categories):
+    """Sorted possible outcomes of a discrete observed variable (quadratic score)."""
+    if categories is not None:
+        cats = np.unique(np.asarray(categories))
+        if len(cats) < 2:
+            raise ValueError("categories must list at least two outcomes.")
+        return cats
+    if op_name == "BernoulliRV":
+        return np.array([0, 1])
+    if params_fn is None:
+        raise ValueError("the categories of the observed variable are unknown; pass categories=")
+    vals = params_fn(*base.split(jnp.zeros(base.dim)))
+    if op_name == "CategoricalRV":
+        return np.arange(int(np.shape(vals[-1])[-1]))
+    if op_name in ("BinomialRV", "BetaBinomialRV"):
+        n_max = int(np.max(np.asarray(vals[0])))
+        return np.arange(n_max + 1)
+    raise ValueError(
+        f"the quadratic score needs a finite set of outcomes; for {op_name} pass categories= (every "
+        "possible outcome, sorted)"
+    )
