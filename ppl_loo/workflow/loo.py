@@ -112,7 +112,8 @@ def loo(
         Log density (up to a constant) of the approximation the draws come from, for draws from a
         variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
         callable ``log_q(theta)`` of one unconstrained draw, it also enables the mixture
-        proposals (``*_mix``), which need ``q`` away from the draws.
+        proposals (``*_mix``), which need ``q`` away from the draws. Default: for a DataTree
+        written by :func:`ppl_loo.pvi`, its ``q`` (checked against the stored ``log_q``).
     influence_threshold : float, optional
         Observations whose log-likelihood has posterior variance above this value are adapted even
         when their plain-PSIS k is low: with such a spread the plain importance weights can miss
@@ -166,6 +167,10 @@ def loo(
     _compare_log_lik(data, var_name, ll)
     n = ll.shape[1]
 
+    if log_q is None:  # draws written by pl.pvi come with their q (Eq. 13); None for other draws
+        from ppl_loo.workflow.pvi import pvi_log_q
+
+        log_q = pvi_log_q(data, theta)
     log_q_fn = None
     if log_q is None:
         log_q0 = logp0
