@@ -101,15 +101,19 @@ def detect_n_obs(data: dict, n_log_lik: int | None = None) -> str:
 class StanPosterior(PosteriorModel):
     """A Stan program plus data for ``pl.loo``, with exact LOO by data deletion.
 
+    Users do not build it: ``pl.loo(data, model=pl.StanModel(...))`` does, through
+    :meth:`ppl_loo.StanModel.loo_model`.
+
     Parameters
     ----------
     stan_file_or_code
-        Path of a ``.stan`` file or the program text.
+        A :class:`~ppl_loo.StanModel` (its data and LOO options are used, ``data`` must be None),
+        the path of a ``.stan`` file, or the program text.
     data
         ``dict`` of the data block (or a JSON text / ``.json`` / R dump ``.R`` path).
     n_obs
         Name of the data entry holding the number of observations (``"N"``; ``"J"`` for eight
-        schools). It is decremented in the deleted data.
+        schools). It is decremented in the deleted data. Default: :func:`detect_n_obs`.
     obs_keys
         Data entries indexed by observation along their first axis. Default: every array whose
         leading dimension equals ``data[n_obs]``.
