@@ -83,6 +83,7 @@ def test_design_and_offset_recovered(kind):
     np.testing.assert_array_equal(m.structure.y, y)
     assert m.structure.family == "bernoulli_logit"
     assert m._glm.quadratic == (kind != "student")
+    assert m._glm.constant_hessian == (kind in ("normal", "sigmoid"))  # the prior scale s varies in "hier"
     if kind == "hier":
         assert m.dim == block.size + 1  # s_log__ is held fixed by the transformations
 

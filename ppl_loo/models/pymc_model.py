@@ -276,6 +276,7 @@ class PyMCModel(PosteriorModel):
                 self.structure_note = (
                     f"Bernoulli-logit linear predictor in {b.size} of {self.dim} parameters"
                     + (", quadratic prior" if g.quadratic else "")
+                    + (" with a constant Hessian" if g.constant_hessian else "")
                 )
 
     # ------------------------------------------------------------------ layout
@@ -394,15 +395,12 @@ class PyMCModel(PosteriorModel):
         if hasattr(delta, "slope"):  # DiagAffine: delta = shift + slope * theta
             shift, slope = delta.shift, delta.slope
             dmu = (shift[b] @ Xt.T)[None, :] + theta[:, b] @ (slope[b][:, None] * Xt.T)
-            full = shift + slope * theta
         elif hasattr(delta, "coef"):  # LowRank: delta = coef @ basis, O(S n r)
             dmu = delta.coef @ (delta.basis[:, b] @ Xt.T)
-            full = delta.coef @ delta.basis
         else:
-            full = jnp.broadcast_to(delta, theta.shape)
-            dmu = full[:, b] @ Xt.T
+            dmu = jnp.broadcast_to(delta, theta.shape)[:, b] @ Xt.T
         ts = jnp.asarray(ts)
-        prior = prior_line(self._glm, f0, g0, theta, full, full[:, b], ts)
+        prior = prior_line(self._glm, f0, g0, theta, delta, ts, b)
         t = ts[:, None]
         mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n), reduced without being stored
         logp = prior - jnp.sum(softplus(-sign * mu), axis=-1)

@@ -56,6 +56,9 @@ class BernoulliGLM:
         Potentials included), one unconstrained draw.
     quadratic : bool
         The prior part is a quadratic along lines that move only ``block`` (proved as above).
+    constant_hessian : bool
+        Moreover its Hessian on the block does not depend on any parameter (for example fixed
+        Gaussian priors on the coefficients).
     """
 
     X: np.ndarray
@@ -64,6 +67,7 @@ class BernoulliGLM:
     block: np.ndarray
     prior: object
     quadratic: bool
+    constant_hessian: bool = False
 
 
 # ----------------------------------------------------------------------------- graph inspection
@@ -207,14 +211,18 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     if ok.sum() < 2 or not np.allclose(lp_parts[ok], lp_model[ok], rtol=1e-9, atol=1e-8):
         return None, "the log density is not the prior part plus the Bernoulli-logit log-likelihood"
 
-    quadratic = _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng)
+    quadratic, constant = _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng)
     off = None if not np.any(offset != 0) else offset
-    return BernoulliGLM(X, off, y, block, prior, quadratic), ""
+    return BernoulliGLM(X, off, y, block, prior, quadratic, constant), ""
 
 
-def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng) -> bool:
-    """Hessian of the prior on the block free of the block's values (symbolic), and the prior a
-    quadratic along random block lines (numeric)."""
+def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng):
+    """``(quadratic, constant_hessian)`` of the prior part on the block.
+
+    Quadratic: its Hessian on the block is free of the block's values (symbolic) and it is a
+    quadratic along random block lines (numeric). Constant Hessian: the Hessian is free of every
+    value variable (symbolic) and Hessian-vector products agree at random points (numeric).
+    """
     import pytensor
     import pytensor.tensor as pt
 
@@ -222,10 +230,10 @@ def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng) -
     try:
         grads = pytensor.grad(prior_graph, wrt, disconnected_inputs="ignore", return_disconnected="zero")
     except Exception:  # noqa: BLE001
-        return False
+        return False, False
     flat = pt.concatenate([pt.flatten(g) for g in grads])
     if not _gradient_free_of(flat, wrt, wrt):
-        return False
+        return False, False
     d = pts.shape[1]
     dirs = np.zeros((pts.shape[0], d))
     dirs[:, block] = rng.normal(size=(pts.shape[0], block.size))
@@ -233,29 +241,54 @@ def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng) -
     ts = jnp.asarray([0.0, 1.0, -1.0, 2.5])
     vals = np.asarray(jax.vmap(lambda t: jax.vmap(prior)(pts + t * dirs))(ts))  # (4, P)
     if not np.isfinite(vals).all():
-        return False
+        return False, False
     f0, f1, fm1, f25 = vals
     a1 = 0.5 * (f1 - fm1)
     a2 = 0.5 * (f1 + fm1) - f0
     pred = f0 + 2.5 * a1 + 6.25 * a2
-    return bool(np.allclose(pred, f25, rtol=1e-9, atol=1e-8 * (1.0 + np.abs(vals).max())))
+    if not np.allclose(pred, f25, rtol=1e-9, atol=1e-8 * (1.0 + np.abs(vals).max())):
+        return False, False
+    if not _gradient_free_of(flat, wrt, value_vars):
+        return True, False
+    hv = np.asarray(jax.vmap(lambda x: jax.jvp(jax.grad(prior), (x,), (dirs[0],))[1])(pts))  # (P, d)
+    const = np.allclose(hv, hv[:1], rtol=1e-9, atol=1e-9 * (1.0 + np.abs(hv).max()))
+    return True, bool(const)
 
 
 # ----------------------------------------------------------------------------- line evaluation
-def prior_line(glm: BernoulliGLM, f0, g0, theta, delta, delta_b, ts):
+def prior_line(glm: BernoulliGLM, f0, g0, theta, delta, ts, block):
     """The prior part at ``theta + t delta`` for every ``t``: shape ``(T, S)``.
 
     ``f0`` (``(S,)``) and ``g0`` (``(S, q)``, gradient on the block) are the prior and its gradient
-    at the draws; ``delta`` is ``(S, d)`` and ``delta_b`` its block. For a quadratic prior
-    (``glm.quadratic``) and ``delta`` zero outside the block (as the engine's maps are: they move
-    ``adapt_index`` only), ``f(t) = f0 + t f1 + t^2 f2`` with ``f1 = g0 . delta_b`` and
-    ``f2 = f(1) - f0 - f1``: one evaluation serves every step. Otherwise each step is evaluated.
+    at the draws; ``delta`` is an ``(S, d)`` array, a ``LowRank`` or a ``DiagAffine`` displacement
+    (:mod:`ppl_loo.numerics.transforms`) that is zero outside ``block`` (a slice or index array), as
+    the engine's maps are. For a quadratic prior (``glm.quadratic``),
+    ``f(t) = f0 + t f1 + t^2 f2`` with ``f1 = g0 . delta_block``:
+
+    - ``f2 = 1/2 coef H_r coef`` for a rank-``r`` ``delta = coef @ basis`` when the Hessian ``H`` on
+      the block is constant (``H_r = basis H basis^T``, ``r`` Hessian-vector products), so the
+      ``(S, d)`` displacement is never formed;
+    - otherwise ``f2 = f(1) - f0 - f1``: one evaluation at ``theta + delta`` serves every step.
+
+    A prior that is not quadratic is evaluated at every step.
     """
     ts = jnp.asarray(ts)
+    t = ts[:, None]
     f = jax.vmap(glm.prior)
-    if glm.quadratic and ts.shape[0] > 2 and g0 is not None:
-        f1 = jnp.sum(g0 * delta_b, axis=1)
-        f2 = f(theta + delta) - f0 - f1
-        t = ts[:, None]
-        return f0[None] + t * f1[None] + t * t * f2[None]
-    return jax.vmap(lambda t: f(theta + t * delta))(ts)
+    if glm.quadratic and g0 is not None:
+        if hasattr(delta, "coef") and glm.constant_hessian:  # LowRank
+            coef, basis = delta.coef, delta.basis
+            basis_b = basis[:, block]
+            f1 = jnp.sum(coef * (g0 @ basis_b.T), axis=1)
+            hv = jax.vmap(lambda v: jax.jvp(jax.grad(glm.prior), (theta[0],), (v,))[1])(basis)  # (r, d)
+            gram = hv[:, block] @ basis_b.T  # (r, r)
+            f2 = 0.5 * jnp.einsum("sr,ru,su->s", coef, gram, coef)
+            return f0[None] + t * f1[None] + t * t * f2[None]
+        full = delta.dense(theta) if hasattr(delta, "dense") else jnp.broadcast_to(delta, theta.shape)
+        if ts.shape[0] > 2:
+            f1 = jnp.sum(g0 * full[:, block], axis=1)
+            f2 = f(theta + full) - f0 - f1
+            return f0[None] + t * f1[None] + t * t * f2[None]
+    else:
+        full = delta.dense(theta) if hasattr(delta, "dense") else jnp.broadcast_to(delta, theta.shape)
+    return jax.vmap(lambda s: f(theta + s * full))(ts)
