@@ -167,6 +167,7 @@ def main(argv=None):
     ap.add_argument("--no-pystan", action="store_true", help="skip the PyStan runs")
     ap.add_argument("--no-compile", action="store_true", help="skip the cold compile timing")
     args = ap.parse_args(argv)
+    load_start = os.getloadavg()
     sizes = (1000,) if args.quick else (1000, 10000)
     repeats = 2 if args.quick else 5
     rows = []
@@ -194,7 +195,7 @@ def main(argv=None):
     result = {
         "benchmark": "stan",
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpus": os.cpu_count()},
+                    "cpus": os.cpu_count(), "load_average_1min_start_end": [load_start[0], os.getloadavg()[0]]},
         "reference": "stan_gradient_s: C++ loop of stan::model::log_prob_grad<true,true> in the same compiled "
                      "library (StanModel.time_gradient); pystan_reported_gradient_s: Stan's 'Gradient evaluation "
                      "took' message of a PyStan run (httpstan's build), one per chain",
@@ -204,6 +205,8 @@ def main(argv=None):
     out = Path(__file__).resolve().parent / "results" / "stan.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
+    print(f"load average (1 min) at start / end: {load_start[0]:.1f} / {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs")
     print(f"wrote {out}")
 
 
