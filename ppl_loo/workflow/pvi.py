@@ -425,7 +425,7 @@ def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_h
             yv = yv.reshape(tuple(pm.obs_shape) + yv.shape[len(pm.obs_shape):] if yv.size != pm.n_obs
                             else tuple(pm.obs_shape))
             dims = tuple(pm.obs_dims) + tuple(f"{pm.var_name}_event_{k}" for k in range(yv.ndim - len(pm.obs_dims)))
-            name = pm.var_name if pm.kind != "Stan" else "y"
+            name = pm.notes.get("observed", pm.var_name)
             children["observed_data"] = xr.Dataset({name: (dims, yv)}, coords=obs_coords)
 
     d = pm.dim

@@ -202,6 +202,7 @@ def stan_pvi_model(model, *, simulator=None, observed=None, categories=None) -> 
     # ------------------------------------------------------------------ outcomes, categories
     y = None
     if observed is not None:
+        notes["observed"] = str(observed)
         if observed not in obs_keys:
             raise ValueError(f"observed={observed!r} is not a data entry indexed by observation ({list(obs_keys)}).")
         y = np.asarray(data[observed], dtype=np.float64)
