@@ -348,7 +348,8 @@ def test_n_obs_detection_and_errors_inside_stan():
         {"mu": (("chain", "draw"), mu), "sigma": (("chain", "draw"), sigma)},
         coords={"chain": np.arange(2), "draw": np.arange(100)})})
     # deleting an observation leaves N = 4 < min_n: Stan's fatal_error inside the engine's callback
-    with pytest.raises(Exception, match="need at least min_n = 5 observations, got N = 4"), \
+    with pytest.raises((pl.stan.StanDataError, pl.stan.StanEvaluationError),
+                       match="need at least min_n = 5 observations, got N = 4"), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pl.loo(dt, stan, transforms=("mm1",), influence_threshold=0.0, progressbar=False)

@@ -101,6 +101,9 @@ class PosteriorModel:
     param_dims: dict | None = None
     coords: dict | None = None
     observed = None
+    #: backends that call host code from JAX (``pure_callback``) store the exception raised there, so
+    #: that the workflow re-raises it as itself instead of a ``JaxRuntimeError``
+    last_callback_error: BaseException | None = None
 
     # ------------------------------------------------------------------ per-draw (JAX) API
     def logp(self, theta):  # pragma: no cover - abstract

@@ -296,7 +296,19 @@ class StanPosterior(PosteriorModel):
         return out
 
     def _host(self, theta, i, grad: bool):
-        """``(lp, grad)`` at ``theta (..., d)`` for observation indices ``i`` (``< 0``: full model)."""
+        """``(lp, grad)`` at ``theta (..., d)`` for observation indices ``i`` (``< 0``: full model).
+
+        Called by JAX through ``pure_callback``; an exception here reaches the caller of the
+        compiled search as a ``JaxRuntimeError``, so it is also kept in ``last_callback_error``
+        for :func:`ppl_loo.loo` to re-raise as itself.
+        """
+        try:
+            return self._host_impl(theta, i, grad)
+        except Exception as err:
+            self.last_callback_error = err
+            raise
+
+    def _host_impl(self, theta, i, grad: bool):
         theta = np.asarray(theta, dtype=np.float64)
         batch = theta.shape[:-1]
         x = theta.reshape(-1, self.dim)
@@ -323,6 +335,13 @@ class StanPosterior(PosteriorModel):
         return (lp, g.reshape(theta.shape)) if grad else lp
 
     def _host_loglik(self, theta):
+        try:
+            return self._host_loglik_impl(theta)
+        except Exception as err:
+            self.last_callback_error = err
+            raise
+
+    def _host_loglik_impl(self, theta):
         theta = np.asarray(theta, dtype=np.float64)
         x = theta.reshape(-1, self.dim)
         out = self.bridge.param_constrain(x, include_tp=True, include_gq=True, seed=self._seed)

@@ -142,7 +142,7 @@ def loo(
     if not getattr(model, "is_jax", False):
         raise TypeError(
             f"model of type {type(model).__name__} is not a ppl_loo model. Pass a pymc.Model, a "
-            "pl.JaxModel, a closed-form model from pl.models, or None for plain PSIS-LOO."
+            "pl.StanModel, a pl.JaxModel, a closed-form model from pl.models, or None for plain PSIS-LOO."
         )
     names = _check_transforms(transforms)
     hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
@@ -217,7 +217,14 @@ def loo(
     search, points, mapped, prepare = _compiled_engine(model, cfg, not approx, batch_size, log_q_fn)
     edata = prepare(edata)  # per-run statistics of the draws, shared by every observation
     if len(obs_idx):
-        results = _run(mapped, edata, obs_idx, ll, batch_size, progressbar)
+        model.last_callback_error = None
+        try:
+            results = _run(mapped, edata, obs_idx, ll, batch_size, progressbar)
+        except Exception as exc:  # an error in host code called from JAX (Stan): raise it as itself
+            stored, model.last_callback_error = getattr(model, "last_callback_error", None), None
+            if stored is not None:
+                raise stored from exc
+            raise
         for j, i in enumerate(obs_idx):
             r = results[j]
             cand_k[i], cand_elpd[i], cand_kw[i] = r["k"], r["elpd"], r["k_w"]
