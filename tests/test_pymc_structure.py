@@ -46,7 +46,10 @@ def _model(kind):
             b0 = pm.StudentT("b0", nu=4, mu=0, sigma=2.5)
         else:
             b0 = pm.Normal("b0", 0, 2.5)
-        b = pm.Normal("b", 0, 1, dims="f")
+        if kind == "mvn":  # a constant, non-diagonal prior Hessian on the block
+            b = pm.MvNormal("b", np.zeros(2), np.array([[1.0, 0.5], [0.5, 2.0]]), dims="f")
+        else:
+            b = pm.Normal("b", 0, 1, dims="f")
         if kind == "hier":  # hyperparameter outside the block
             s = pm.HalfNormal("s", 1)
             u = pm.Normal("u", 0, s, dims="grp")
@@ -68,7 +71,7 @@ def _model(kind):
     return m
 
 
-@pytest.mark.parametrize("kind", ["normal", "student", "sigmoid", "hier"])
+@pytest.mark.parametrize("kind", ["normal", "student", "sigmoid", "hier", "mvn"])
 def test_design_and_offset_recovered(kind):
     X, g, off, y = _data()
     m = PyMCModel(_model(kind))
@@ -83,7 +86,11 @@ def test_design_and_offset_recovered(kind):
     np.testing.assert_array_equal(m.structure.y, y)
     assert m.structure.family == "bernoulli_logit"
     assert m._glm.quadratic == (kind != "student")
-    assert m._glm.constant_hessian == (kind in ("normal", "sigmoid"))  # the prior scale s varies in "hier"
+    assert m._glm.constant_hessian == (kind in ("normal", "sigmoid", "mvn"))  # the prior scale s varies in "hier"
+    if kind in ("normal", "sigmoid"):  # N(0, 2.5^2), N(0, 1) x 2, N(0, 1) x 3: -1 / variance
+        np.testing.assert_allclose(m._glm.hessian_diag, -1.0 / np.array([6.25, 1, 1, 1, 1, 1]), rtol=1e-12)
+    else:
+        assert m._glm.hessian_diag is None
     if kind == "hier":
         assert m.dim == block.size + 1  # s_log__ is held fixed by the transformations
 
@@ -115,8 +122,10 @@ def _deltas(m, theta, rng):
             DiagAffine(jnp.asarray(shift), jnp.asarray(slope))]
 
 
-@pytest.mark.parametrize("kind", ["normal", "student", "hier"])
+@pytest.mark.parametrize("kind", ["normal", "student", "hier", "mvn"])
 def test_line_eval_equals_generic(kind):
+    """Each way of evaluating the prior part: constant diagonal Hessian ("normal"), constant
+    Hessian ("mvn"), quadratic ("hier"), general ("student")."""
     m = PyMCModel(_model(kind))
     rng = np.random.default_rng(0)
     theta = jnp.asarray(rng.normal(size=(7, m.dim)))

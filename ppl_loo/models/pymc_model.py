@@ -276,7 +276,9 @@ class PyMCModel(PosteriorModel):
                 self.structure_note = (
                     f"Bernoulli-logit linear predictor in {b.size} of {self.dim} parameters"
                     + (", quadratic prior" if g.quadratic else "")
-                    + (" with a constant Hessian" if g.constant_hessian else "")
+                    + (" with a constant" if g.constant_hessian else "")
+                    + (" diagonal" if g.hessian_diag is not None else "")
+                    + (" Hessian" if g.constant_hessian else "")
                 )
 
     # ------------------------------------------------------------------ layout
@@ -356,25 +358,25 @@ class PyMCModel(PosteriorModel):
     # ------------------------------------------------------------------ line evaluations
     @cached_property
     def _glm_cache_fn(self):
+        from ppl_loo.models.pymc_structure import prior_cache
+
         g = self._glm
 
         def cache(theta, Xt, offset):
-            f0, grad = jax.vmap(jax.value_and_grad(g.prior))(theta)
-            g0 = grad[:, self._bsel] if g.quadratic else None
-            return theta[:, self._bsel] @ Xt.T + offset, f0, g0
+            return theta[:, self._bsel] @ Xt.T + offset, prior_cache(g, theta, self._bsel)
 
         return jax.jit(cache)
 
     def line_cache(self, theta):
-        """For a detected Bernoulli-logit linear predictor: the logit ``(S, n)``, the prior part and
-        its gradient on the block at the draws, and the data; else None."""
+        """For a detected Bernoulli-logit linear predictor: the logit ``(S, n)``, the prior part's
+        per-run quantities (:func:`ppl_loo.models.pymc_structure.prior_cache`) and the data; else None."""
         if self._glm is None:
             return None
         g = self._glm
         Xt = jnp.asarray(g.X)
         offset = jnp.zeros(g.y.shape) if g.offset is None else jnp.asarray(g.offset)
-        mu0, f0, g0 = self._glm_cache_fn(jnp.asarray(theta), Xt, offset)
-        return mu0, f0, g0, Xt, jnp.asarray(2.0 * g.y - 1.0)
+        mu0, pcache = self._glm_cache_fn(jnp.asarray(theta), Xt, offset)
+        return mu0, pcache, Xt, jnp.asarray(2.0 * g.y - 1.0)
 
     def line_eval(self, cache, theta, delta, ts, i):
         """Fast :meth:`PosteriorModel.line_eval` of a Bernoulli-logit linear predictor.
@@ -390,7 +392,7 @@ class PyMCModel(PosteriorModel):
         from ppl_loo.models.pymc_structure import prior_line
         from ppl_loo.numerics.special import softplus
 
-        mu0, f0, g0, Xt, sign = cache
+        mu0, pcache, Xt, sign = cache
         b = self._bsel
         if hasattr(delta, "slope"):  # DiagAffine: delta = shift + slope * theta
             shift, slope = delta.shift, delta.slope
@@ -400,7 +402,7 @@ class PyMCModel(PosteriorModel):
         else:
             dmu = jnp.broadcast_to(delta, theta.shape)[:, b] @ Xt.T
         ts = jnp.asarray(ts)
-        prior = prior_line(self._glm, f0, g0, theta, delta, ts, b)
+        prior = prior_line(self._glm, pcache, theta, delta, ts, b)
         t = ts[:, None]
         mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n), reduced without being stored
         logp = prior - jnp.sum(softplus(-sign * mu), axis=-1)

@@ -34,7 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["BernoulliGLM", "detect_bernoulli_glm", "value_ancestors", "prior_line"]
+__all__ = ["BernoulliGLM", "detect_bernoulli_glm", "value_ancestors", "prior_line", "prior_cache"]
+
+#: largest block whose constant Hessian is formed (q x q) to test it for being diagonal
+MAX_DENSE_HESSIAN = 4096
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class BernoulliGLM:
     constant_hessian : bool
         Moreover its Hessian on the block does not depend on any parameter (for example fixed
         Gaussian priors on the coefficients).
+    hessian_diag : numpy.ndarray or None, shape (q,)
+        That constant Hessian when it is diagonal (independent priors on the block's coordinates;
+        checked on the exact Hessian for blocks of up to ``MAX_DENSE_HESSIAN`` coordinates).
     """
 
     X: np.ndarray
@@ -68,6 +74,7 @@ class BernoulliGLM:
     prior: object
     quadratic: bool
     constant_hessian: bool = False
+    hessian_diag: object = None
 
 
 # ----------------------------------------------------------------------------- graph inspection
@@ -212,8 +219,15 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
         return None, "the log density is not the prior part plus the Bernoulli-logit log-likelihood"
 
     quadratic, constant = _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng)
+    h_diag = None
+    if constant and block.size <= MAX_DENSE_HESSIAN:
+        # the Hessian is constant (proved above): form it once, exactly, at one point
+        H = np.asarray(jax.jacfwd(jax.grad(lambda tb: prior(pts[0].at[block].set(tb))))(pts[0][block]))
+        diag = np.diag(H).copy()
+        if np.all(np.isfinite(diag)) and np.count_nonzero(H - np.diag(diag)) == 0:
+            h_diag = diag
     off = None if not np.any(offset != 0) else offset
-    return BernoulliGLM(X, off, y, block, prior, quadratic, constant), ""
+    return BernoulliGLM(X, off, y, block, prior, quadratic, constant, h_diag), ""
 
 
 def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng):
@@ -256,39 +270,76 @@ def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng):
 
 
 # ----------------------------------------------------------------------------- line evaluation
-def prior_line(glm: BernoulliGLM, f0, g0, theta, delta, ts, block):
+def prior_cache(glm: BernoulliGLM, theta, block):
+    """Per-run quantities of the prior part at the draws ``theta`` (``(S, d)``), for :func:`prior_line`:
+    ``(f0, g0, h, tb2, g0tb)`` = prior ``(S,)``, its gradient on the block ``(S, q)`` (quadratic
+    priors), and for a constant diagonal Hessian ``h`` (``(q,)``) the per-draw products
+    ``theta_b^2`` and ``g0 * theta_b`` that evaluate diagonal affine lines without forming them.
+    """
+    f0, grad = jax.vmap(jax.value_and_grad(glm.prior))(theta)
+    if not glm.quadratic:
+        return f0, None, None, None, None
+    g0 = grad[:, block]
+    if glm.hessian_diag is None:
+        return f0, g0, None, None, None
+    tb = theta[:, block]
+    return f0, g0, jnp.asarray(glm.hessian_diag), tb * tb, g0 * tb
+
+
+def prior_line(glm: BernoulliGLM, pcache, theta, delta, ts, block):
     """The prior part at ``theta + t delta`` for every ``t``: shape ``(T, S)``.
 
-    ``f0`` (``(S,)``) and ``g0`` (``(S, q)``, gradient on the block) are the prior and its gradient
-    at the draws; ``delta`` is an ``(S, d)`` array, a ``LowRank`` or a ``DiagAffine`` displacement
-    (:mod:`ppl_loo.numerics.transforms`) that is zero outside ``block`` (a slice or index array), as
-    the engine's maps are. For a quadratic prior (``glm.quadratic``),
-    ``f(t) = f0 + t f1 + t^2 f2`` with ``f1 = g0 . delta_block``:
+    ``pcache`` is :func:`prior_cache` of the draws; ``delta`` is an ``(S, d)`` array, a ``LowRank``
+    or a ``DiagAffine`` displacement (:mod:`ppl_loo.numerics.transforms`) that is zero outside
+    ``block`` (a slice or index array), as the engine's maps are. For a quadratic prior
+    (``glm.quadratic``), ``f(t) = f0 + t f1 + t^2 f2`` with ``f1 = g0 . delta_b``, and
 
-    - ``f2 = 1/2 coef H_r coef`` for a rank-``r`` ``delta = coef @ basis`` when the Hessian ``H`` on
-      the block is constant (``H_r = basis H basis^T``, ``r`` Hessian-vector products), so the
-      ``(S, d)`` displacement is never formed;
+    - for a constant diagonal Hessian ``h``: ``f2 = 1/2 sum_j h_j delta_bj^2``, in ``O(S q)`` for
+      every displacement type, a diagonal affine one (``delta_b = shift + slope theta_b``) from the
+      per-run products of :func:`prior_cache` (as the closed-form model's Gaussian prior);
+    - for a constant Hessian ``H`` and ``delta = coef @ basis`` of rank ``r``:
+      ``f2 = 1/2 coef (basis H basis^T) coef`` from ``r`` Hessian-vector products;
     - otherwise ``f2 = f(1) - f0 - f1``: one evaluation at ``theta + delta`` serves every step.
 
     A prior that is not quadratic is evaluated at every step.
     """
+    f0, g0, h, tb2, g0tb = pcache
     ts = jnp.asarray(ts)
     t = ts[:, None]
     f = jax.vmap(glm.prior)
-    if glm.quadratic and g0 is not None:
-        if hasattr(delta, "coef") and glm.constant_hessian:  # LowRank
-            coef, basis = delta.coef, delta.basis
-            basis_b = basis[:, block]
+
+    def quad(f1, f2):
+        return f0[None] + t * f1[None] + t * t * f2[None]
+
+    def dense(delta):
+        return delta.dense(theta) if hasattr(delta, "dense") else jnp.broadcast_to(delta, theta.shape)
+
+    if not glm.quadratic:
+        full = dense(delta)
+        return jax.vmap(lambda s: f(theta + s * full))(ts)
+    if h is not None:  # constant diagonal Hessian
+        if hasattr(delta, "slope"):  # DiagAffine
+            sh, sl = delta.shift[block], delta.slope[block]
+            f1 = g0 @ sh + g0tb @ sl
+            f2 = 0.5 * (jnp.sum(h * sh * sh) + 2.0 * (theta[:, block] @ (h * sh * sl)) + tb2 @ (h * sl * sl))
+        elif hasattr(delta, "coef"):  # LowRank
+            coef, basis_b = delta.coef, delta.basis[:, block]
             f1 = jnp.sum(coef * (g0 @ basis_b.T), axis=1)
-            hv = jax.vmap(lambda v: jax.jvp(jax.grad(glm.prior), (theta[0],), (v,))[1])(basis)  # (r, d)
-            gram = hv[:, block] @ basis_b.T  # (r, r)
-            f2 = 0.5 * jnp.einsum("sr,ru,su->s", coef, gram, coef)
-            return f0[None] + t * f1[None] + t * t * f2[None]
-        full = delta.dense(theta) if hasattr(delta, "dense") else jnp.broadcast_to(delta, theta.shape)
-        if ts.shape[0] > 2:
-            f1 = jnp.sum(g0 * full[:, block], axis=1)
-            f2 = f(theta + full) - f0 - f1
-            return f0[None] + t * f1[None] + t * t * f2[None]
-    else:
-        full = delta.dense(theta) if hasattr(delta, "dense") else jnp.broadcast_to(delta, theta.shape)
+            f2 = 0.5 * jnp.einsum("sr,ru,su->s", coef, (basis_b * h) @ basis_b.T, coef)
+        else:
+            db = jnp.broadcast_to(delta, theta.shape)[:, block]
+            f1 = jnp.sum(g0 * db, axis=1)
+            f2 = 0.5 * ((db * db) @ h)
+        return quad(f1, f2)
+    if hasattr(delta, "coef") and glm.constant_hessian:  # LowRank
+        coef, basis = delta.coef, delta.basis
+        basis_b = basis[:, block]
+        f1 = jnp.sum(coef * (g0 @ basis_b.T), axis=1)
+        hv = jax.vmap(lambda v: jax.jvp(jax.grad(glm.prior), (theta[0],), (v,))[1])(basis)  # (r, d)
+        f2 = 0.5 * jnp.einsum("sr,ru,su->s", coef, hv[:, block] @ basis_b.T, coef)
+        return quad(f1, f2)
+    full = dense(delta)
+    if ts.shape[0] > 2:
+        f1 = jnp.sum(g0 * full[:, block], axis=1)
+        return quad(f1, f(theta + full) - f0 - f1)
     return jax.vmap(lambda s: f(theta + s * full))(ts)
