@@ -325,6 +325,19 @@ class PyMCModel(PosteriorModel):
         jac = self._jac_fn(*parts)[0]
         return self._loo_log_density(self._values(theta), i) + jac
 
+    @cached_property
+    def _jitted(self):
+        """Batched conversions, jit-compiled once per adapter (not once per call)."""
+        return {
+            "constrain": jax.jit(jax.vmap(self._values)),
+            "unconstrain": jax.jit(jax.vmap(lambda *a: tuple(self._forward_fn(*a)))),
+        }
+
+    @cached_property
+    def _prob_batched(self):
+        fn = self._prob_fn
+        return jax.jit(jax.vmap(lambda *a: fn(*a)[0]))
+
     # ------------------------------------------------------------------ predictions
     @cached_property
     def _prob_fn(self):
@@ -353,7 +366,7 @@ class PyMCModel(PosteriorModel):
                 f"observed variable {self.var_name!r} is not Bernoulli; pass your own probability function."
             )
         arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
-        return np.asarray(jax.jit(jax.vmap(lambda *a: fn(*a)[0]))(*arrays))
+        return np.asarray(self._prob_batched(*arrays))
 
     # ------------------------------------------------------------------ line evaluations
     @cached_property
@@ -416,7 +429,7 @@ class PyMCModel(PosteriorModel):
         theta = jnp.asarray(theta, dtype=jnp.float64)
         if theta.ndim != 2 or theta.shape[1] != self.dim:
             raise ValueError(f"theta must have shape (S, {self.dim}), got {theta.shape}.")
-        out = jax.jit(jax.vmap(self._values))(theta)
+        out = self._jitted["constrain"](theta)
         return {n: np.asarray(v) for n, v in out.items()}
 
     def unconstrain(self, posterior) -> np.ndarray:
@@ -455,7 +468,7 @@ class PyMCModel(PosteriorModel):
             if not np.isfinite(vals).all():
                 raise ValueError(f"posterior variable {name!r} has non-finite draws (NaN or inf).")
             arrays.append(jnp.asarray(vals))
-        outs = jax.jit(jax.vmap(lambda *a: tuple(self._forward_fn(*a))))(*arrays)
+        outs = self._jitted["unconstrain"](*arrays)
         blocks = []
         for name, v, u in zip(self.param_names, self._value_vars, outs):
             u = np.asarray(u, dtype=np.float64).reshape(n_draws, -1)

@@ -190,14 +190,15 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
 
     zero = jnp.zeros(d)
     offset = np.asarray(eta_of(zero), dtype=np.float64)
-    X = np.asarray(jax.jacfwd(lambda tb: eta_of(zero.at[block].set(tb)))(jnp.zeros(block.size)), dtype=np.float64)
+    X = np.asarray(jax.jit(jax.jacfwd(lambda tb: eta_of(zero.at[block].set(tb))))(jnp.zeros(block.size)),
+                   dtype=np.float64)
     if X.shape != (y.size, block.size) or not (np.isfinite(X).all() and np.isfinite(offset).all()):
         return None, "the logit's Jacobian is not finite"
 
     rng = np.random.default_rng(seed)
     points = rng.normal(size=(n_checks, d)) * np.array([1.0, 3.0] * n_checks)[:n_checks, None]
     pts = jnp.asarray(points)
-    mu = np.asarray(jax.vmap(eta_of)(pts))
+    mu = np.asarray(jax.jit(jax.vmap(eta_of))(pts))
     lin = points[:, block] @ X.T + offset
     if not np.allclose(mu, lin, rtol=1e-9, atol=1e-9 * (1.0 + np.abs(lin).max())):
         return None, "the logit is not affine at random points (a piecewise-constant operation?)"
@@ -212,8 +213,8 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
         return prior_fn(*adapter.split(theta))[0]
 
     sign = jnp.asarray(2.0 * y - 1.0)
-    lp_model = np.asarray(jax.vmap(adapter.logp)(pts))
-    lp_parts = np.asarray(jax.vmap(lambda th: prior(th) + jnp.sum(-jax.nn.softplus(-sign * eta_of(th))))(pts))
+    lp_model = np.asarray(jax.jit(jax.vmap(adapter.logp))(pts))
+    lp_parts = np.asarray(jax.jit(jax.vmap(lambda th: prior(th) + jnp.sum(-jax.nn.softplus(-sign * eta_of(th)))))(pts))
     ok = np.isfinite(lp_model)
     if ok.sum() < 2 or not np.allclose(lp_parts[ok], lp_model[ok], rtol=1e-9, atol=1e-8):
         return None, "the log density is not the prior part plus the Bernoulli-logit log-likelihood"
@@ -222,7 +223,7 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     h_diag = None
     if constant and block.size <= MAX_DENSE_HESSIAN:
         # the Hessian is constant (proved above): form it once, exactly, at one point
-        H = np.asarray(jax.jacfwd(jax.grad(lambda tb: prior(pts[0].at[block].set(tb))))(pts[0][block]))
+        H = np.asarray(jax.jit(jax.jacfwd(jax.grad(lambda tb: prior(pts[0].at[block].set(tb)))))(pts[0][block]))
         diag = np.diag(H).copy()
         if np.all(np.isfinite(diag)) and np.count_nonzero(H - np.diag(diag)) == 0:
             h_diag = diag
@@ -253,7 +254,7 @@ def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng):
     dirs[:, block] = rng.normal(size=(pts.shape[0], block.size))
     dirs = jnp.asarray(dirs)
     ts = jnp.asarray([0.0, 1.0, -1.0, 2.5])
-    vals = np.asarray(jax.vmap(lambda t: jax.vmap(prior)(pts + t * dirs))(ts))  # (4, P)
+    vals = np.asarray(jax.jit(jax.vmap(lambda t: jax.vmap(prior)(pts + t * dirs)))(ts))  # (4, P)
     if not np.isfinite(vals).all():
         return False, False
     f0, f1, fm1, f25 = vals
@@ -264,7 +265,7 @@ def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng):
         return False, False
     if not _gradient_free_of(flat, wrt, value_vars):
         return True, False
-    hv = np.asarray(jax.vmap(lambda x: jax.jvp(jax.grad(prior), (x,), (dirs[0],))[1])(pts))  # (P, d)
+    hv = np.asarray(jax.jit(jax.vmap(lambda x: jax.jvp(jax.grad(prior), (x,), (dirs[0],))[1]))(pts))  # (P, d)
     const = np.allclose(hv, hv[:1], rtol=1e-9, atol=1e-9 * (1.0 + np.abs(hv).max()))
     return True, bool(const)
 
