@@ -182,10 +182,16 @@ def test_datatree_layout_and_heterogeneity_table():
     np.testing.assert_allclose(tree.log_likelihood["y"].values.reshape(300, -1), ll, rtol=1e-10)
     lse = np.log(np.mean(np.exp(ll - ll.max(0)), axis=0)) + ll.max(0)
     assert float(g["train_log_score"]) == pytest.approx(lse.sum(), rel=1e-10)
+    assert float(g["final_score"]) == float(g["train_log_score"])
     # log q per draw is the family's density at the draws
     mf = g["phi"].values
     lq = stats.norm.logpdf(theta, mf[:4], np.exp(mf[4:])).sum(1)
     np.testing.assert_allclose(g["log_q"].values.ravel(), lq, rtol=1e-9)
+    # warm start from a previous result: its marginal means and sds (no movement at a zero learning rate)
+    again = pl.pvi(model, init=tree, steps=2, learning_rate=1e-12, average=0.0, random_seed=1, compare_vi=False,
+                   num_draws=20)["pvi"]
+    np.testing.assert_allclose(again["loc"].values, g["loc"].values, atol=1e-9)
+    np.testing.assert_allclose(again["sd"].values, g["sd"].values, rtol=1e-9)
     # user groups are kept; an existing posterior is refused unless another group is named
     base = xr.DataTree.from_dict({"constant_data": xr.Dataset({"g": ("obs", groups)})})
     out = pl.pvi(model, base, score="log", steps=20, random_seed=0, num_draws=20, compare_vi=False)

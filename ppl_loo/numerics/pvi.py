@@ -358,11 +358,3 @@ def run_steps(runner: Callable, state: PVIState, key, hyper: Hyper, num_steps: i
             progress(done)
     info = PVIInfo(*(np.concatenate([getattr(i, f) for i in infos]) for f in PVIInfo._fields))
     return state, info
-
-
-def log_mean_exp(a, axis=0):
-    """``log mean exp`` along ``axis`` (NumPy)."""
-    a = np.asarray(a)
-    m = np.max(a, axis=axis, keepdims=True)
-    return np.squeeze(m, axis=axis) + np.log(np.mean(np.exp(a - m), axis=axis))
-

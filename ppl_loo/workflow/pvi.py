@@ -177,10 +177,15 @@ def _fit(pm, family_spec, family_options, settings, optimizer, learning_rate, st
 
 def _initial_params(family, pm, init, init_scale):
     loc = None
+    scale = 0.1 if init_scale is None else init_scale
     if init is not None:
         if isinstance(init, xr.DataTree) and "pvi" in init.children:
             a = init["pvi"].to_dataset()
             loc = np.asarray(a["loc"].values)
+            if init_scale is None:  # warm start: the marginal sds of the previous fit
+                scale = np.asarray(a["sd"].values)
+                if scale.shape != (pm.dim,) or not np.all(scale > 0):
+                    raise ValueError("init: the pvi group's sd does not fit this model (or is not positive).")
         elif isinstance(init, (dict, xr.Dataset, xr.DataTree)):
             theta = np.asarray(pm.unconstrain(init), dtype=np.float64)
             loc = theta.mean(axis=0)
@@ -188,7 +193,7 @@ def _initial_params(family, pm, init, init_scale):
             loc = np.asarray(init, dtype=np.float64).reshape(-1)
         if loc.shape != (pm.dim,) or not np.all(np.isfinite(loc)):
             raise ValueError(f"init gives {loc.shape} unconstrained values; the model has dim={pm.dim} (finite).")
-    return family.init(pm.dim, loc=loc, scale=init_scale)
+    return family.init(pm.dim, loc=loc, scale=scale)
 
 
 def pvi(
@@ -215,7 +220,7 @@ def pvi(
     log_lik_bound=None,
     max_rounds=50,
     init=None,
-    init_scale=0.1,
+    init_scale=None,
     average=0.4,
     family_options=None,
     group="posterior",
@@ -282,7 +287,10 @@ def pvi(
         Cap on the fresh batches of the rejection estimator.
     init : array, DataTree or dict, optional
         Initial location in the unconstrained space (an array), the mean of draws (a posterior),
-        or a previous ``pl.pvi`` result; default 0. The initial scale is ``init_scale``.
+        or a previous ``pl.pvi`` result (its marginal means and sds: a warm start, for example PVI
+        from plain VI); default 0.
+    init_scale : float or array, optional
+        Initial marginal sd in the unconstrained space; default 0.1 (or the previous result's sds).
     average : float
         Fraction of the final steps whose iterates are averaged (Polyak-Ruppert); 0 keeps the
         last iterate.
@@ -303,8 +311,8 @@ def pvi(
         ``q`` in the unconstrained space, dim ``param``), ``phi`` (all variational parameters,
         flattened; ``attrs["phi_leaves"]`` says how), ``objective`` per step, ``log_q`` per draw,
         the training scores of PVI and VI (``train_log_score``, ``train_crps`` (lower is better),
-        ``train_quadratic``, and ``vi_`` versions), and the heterogeneity table ``pvi_mean``,
-        ``pvi_sd``, ``vi_mean``, ``vi_sd``, ``sd_ratio``, ``flagged``.
+        ``train_quadratic``, and ``vi_`` versions; ``final_score`` is the fitted one), and the
+        heterogeneity table ``pvi_mean``, ``pvi_sd``, ``vi_mean``, ``vi_sd``, ``sd_ratio``, ``flagged``.
     """
     _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold)
     if data is not None:
@@ -371,7 +379,7 @@ def pvi(
                           learning_rate=str(learning_rate if learning_rate is not None else
                                             DEFAULT_LEARNING_RATE.get(optimizer, "custom")),
                           average=float(average), random_seed=str(random_seed), num_draws=int(num_draws),
-                          init_scale=float(init_scale)))
+                          init_scale=str(init_scale), init=type(init).__name__ if init is not None else "zeros"))
     return tree
 
 
@@ -445,6 +453,9 @@ def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_h
     ds["phi"] = (("phi_dim",), phi)
     for k, v in scores.items():
         ds[f"train_{k}"] = ((), float(v))
+    final = {"log": "log_score", "crps": "crps", "quadratic": "quadratic"}.get(attrs["score"])
+    if final in scores:  # the fitted score on the training data, from the num_draws draws
+        ds["final_score"] = ((), float(scores[final]))
     het = {"pvi_mean": pm_mean, "pvi_sd": pm_sd}
     flagged_names = []
     vi_attrs = {}
