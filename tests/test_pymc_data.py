@@ -179,7 +179,9 @@ def test_non_factorizing_exact_loo():
     with pm.Model(coords={"obs": np.arange(n)}) as model:
         mu = pm.Normal("mu", 0, s0)
         pm.MvNormal("y", mu * np.ones(n), C, observed=y, dims="obs")
-        idata = pm.sample(**SAMPLE, nuts_sampler="pymc", random_seed=9)
+        # PyMC's log_likelihood group holds one joint term per draw here, not one per observation
+        idata = pm.sample(**SAMPLE, nuts_sampler="pymc", random_seed=9, idata_kwargs={"log_likelihood": True})
+    assert idata["log_likelihood"]["y"].dims == ("chain", "draw")
 
     # without the leave-one-out density: a clear error naming the variable and the fix
     with pytest.raises(ValueError, match=r"'y' does not factorize.*loo_log_density"):

@@ -164,7 +164,8 @@ def loo(
                  "The draws may be outside the model's support or from a different model.")
     check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws",
                  "The draws may be outside the model's support or from a different model.")
-    _compare_log_lik(data, var_name, ll)
+    if getattr(model, "factorizes", True):  # a non-factorizing likelihood has no pointwise group to compare
+        _compare_log_lik(data, var_name, ll)
     n = ll.shape[1]
 
     if log_q is None:  # draws written by pl.pvi come with their q (Eq. 13); None for other draws
