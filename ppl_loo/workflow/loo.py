@@ -164,8 +164,7 @@ def loo(
                  "The draws may be outside the model's support or from a different model.")
     check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws",
                  "The draws may be outside the model's support or from a different model.")
-    if getattr(model, "factorizes", True):  # a non-factorizing likelihood has no pointwise group to compare
-        _compare_log_lik(data, var_name, ll)
+    _compare_log_lik(data, var_name, ll, joint_ok=not getattr(model, "factorizes", True))
     n = ll.shape[1]
 
     if log_q is None:  # draws written by pl.pvi come with their q (Eq. 13); None for other draws
@@ -415,8 +414,12 @@ def _psis_mcse(lw, ll, r_eff):
     return np.sqrt(var) / est
 
 
-def _compare_log_lik(data, var_name, ll):
-    """Warn when a stored log_likelihood group disagrees with the model at the same draws."""
+def _compare_log_lik(data, var_name, ll, joint_ok=False):
+    """Warn when a stored log_likelihood group disagrees with the model at the same draws.
+
+    ``joint_ok``: the model does not factorize, and a stored group with one joint term per draw
+    (what PyMC writes for, e.g., one ``pm.MvNormal`` over all observations) is not compared.
+    """
     stored = None
     try:
         stored = get_log_likelihood(data, var_name)
@@ -425,6 +428,8 @@ def _compare_log_lik(data, var_name, ll):
     if stored is None:
         return
     arr = stack_draws(stored)
+    if joint_ok and arr.shape[1] == 1 and ll.shape[1] != 1:
+        return
     if arr.shape != ll.shape:
         raise ValueError(
             f"log_likelihood[{var_name!r}] has {arr.shape[1]} observations x {arr.shape[0]} draws but "
