@@ -133,6 +133,34 @@ def test_likelihood_free_simulator_model():
         _fit(sm, score="crps", reg="posterior", lam=1.0, steps=5)
 
 
+def test_jax_quadratic_score_and_vector_energy_score():
+    """JaxModel with probs= (quadratic score, T5: the predictive is the frequency of ones) and a
+    likelihood-free model with vector outcomes (energy score, L2 norm): the score is strictly proper,
+    so when q N(m, s^2 I) can reproduce the truth N(0, 2^2 I) through y = theta + N(0, I), s = sqrt(3)."""
+    z = (np.arange(200) % 4 == 0).astype(float)  # a quarter are ones
+    zj = jnp.asarray(z)
+    model = pl.JaxModel({"a": ((), None)}, lambda v: jst.norm.logpdf(v["a"], 0.0, 3.0),
+                        lambda v: zj * jax.nn.log_sigmoid(v["a"]) + (1 - zj) * jax.nn.log_sigmoid(-v["a"]),
+                        observed=z)
+
+    def probs(v):
+        p1 = jax.nn.sigmoid(v["a"]) * jnp.ones(200)
+        return jnp.stack([1 - p1, p1], axis=-1)
+
+    tree = pl.pvi(model, score="quadratic", probs=probs, reg="prior", lam=0.1, steps=600, draws_per_step=100,
+                  random_seed=2, num_draws=4000, compare_vi=False)
+    p = 1 / (1 + np.exp(-tree.posterior["a"].values.ravel()))
+    assert p.mean() == pytest.approx(0.25, abs=0.01)
+
+    y2 = np.random.default_rng(4).normal(0.0, 2.0, (600, 2))
+    sim = pl.SimulatorModel({"theta": ((2,), None)}, lambda v, key: v["theta"] + jax.random.normal(key, y2.shape),
+                            y2, vector=True)
+    g = pl.pvi(sim, score="crps", steps=600, draws_per_step=100, random_seed=3, init_scale=1.0,
+               compare_vi=False, num_draws=100)["pvi"]
+    np.testing.assert_allclose(g["sd"].values, math.sqrt(3.0), atol=0.15)
+    np.testing.assert_allclose(g["loc"].values, 0.0, atol=0.15)
+
+
 def test_flow_recovers_a_bimodal_population():
     """Cor. 2: when p_true(y) = int N(y | theta, 0.3^2) pi(theta) dtheta, PVI recovers pi. With a
     bimodal pi (+-2) the flow family puts its mass at the two modes; a Gaussian q cannot."""

@@ -226,6 +226,9 @@ def as_pvi_model(model, *, var_name=None, simulator=None, probs=None, observed=N
         from ppl_loo.workflow.pvi_pymc import pymc_pvi_model
 
         _no_user_fns(simulator, probs, "PyMC", "they are derived from the observed variable")
+        if observed is not None:
+            raise ValueError("observed= is not used with PyMC models: the observed data are in the model "
+                             "(pm.set_data to change them).")
         return pymc_pvi_model(model, categories=categories)
     if isinstance(model, SimulatorModel):
         return _simulator_pvi_model(model)
