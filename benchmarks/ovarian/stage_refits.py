@@ -1,0 +1,92 @@
+"""Ground truth: exact LOO by refitting without the observation (Stan, same program and sampler).
+
+For each refit target ``i`` (the observations with the highest plain-PSIS k on all retained draws
+of the main fit), the refit's draws ``theta^(-i)`` give
+
+    elpd_i = log mean_s p(y_i | theta_s^(-i)),   p_loo_i = mean_s sigmoid(mu_i(theta_s^(-i))),
+
+with Monte Carlo SE from the effective sample size of ``p(y_i | theta)`` over the refit's chains
+(``arviz_stats.ess(method="mean")``; delta method for the log). Each LOO method's ``elpd_i`` over
+the peer resamplings (mean, sd) is compared with it: ``z = (mean - refit) / sqrt(mcse_refit^2 +
+sd_resamplings^2)``; "within Monte Carlo error" means ``|z| <= 2``. The LOO predictive
+probability of a method is ``exp(elpd_i)`` for ``y_i = 1`` and ``1 - exp(elpd_i)`` for
+``y_i = 0`` (the same self-normalized average, see ``stage_peers.identities``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common import jax_model, load_json, log, save_json
+
+METHOD_KEYS = ("arviz_plain", "arviz_mm", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
+
+
+def refit_truth(model, name, arrays, i):
+    import jax
+    import xarray as xr
+    from arviz_stats import ess
+
+    from fits import pooled_posterior
+
+    C, D = arrays["lp"].shape
+    theta = np.asarray(model.unconstrain(pooled_posterior(arrays, name)))
+    mu = np.asarray(jax.vmap(model.linear_predictor)(theta))[:, i]
+    y = float(model.y[i])
+    p1 = 1.0 / (1.0 + np.exp(-mu))
+    lik = p1 if y == 1 else 1.0 - p1
+    m = float(np.mean(lik))
+    e = float(ess(xr.DataArray(lik.reshape(C, D), dims=("chain", "draw")), method="mean"))
+    mcse_mean = float(np.std(lik, ddof=1) / np.sqrt(e))
+    return {"elpd_i": float(np.log(m)), "mcse_elpd_i": mcse_mean / m, "p_loo": float(np.mean(p1)),
+            "mcse_p_loo": mcse_mean, "ess_lik": e, "y": int(y)}
+
+
+def run(cfg, cdir, out, logfile, models):
+    from fits import load_fit
+    from run import refit_path
+
+    for name in models:
+        mc = load_json(cdir / f"{name}_mcmc.json")
+        targets_path = cdir / f"refit_targets_{name}.json"
+        peers = load_json(cdir / f"peers_{name}.json")["resamplings"]
+        model = jax_model(name)
+        from run import refit_targets
+
+        targets, k_all = refit_targets(cdir, name, cfg["n_refits"])
+        save_json(targets_path, {"targets": targets, "k_psis_all_draws": k_all})
+        rows = []
+        for i in targets:
+            arrays, summ = load_fit(refit_path(cdir, name, i))
+            truth = refit_truth(model, name, arrays, i)
+            row = {"obs": i, "k_psis_all_draws": float(k_all[i]), "refit": truth,
+                   "refit_diagnostics": {k: summ[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail", "divergences",
+                                                              "max_rhat_log_lik", "sampling_wall_s", "settings")},
+                   "methods": {}}
+            for key in METHOD_KEYS:
+                vals = [p[key]["elpd_i"][i] for p in peers if key in p and "elpd_i" in p[key]]
+                ks = [p[key]["k"][i] for p in peers if key in p and "k" in p[key]]
+                if not vals:
+                    continue
+                vals = np.asarray(vals, dtype=float)
+                mean, sd = float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+                z = (mean - truth["elpd_i"]) / np.sqrt(truth["mcse_elpd_i"] ** 2 + sd**2)
+                p = np.exp(vals) if truth["y"] == 1 else 1 - np.exp(vals)
+                row["methods"][key] = {"elpd_i_mean": mean, "elpd_i_sd": sd, "diff": mean - truth["elpd_i"],
+                                       "z": float(z), "within_mc_error": bool(abs(z) <= 2.0),
+                                       "p_loo_mean": float(np.mean(p)), "p_loo_diff": float(np.mean(p) - truth["p_loo"]),
+                                       "k_mean": float(np.mean(ks)), "n_resamplings": len(vals)}
+            rows.append(row)
+            log(f"refit {name} obs {i}: refit elpd_i {truth['elpd_i']:.3f} +- {truth['mcse_elpd_i']:.3f}; "
+                + ", ".join(f"{k} {v['elpd_i_mean']:.3f} (z {v['z']:.1f})" for k, v in row["methods"].items()), logfile)
+        summary = {}
+        for key in METHOD_KEYS:
+            ms = [r["methods"][key] for r in rows if key in r["methods"]]
+            if ms:
+                summary[key] = {"within_mc_error": int(sum(m["within_mc_error"] for m in ms)), "of": len(ms),
+                                "mean_abs_diff": float(np.mean([abs(m["diff"]) for m in ms])),
+                                "max_abs_diff": float(np.max([abs(m["diff"]) for m in ms])),
+                                "sum_diff_over_targets": float(np.sum([m["diff"] for m in ms])),
+                                "mean_abs_p_loo_diff": float(np.mean([abs(m["p_loo_diff"]) for m in ms]))}
+        save_json(cdir / f"refits_{name}.json", {"model": name, "main_fit": {k: mc[k] for k in ("max_rhat", "divergences")},
+                                                 "rows": rows, "summary": summary})
