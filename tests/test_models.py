@@ -502,3 +502,31 @@ def test_logistic_line_eval_diag_affine_equals_dense(prior):
         slow = PosteriorModel.line_eval(m, None, theta, shift + slope * theta, ts, i)
         for a, b in zip(fast, slow):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["dense", "lowrank", "diag"])
+def test_relu_line_eval_fast_path_equals_default(kind):
+    """ReluNet's cached line evaluation equals the generic vmapped one for every displacement type."""
+    from ppl_loo.models.base import PosteriorModel
+    from ppl_loo.numerics.transforms import DiagAffine, LowRank
+
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(12, 5))
+    y = (rng.random(12) < 0.5).astype(int)
+    m = ReluNet(X, y, hidden=3, prior_scale=1.3)
+    theta = jnp.asarray(rng.normal(size=(7, m.dim)))
+    if kind == "dense":
+        delta = jnp.asarray(rng.normal(size=(7, m.dim)))
+        dense = delta
+    elif kind == "lowrank":
+        delta = LowRank(jnp.asarray(rng.normal(size=(7, 2))), jnp.asarray(rng.normal(size=(2, m.dim))))
+        dense = delta.dense()
+    else:
+        delta = DiagAffine(jnp.asarray(rng.normal(size=m.dim)), jnp.asarray(rng.normal(size=m.dim) * 0.3))
+        dense = delta.dense(theta)
+    ts = jnp.asarray([1.0, 0.25, 0.0, -0.5])
+    for i in (0, 5, 11):
+        fast = m.line_eval(m.line_cache(theta), theta, delta, ts, i)
+        slow = PosteriorModel.line_eval(m, None, theta, dense, ts, i)
+        for a, b in zip(fast, slow):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-9)
