@@ -37,6 +37,10 @@ def refit_path(cdir, name, i):
     return cdir / "refits" / f"{name}_without_{i:02d}.npz"
 
 
+def control_path(cdir, name):
+    return cdir / "refits" / f"{name}_control_full_data.npz"
+
+
 def refit_targets(cdir, name, n):
     """The ``n`` observations with the highest plain-PSIS k on all retained draws of the main fit
     (``arviz_stats.loo`` on Stan's ``log_lik``)."""
@@ -64,13 +68,18 @@ def stage_mcmc(cfg, cdir, logfile, models=MODELS):
     out = {}
     for name in models:
         main = run_fit(name, X, y, cfg["mcmc"][name], SEEDS[name], fit_path(cdir, name), logfile=logfile)
+        # control: the refit settings on the full data; its in-sample lpd_i must match the main fit's
+        # within Monte Carlo error, else a refit's difference from the LOO estimates could come from
+        # the shorter refit chains rather than from the deleted observation
+        control = run_fit(name, X, y, cfg["refit"][name], 99, control_path(cdir, name), logfile=logfile)
         targets, k_all = refit_targets(cdir, name, cfg["n_refits"])
         log(f"{name}: refit targets (highest plain-PSIS k on all draws): {targets}", logfile)
         refits = {}
         for i in targets:
             refits[i] = run_fit(name, X, y, cfg["refit"][name], 100 + i, refit_path(cdir, name, i), drop=i,
                                 logfile=logfile)
-        out[name] = {"main": main, "refit_targets": targets, "k_psis_all_draws": k_all, "refits": refits}
+        out[name] = {"main": main, "control": control, "refit_targets": targets, "k_psis_all_draws": k_all,
+                     "refits": refits}
     return out
 
 

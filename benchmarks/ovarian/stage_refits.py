@@ -42,6 +42,39 @@ def refit_truth(model, name, arrays, i):
             "mcse_p_loo": mcse_mean, "ess_lik": e, "y": int(y)}
 
 
+def lpd_with_mcse(log_lik):
+    """In-sample ``lpd_i = log mean_s p(y_i | theta_s)`` of a full-data fit ``(chain, draw, n)`` with
+    its Monte Carlo SE (ESS of ``p(y_i | theta)`` per observation, delta method)."""
+    import xarray as xr
+    from arviz_stats import ess
+
+    lik = np.exp(log_lik)
+    m = lik.mean(axis=(0, 1))
+    e = np.asarray(ess(xr.DataArray(lik, dims=("chain", "draw", "obs")), method="mean"))
+    sd = lik.reshape(-1, lik.shape[-1]).std(axis=0, ddof=1)
+    return np.log(m), sd / np.sqrt(e) / m
+
+
+def control_check(cdir, name, targets):
+    """The refit settings on the full data (``run.control_path``) against the main fit: in-sample
+    lpd_i of every observation, z-scores with both Monte Carlo SEs."""
+    from fits import load_fit
+    from run import control_path, fit_path
+
+    if not control_path(cdir, name).exists():
+        return {"error": "no control fit"}
+    main, _ = load_fit(fit_path(cdir, name))
+    ctrl, summ = load_fit(control_path(cdir, name))
+    l_m, s_m = lpd_with_mcse(main["log_lik"])
+    l_c, s_c = lpd_with_mcse(ctrl["log_lik"])
+    z = (l_c - l_m) / np.sqrt(s_m**2 + s_c**2)
+    t = np.asarray(targets)
+    return {"lpd_i_main": l_m, "lpd_i_control": l_c, "z": z, "frac_abs_z_gt_2": float(np.mean(np.abs(z) > 2)),
+            "mean_diff_all": float(np.mean(l_c - l_m)), "mean_diff_targets": float(np.mean((l_c - l_m)[t])),
+            "z_targets": z[t], "control_diagnostics": {k: summ[k] for k in ("max_rhat", "min_ess_bulk", "divergences",
+                                                                             "max_rhat_log_lik", "settings")}}
+
+
 def run(cfg, cdir, out, logfile, models):
     from fits import load_fit
     from run import refit_path
@@ -88,5 +121,10 @@ def run(cfg, cdir, out, logfile, models):
                                 "max_abs_diff": float(np.max([abs(m["diff"]) for m in ms])),
                                 "sum_diff_over_targets": float(np.sum([m["diff"] for m in ms])),
                                 "mean_abs_p_loo_diff": float(np.mean([abs(m["p_loo_diff"]) for m in ms]))}
+        control = control_check(cdir, name, targets)
+        if "z" in control:
+            log(f"refit control {name}: in-sample lpd_i of the refit settings on the full data vs the main fit: "
+                f"|z| > 2 for {100 * control['frac_abs_z_gt_2']:.0f}% of observations; mean difference "
+                f"{control['mean_diff_all']:+.4f} (all), {control['mean_diff_targets']:+.4f} (refit targets)", logfile)
         save_json(cdir / f"refits_{name}.json", {"model": name, "main_fit": {k: mc[k] for k in ("max_rhat", "divergences")},
-                                                 "rows": rows, "summary": summary})
+                                                 "rows": rows, "summary": summary, "control": control})

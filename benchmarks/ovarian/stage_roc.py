@@ -47,11 +47,13 @@ def run(cfg, cdir, out, logfile, models):
             "MCMC, plain PSIS": peers0["arviz_plain"]["elpd_i"],
             "ADVI, adaptive (Eq. 13)": advi["elpd_i"],
             "ADVI, plain IS (Eq. 13)": advi["elpd_i_plain"],
+            "ADVI, q as posterior (plain PSIS)": advi["elpd_i_q_as_posterior"],
         }
         res = {k: curves(y, p_from_elpd(v, y)) for k, v in sets.items()}
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.4))
         styles = {"MCMC, adaptive (ppl_loo)": ("C0", "-"), "MCMC, plain PSIS": ("C0", ":"),
-                  "ADVI, adaptive (Eq. 13)": ("C3", "-"), "ADVI, plain IS (Eq. 13)": ("C3", ":")}
+                  "ADVI, adaptive (Eq. 13)": ("C3", "-"), "ADVI, plain IS (Eq. 13)": ("C3", ":"),
+                  "ADVI, q as posterior (plain PSIS)": ("C2", "--")}
         for k, c in res.items():
             color, ls = styles[k]
             ax1.plot(c["fpr"], c["tpr"], color=color, ls=ls, label=f"{k}: AUC {c['auc']:.3f}")
