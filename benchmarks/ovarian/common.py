@@ -64,12 +64,9 @@ FULL = {
         "relu": {"chains": 2, "warmup": 300, "draws": 400, "adapt_delta": 0.99, "max_depth": 10},
     },
     "n_refits": 10,
-    # the ReLU net: one pl.loo call (all eleven transformations, ~20 observations adapted, d = 4615)
-    # takes ~140 s on this loaded machine, so 100 resamplings would take ~4 hours; 30 fit the budget.
-    # Raise it and rerun `--stage table1 --models relu`: the stage resumes where it stopped.
-    "resamplings": {"logistic": 100, "relu": 30},
+    "resamplings": {"logistic": 100, "relu": 100},
     "s": 1000,
-    "peer_resamplings": {"logistic": 10, "relu": 3},
+    "peer_resamplings": {"logistic": 10, "relu": 10},
     "peer_methods": {"logistic": ("ppl_loo", "ppl_loo_papers7", "arviz_plain", "arviz_mm", "bayesianquilts"),
                      "relu": ("ppl_loo", "ppl_loo_papers7", "arviz_plain", "arviz_mm")},
     "arviz_mm_default_cov_once": ("logistic",),  # its default cov=True, timed on one resampling
