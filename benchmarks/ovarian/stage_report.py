@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from pathlib import Path
 
 from common import (MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, THRESHOLD, load_json, machine_info, save_json)
 from stage_table1 import ROWS, row_key
@@ -233,7 +234,12 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G):
         for k, v in ROC[name].items():
             if isinstance(v, dict):
                 w(f"| {name} | {k} | {v['auc']:.3f} | {v['average_precision']:.3f} |")
-    w("\nPlots: " + ", ".join(f"`{ROC[n]['png']}`" for n in models) + f", `{ROC['fig3_png']}`.\n")
+    def rel(p):  # the repository-relative path where the file is under it
+        p = Path(p).resolve()
+        root = Path(__file__).resolve().parents[2]
+        return str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
+
+    w("\nPlots: " + ", ".join(f"`{rel(ROC[n]['png'])}`" for n in models) + f", `{rel(ROC['fig3_png'])}`.\n")
     for name in models:
         a = ADVI[name]
         w(f"ADVI {name}: {a['fit']['method']}, {a['fit']['steps']} steps (lr {a['fit']['lr']}), {a['fit']['draws']} draws; "
