@@ -97,3 +97,43 @@ def test_iterated_moment_matching_goes_beyond_one_step():
         assert res.candidates["k"][i, j_one] > 0.7
         assert res.candidates["k"][i, j_iter] <= 0.7
         assert abs(res.candidates["elpd"][i, j_iter] - exact[i]) < 0.05
+
+
+def _regression_tree(model, b):
+    import jax.numpy as jnp
+    import xarray as xr
+
+    ll = np.asarray(jnp.vectorize(model.loglik, signature="(d)->(n)")(jnp.asarray(b)))
+    return xr.DataTree.from_dict({"posterior": xr.Dataset({"beta": (("chain", "draw", "coef"), b)}),
+                                  "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), ll)})})
+
+
+def test_change_of_variables_check_exact_draws_pass_other_draws_fail():
+    """For draws from the posterior, ``p(T theta)|J|/p(theta)`` has mean 1 for every invertible map,
+    so by Markov's inequality its maximum over L points exceeds ``L * 1e6`` with probability at most
+    1e-6: exact posterior draws never trip the check, and the adapted elpd is the closed form. Draws
+    from the prior of the same model (not its posterior) move to points of far higher posterior
+    density: every adapted observation trips it, is marked doubtful, and the user is warned."""
+    from gaussian_models import LinearRegressionKnownNoise
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(30, 4))
+    y = X @ (0.5 * rng.normal(size=4)) + rng.normal(size=30)
+    model = LinearRegressionKnownNoise(X, y, sigma=1.0, tau=1.0)
+    m, C = model.posterior()
+    bound = np.log(2 * 1000) + np.log(1e6)
+
+    exact = _regression_tree(model, m + rng.normal(size=(2, 500, 4)) @ np.linalg.cholesky(C).T)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at all on exact draws
+        res = pl.loo(exact, model, progressbar=False, influence_threshold=0.0)  # adapt every observation
+    ratio = res.candidates["max_log_ratio"]
+    assert np.all(np.isfinite(ratio)) and np.nanmax(ratio) < bound - 10
+    assert not res.doubtful.values.any()
+    assert abs(res.elpd - model.exact_elpd_i().sum()) < 0.1
+
+    prior = _regression_tree(model, rng.normal(size=(2, 500, 4)))
+    with pytest.warns(UserWarning, match="change-of-variables check for 30 of 30"):
+        res = pl.loo(prior, model, progressbar=False, influence_threshold=0.0)
+    assert np.all(np.nanmax(res.candidates["max_log_ratio"], axis=1) > bound)
+    assert res.doubtful.values.all()

@@ -43,6 +43,7 @@ def run_ppl_loo(pl, data, model, transforms=ALL_TRANSFORMS, label="ppl_loo"):
         "n_worked": n_worked,
         "failed": int(np.sum(np.asarray(res.transform).ravel() == "failed")),
         "doubtful": int(np.sum(np.asarray(res.doubtful).ravel())),
+        "doubtful_i": [bool(v) for v in np.asarray(res.doubtful).ravel()],
         "transform": [str(t) for t in np.asarray(res.transform).ravel()],
         "_res": res,
     }

@@ -35,7 +35,7 @@ def _summary(r, k_psis):
         "elpd_i": np.asarray(r["elpd_i"], dtype=float),
         "k": k,
     }
-    for extra in ("failed", "doubtful", "mcse_elpd_i", "timings", "transform"):
+    for extra in ("failed", "doubtful", "doubtful_i", "mcse_elpd_i", "timings", "transform"):
         if extra in r:
             out[extra] = r[extra]
     return out
@@ -100,6 +100,26 @@ def run(cfg, cdir, out, logfile, models):
         model = jax_model(name)
         R = cfg["peer_resamplings"][name]
         todo = cfg["peer_methods"][name]
+        # resamplings cached by an older engine (no per-observation doubtful flags): rerun ppl_loo
+        # only, keeping the peers' cached results (bayesianquilts takes ~10 min per resampling)
+        for rec in done["resamplings"][:R]:
+            if "doubtful_i" in rec.get("ppl_loo", {}):
+                continue
+            data = draws.tree(resample_index(draws.n_total, cfg["s"], rec["r"]), model)
+            ppl = peers.run_ppl_loo(pl, data, model)
+            plain = peers.run_arviz_plain(data)
+            k_psis = np.asarray(plain["k"])
+            rec["ppl_loo"] = _summary(ppl, k_psis)
+            failed = [i for i, t in enumerate(rec["ppl_loo"]["transform"]) if t == "failed"]
+            rec["ppl_loo_failed_diagnosis"] = why_failed(ppl["_res"], model, failed, ppl["_res"].good_k)
+            if "ppl_loo_papers7" in todo:
+                rec["ppl_loo_papers7"] = _summary(
+                    peers.run_ppl_loo(pl, data, model, PAPERS_SEVEN, "ppl_loo (papers' seven)"), k_psis)
+            rec["identities"] = identities(pl, data, model, ppl, plain)
+            rec["ppl_loo_rerun_with_current_engine"] = True
+            save_json(path, done)
+            log(f"peers {name} r={rec['r']}: ppl_loo rerun with the current engine: {rec['ppl_loo']['above_0.7']} > 0.7, "
+                f"{rec['ppl_loo']['doubtful']} doubtful, {rec['ppl_loo']['wall_s']:.1f} s", logfile)
         for r in range(len(done["resamplings"]), R):
             data = draws.tree(resample_index(draws.n_total, cfg["s"], r), model)
             rec = {"r": r}

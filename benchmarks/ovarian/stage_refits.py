@@ -105,7 +105,9 @@ def run(cfg, cdir, out, logfile, models):
                 mean, sd = float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
                 z = (mean - truth["elpd_i"]) / np.sqrt(truth["mcse_elpd_i"] ** 2 + sd**2)
                 p = np.exp(vals) if truth["y"] == 1 else 1 - np.exp(vals)
+                dflags = [p[key]["doubtful_i"][i] for p in peers if key in p and "doubtful_i" in p[key]]
                 row["methods"][key] = {"elpd_i_mean": mean, "elpd_i_sd": sd, "diff": mean - truth["elpd_i"],
+                                       "doubtful_share": float(np.mean(dflags)) if dflags else None,
                                        "z": float(z), "within_mc_error": bool(abs(z) <= 2.0),
                                        "p_loo_mean": float(np.mean(p)), "p_loo_diff": float(np.mean(p) - truth["p_loo"]),
                                        "k_mean": float(np.mean(ks)), "n_resamplings": len(vals)}
@@ -121,6 +123,12 @@ def run(cfg, cdir, out, logfile, models):
                                 "max_abs_diff": float(np.max([abs(m["diff"]) for m in ms])),
                                 "sum_diff_over_targets": float(np.sum([m["diff"] for m in ms])),
                                 "mean_abs_p_loo_diff": float(np.mean([abs(m["p_loo_diff"]) for m in ms]))}
+                if all(m.get("doubtful_share") is not None for m in ms):
+                    # the tool's own warning: marked doubtful on at least half of the resamplings
+                    flagged = [m["doubtful_share"] >= 0.5 for m in ms]
+                    summary[key]["flagged_doubtful"] = int(sum(flagged))
+                    summary[key]["missed_and_not_flagged"] = int(sum(
+                        (not m["within_mc_error"]) and not f for m, f in zip(ms, flagged)))
         control = control_check(cdir, name, targets)
         if "z" in control:
             log(f"refit control {name}: in-sample lpd_i of the refit settings on the full data vs the main fit: "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from pathlib import Path
 
-from common import (MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, THRESHOLD, load_json, machine_info, save_json)
+from common import (MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, ROOT, THRESHOLD, load_json, machine_info, save_json)
 from stage_table1 import ROWS, row_key
 
 METHOD_ORDER = ("arviz_plain", "arviz_mm", "arviz_mm_default_cov", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
@@ -220,12 +220,29 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G):
             w(f"\nControl: the refit settings on the full data against the main fit, in-sample lpd_i of all 54 "
               f"observations: |z| > 2 for {100 * c['frac_abs_z_gt_2']:.0f}%, mean difference {c['mean_diff_all']:+.4f} nats "
               f"(refit targets: {c['mean_diff_targets']:+.4f}; z {', '.join(f'{v:+.1f}' for v in c['z_targets'])}).")
-        w("\n| method | within MC error (abs z <= 2) | mean abs diff | max abs diff | mean abs diff of p |")
-        w("|---|---|---|---|---|")
+        w("\n| method | within MC error (abs z <= 2) | mean abs diff | max abs diff | mean abs diff of p "
+          "| marked doubtful by the tool | missed and not marked |")
+        w("|---|---|---|---|---|---|---|")
         for k in keys:
             s = rf["summary"][k]
+            fl = (f"{s['flagged_doubtful']}/{s['of']} | {s['missed_and_not_flagged']}/{s['of']}"
+                  if "flagged_doubtful" in s else "— | —")
             w(f"| {METHOD_LABEL[k]} | {s['within_mc_error']}/{s['of']} | {s['mean_abs_diff']:.3f} | {s['max_abs_diff']:.3f} "
-              f"| {s['mean_abs_p_loo_diff']:.3f} |")
+              f"| {s['mean_abs_p_loo_diff']:.3f} | {fl} |")
+        w("\n'Marked doubtful': `res.doubtful` on at least half of the peer resamplings (k above the "
+          "threshold, good candidates that disagree, or candidates that failed the change-of-variables "
+          "check of the draws, docs/method.md section 4).")
+        cons = ROOT / "benchmarks" / "results" / "ovarian" / "consistency.json"
+        if cons.exists() and name in (cj := load_json(cons)):
+            ic = cj[name]["identity_check"]
+            bad = sorted({r["obs"] for r in ic if r["markov_p_bound"] < 1e-6})
+            rc = cj[name]["refit_consistency"]
+            dev = max(abs(r["lpd_main_predicted_from_refit"] - r["lpd_main"]) for r in rc)
+            w(f"\n`benchmarks/ovarian/consistency.py`: the refits predict the main fit's in-sample lpd_i by "
+              f"reverse importance sampling within {dev:.3f} nats for all {len(rc)} targets (the refits and the "
+              f"main fit are consistent); PMM1/PMM2 maps of the main fit's draws reach a posterior density "
+              f"ratio impossible for posterior draws (Markov bound p < 1e-6) for {len(bad)} of the "
+              f"{len({r['obs'] for r in ic})} targets{': ' + ', '.join(map(str, bad)) if bad else ''}.")
         w("")
     w("## LOO ROC / precision-recall, MCMC vs mean-field ADVI (the papers' Fig. 3)\n")
     w("| model | fit, weights | AUC | average precision |")

@@ -88,6 +88,18 @@ class ObsResult(NamedTuple):
     ll_phi: jnp.ndarray  # (2S,) log-likelihood of i at [draws, images] (draw part unused: -inf weight)
     mcse: jnp.ndarray  # (C,) Monte Carlo SE of every candidate's elpd_i
     ess: jnp.ndarray  # (C,) effective sample size 1 / sum w^2 of every candidate's smoothed weights
+    max_log_ratio: jnp.ndarray  # (C,) max over points of log p(x | D) / q(x) (0 where not checked)
+    identity_ok: jnp.ndarray  # (C,) the change-of-variables check below passed (or does not apply)
+
+
+# Change-of-variables check (this project). For draws from p and any invertible map T, the ratio
+# r = p(T theta) |J_T(theta)| / p(theta) has mean exactly 1 (the unnormalized density's constant
+# cancels), and so has p / q_mix over the pooled points of a mixture; by Markov's inequality a
+# maximum over L points above L / alpha has probability at most alpha. A larger maximum proves that
+# the draws are not distributed as the model's posterior in the direction of that map (unconverged
+# or stuck chains, draws from another model) or that the Jacobian is wrong: its weights are not
+# importance weights, whatever their k-hat says. alpha = 1e-6.
+LOG_MARKOV_ALPHA = float(np.log(1e6))
 
 
 def candidate_labels(cfg: EngineConfig):
@@ -492,27 +504,42 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
             if not items:
                 continue
             log_w, ll_pool, applicable, n_bad = (jnp.concatenate(z, axis=0) for z in zip(*items))
+            # log p(x | D) / q(x) at every point: the LOO weight times l_i (mean 1 under q)
+            ratio_max = jnp.max(jnp.where(jnp.isfinite(log_w), log_w + ll_pool, -jnp.inf), axis=-1)
+            n_pts = jnp.full(ratio_max.shape, float(log_w.shape[-1]), dtype=log_w.dtype)
             lw, k_w, k_num, elpd = scores(log_w, ll_pool)
             if not mixture:  # pad to the pooled layout [draws, images]: draws carry no weight
                 C = lw.shape[0]
                 lw = jnp.concatenate([jnp.full((C, S), -jnp.inf), lw], axis=1)
                 ll_pool = jnp.concatenate([jnp.zeros((C, S)), ll_pool], axis=1)
             offsets = np.cumsum([0] + [it[0].shape[0] for it in items])
-            scored[mixture] = (offsets, k_w, k_num, elpd, applicable, n_bad, lw, ll_pool)
+            scored[mixture] = (offsets, k_w, k_num, elpd, applicable, n_bad, lw, ll_pool, ratio_max, n_pts)
         parts = []
         for mixture, j, T in order:
             offsets, *arrays = scored[mixture]
             parts.append(tuple(a[offsets[j]:offsets[j] + T] for a in arrays))
-        k_w, k_num, elpd, applicable, n_bad, lw, ll_pool = (jnp.concatenate(z, axis=0) for z in zip(*parts))
+        k_w, k_num, elpd, applicable, n_bad, lw, ll_pool, raw_ratio_max, n_points = (
+            jnp.concatenate(z, axis=0) for z in zip(*parts))
         k = jnp.maximum(k_w, k_num)
         # k-hat judges the tail of the weights, not a collapse of their bulk: a map that sends most
         # draws where the LOO density is negligible can show a small k on the few that remain.
         ess = 1.0 / jnp.sum(jnp.exp(2.0 * lw), axis=-1)
-        usable = applicable & (n_bad == 0) & jnp.isfinite(k) & jnp.isfinite(elpd) & (ess >= cfg.min_ess)
+        max_log_ratio, identity_ok = change_of_variables_check(raw_ratio_max, n_points)
+        usable = (applicable & (n_bad == 0) & jnp.isfinite(k) & jnp.isfinite(elpd) & (ess >= cfg.min_ess)
+                  & identity_ok)
         k_sel = jnp.where(usable, k, jnp.inf)
         best = jnp.argmin(k_sel)
         mcse = jax.vmap(_mcse_log_mean, in_axes=(0, 0, None))(lw, ll_pool, cfg.r_eff)
-        return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse, ess)
+        return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse, ess, max_log_ratio,
+                         identity_ok)
+
+    def change_of_variables_check(raw_ratio_max, n_points):
+        """``(max_log_ratio, ok)`` per candidate; only for draws from the posterior (with draws
+        from an approximation ``q`` the ratio's mean is the unknown normalizer of ``p``)."""
+        if not posterior_draws:
+            return jnp.zeros_like(raw_ratio_max), jnp.ones(raw_ratio_max.shape, bool)
+        ok = ~(raw_ratio_max > jnp.log(n_points) + LOG_MARKOV_ALPHA)
+        return jnp.where(jnp.isfinite(raw_ratio_max), raw_ratio_max, 0.0), ok
 
     def points(i, ll0, full_name, step):
         """Pooled points ``[theta; phi]`` (shape ``(2S, d)``) of one candidate, matching ``ObsResult.lw``."""

@@ -208,6 +208,8 @@ def loo(
     cand_k = np.full((n, len(labels)), np.nan)
     cand_elpd = np.full((n, len(labels)), np.nan)
     cand_kw = np.full((n, len(labels)), np.nan)
+    cand_ratio = np.full((n, len(labels)), np.nan)  # max log p(x | D) / q(x), the change-of-variables check
+    identity_failed = np.zeros(n, int)  # candidates whose weights failed it
     use_adapted = np.zeros(n, bool)
     best_all = np.zeros(len(obs_idx), int)
     lw_adapted = np.zeros((len(obs_idx), 2 * S))
@@ -228,6 +230,9 @@ def loo(
         for j, i in enumerate(obs_idx):
             r = results[j]
             cand_k[i], cand_elpd[i], cand_kw[i] = r["k"], r["elpd"], r["k_w"]
+            if not approx:
+                cand_ratio[i] = r["max_log_ratio"]
+                identity_failed[i] = int(np.sum(~r["identity_ok"]))
             best = int(r["best"])
             best_all[j] = best
             lw_adapted[j] = r["lw"]
@@ -247,8 +252,8 @@ def loo(
                 hbar_used[i] = step
             if k_final[i] > k_threshold or n_eff[i] / r_eff < min_ess:
                 transform[i] = "failed"
-            doubtful[i] = transform[i] == "failed" or _doubtful(r, labels, k_threshold, k_final[i], elpd_i[i],
-                                                                 mcse[i])
+            doubtful[i] = transform[i] == "failed" or identity_failed[i] > 0 or _doubtful(
+                r, labels, k_threshold, k_final[i], elpd_i[i], mcse[i])
 
     lpd_i = _logmeanexp(ll)
     p_loo_i = lpd_i - elpd_i
@@ -260,6 +265,22 @@ def loo(
             f"{n_failed} observation(s) still have Pareto k above {k_threshold:.2f} (or too few "
             f"effective draws) after adaptive importance sampling; their elpd_i is unreliable "
             "(see res.doubtful). Refit the model without them (exact LOO), or use more draws.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    n_identity = int(np.sum(identity_failed > 0))
+    if n_identity:
+        worst = float(np.nanmax(cand_ratio))
+        warnings.warn(
+            f"The posterior draws fail the change-of-variables check for {n_identity} of {len(obs_idx)} adapted "
+            f"observation(s): moving the draws by a candidate map raised the posterior density ratio "
+            f"p(T theta)|J|/p(theta) of a draw to exp({worst:.0f}), which has probability below 1e-6 for draws "
+            "from this model's posterior (its mean must be 1). The draws do not represent the posterior in "
+            "those directions (unconverged or stuck chains, a multimodal posterior, or draws of another "
+            "model), so importance sampling from them, plain PSIS included, can be off by more than its "
+            "k-hat suggests. Those candidates were not used and the observations are marked doubtful "
+            "(res.doubtful). Check R-hat and ESS, run longer or more chains, or refit without them.",
             UserWarning,
             stacklevel=2,
         )
@@ -288,7 +309,8 @@ def loo(
         mcse_elpd_i=da(mcse, "mcse_elpd_i"),
         influence=da(influence, "influence"),
         doubtful=da(doubtful, "doubtful"),
-        candidates={"labels": labels, "k": cand_k, "k_weights": cand_kw, "elpd": cand_elpd},
+        candidates={"labels": labels, "k": cand_k, "k_weights": cand_kw, "elpd": cand_elpd,
+                    "max_log_ratio": cand_ratio},
         var_name=var_name,
         _engine=engine,
     )
