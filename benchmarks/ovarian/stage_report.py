@@ -76,6 +76,7 @@ def peers_section(pe):
             if extra in recs[0]:
                 out[m][extra] = [r[extra] for r in recs]
     out["identities"] = [r["identities"] for r in pe["resamplings"]]
+    out["ppl_loo_rerun"] = int(sum(bool(r.get("ppl_loo_rerun_with_current_engine")) for r in pe["resamplings"]))
     return out
 
 
@@ -196,6 +197,10 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G):
         if "ppl_loo" in pe and "wall_s" in pe["ppl_loo"]:
             w(f"ppl_loo's first call includes JIT compilation ({pe['ppl_loo']['wall_s'][0]:.1f} s); arviz_stats moment "
               "matching is timed after compiling the JAX functions it calls.\n")
+        if pe.get("ppl_loo_rerun"):
+            w(f"The ppl_loo rows of {pe['ppl_loo_rerun']} resamplings were rerun with the current engine after the "
+              "peers had been timed (the other methods' results are the cached ones): the machine's load differed "
+              "between the two runs, so compare wall times across methods with care.\n")
     w("## Ground truth: refits without the observation\n")
     for name in models:
         if name not in RF:
