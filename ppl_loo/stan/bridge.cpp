@@ -100,8 +100,15 @@ int run_draws(int S, int n_threads, char** err, F&& body) {
     // Under STAN_THREADS the AD stack is thread-local; this initializes it on threads that have
     // none yet (a no-op on threads that already have one, e.g. the process' main thread).
     stan::math::ChainableStack thread_stack;
+    // one message stream per worker: constructing a std::stringstream costs about as much as a
+    // small model's whole gradient, so it is reset (only when something was printed) rather than
+    // rebuilt for every draw
+    std::stringstream msgs;
     for (int s = lo; s < hi; ++s) {
-      std::stringstream msgs;
+      if (msgs.tellp() > 0) {
+        msgs.str(std::string());
+        msgs.clear();
+      }
       try {
         body(s, &msgs);
       } catch (const std::exception& e) {
