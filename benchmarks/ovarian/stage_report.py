@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from pathlib import Path
 
-from common import (MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, ROOT, THRESHOLD, load_json, machine_info, save_json)
+from common import (MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, THRESHOLD, load_json, machine_info, save_json)
 from stage_table1 import ROWS, row_key
 
 METHOD_ORDER = ("arviz_plain", "arviz_mm", "arviz_mm_default_cov", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
@@ -109,7 +109,7 @@ def goals(models, T1, PE, RF):
     return g
 
 
-def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G):
+def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
     L = []
     w = L.append
     w(f"# Ovarian benchmark: Table 1 of the gradient-flow LOO paper, beside the peers ({cfg['mode']} mode)\n")
@@ -239,8 +239,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G):
         w("\n'Marked doubtful': `res.doubtful` on at least half of the peer resamplings (k above the "
           "threshold, good candidates that disagree, or candidates that failed the change-of-variables "
           "check of the draws, docs/method.md section 4).")
-        cons = ROOT / "benchmarks" / "results" / "ovarian" / "consistency.json"
-        if cons.exists() and name in (cj := load_json(cons)):
+        cons = None if out is None else Path(out) / "consistency.json"  # written by consistency.py (full mode)
+        if cons is not None and cons.exists() and name in (cj := load_json(cons)):
             ic = cj[name]["identity_check"]
             bad = sorted({r["obs"] for r in ic if r["markov_p_bound"] < 1e-6})
             rc = cj[name]["refit_consistency"]
@@ -343,4 +343,4 @@ def run(cfg, cdir, out, logfile, models):
            "paper_table1": {row_key(k): {"logistic": v[0], "relu": v[1]} for k, v in PAPER_TABLE1.items()}}
     out.mkdir(parents=True, exist_ok=True)
     save_json(out / "ovarian.json", doc)
-    (out / "ovarian.md").write_text(markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G))
+    (out / "ovarian.md").write_text(markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out))
