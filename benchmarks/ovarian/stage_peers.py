@@ -86,6 +86,21 @@ def model_theta(model, params):
     return np.asarray(model.unconstrain({k: np.asarray(v) for k, v in params.items()}))
 
 
+def _run_ppl_loo(pl, peers, why_failed, rec, data, model, todo):
+    """ppl_loo (all eleven, and the papers' seven when asked) on one resampling, into ``rec``;
+    returns the raw ppl_loo and plain-PSIS results and the plain k the summaries are judged by."""
+    ppl = peers.run_ppl_loo(pl, data, model)
+    plain = peers.run_arviz_plain(data)
+    k_psis = np.asarray(plain["k"])
+    rec["ppl_loo"] = _summary(ppl, k_psis)
+    failed = [i for i, t in enumerate(rec["ppl_loo"]["transform"]) if t == "failed"]
+    rec["ppl_loo_failed_diagnosis"] = why_failed(ppl["_res"], model, failed, ppl["_res"].good_k)
+    if "ppl_loo_papers7" in todo:
+        rec["ppl_loo_papers7"] = _summary(
+            peers.run_ppl_loo(pl, data, model, PAPERS_SEVEN, "ppl_loo (papers' seven)"), k_psis)
+    return ppl, plain, k_psis
+
+
 def run(cfg, cdir, out, logfile, models):
     import ppl_loo as pl
     import peers
@@ -106,15 +121,7 @@ def run(cfg, cdir, out, logfile, models):
             if "doubtful_i" in rec.get("ppl_loo", {}):
                 continue
             data = draws.tree(resample_index(draws.n_total, cfg["s"], rec["r"]), model)
-            ppl = peers.run_ppl_loo(pl, data, model)
-            plain = peers.run_arviz_plain(data)
-            k_psis = np.asarray(plain["k"])
-            rec["ppl_loo"] = _summary(ppl, k_psis)
-            failed = [i for i, t in enumerate(rec["ppl_loo"]["transform"]) if t == "failed"]
-            rec["ppl_loo_failed_diagnosis"] = why_failed(ppl["_res"], model, failed, ppl["_res"].good_k)
-            if "ppl_loo_papers7" in todo:
-                rec["ppl_loo_papers7"] = _summary(
-                    peers.run_ppl_loo(pl, data, model, PAPERS_SEVEN, "ppl_loo (papers' seven)"), k_psis)
+            ppl, plain, _ = _run_ppl_loo(pl, peers, why_failed, rec, data, model, todo)
             rec["identities"] = identities(pl, data, model, ppl, plain)
             rec["ppl_loo_rerun_with_current_engine"] = True
             save_json(path, done)
@@ -123,16 +130,8 @@ def run(cfg, cdir, out, logfile, models):
         for r in range(len(done["resamplings"]), R):
             data = draws.tree(resample_index(draws.n_total, cfg["s"], r), model)
             rec = {"r": r}
-            ppl = peers.run_ppl_loo(pl, data, model)
-            plain = peers.run_arviz_plain(data)
-            k_psis = np.asarray(plain["k"])
-            rec["ppl_loo"] = _summary(ppl, k_psis)
-            failed = [i for i, t in enumerate(rec["ppl_loo"]["transform"]) if t == "failed"]
-            rec["ppl_loo_failed_diagnosis"] = why_failed(ppl["_res"], model, failed, ppl["_res"].good_k)
+            ppl, plain, k_psis = _run_ppl_loo(pl, peers, why_failed, rec, data, model, todo)
             rec["arviz_plain"] = _summary(plain, k_psis)
-            if "ppl_loo_papers7" in todo:
-                rec["ppl_loo_papers7"] = _summary(
-                    peers.run_ppl_loo(pl, data, model, PAPERS_SEVEN, "ppl_loo (papers' seven)"), k_psis)
             if "arviz_mm" in todo:
                 rec["arviz_mm"] = _summary(peers.run_arviz_mm(data, plain["_res"], model), k_psis)
             else:
