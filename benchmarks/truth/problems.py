@@ -1,0 +1,626 @@
+"""The models of the ground-truth suite, each with its data, its main fit and its refits.
+
+Every problem gives:
+
+- ``fit(settings, seed) -> DataTree``: the main fit with real MCMC (NumPyro's NUTS for the JAX
+  models, ``pm.sample`` for PyMC, Stan's own NUTS in-process for Stan), with ``posterior``,
+  ``log_likelihood`` and ``sample_stats`` groups, as a user would have it;
+- ``refit(i, settings, seed, beta=0.0) -> (log_l, diagnostics)``: MCMC on the posterior with
+  observation ``i`` deleted (``beta = 0``) or tempered in (``p_-i * l_i^beta``, the rungs of the
+  stepping stones), and ``log l_i`` at its draws, shape ``(chains, draws)``;
+- ``truth_loglik(data) -> (chains, draws, n)``: ``log l_i`` at the main fit's draws, in the *same*
+  definition as the refits (for models with a latent variable per observation, the likelihood with
+  that latent integrated out: the refits without ``i`` have no such latent);
+- ``model(data)``: what ``pl.loo`` gets (a JAX model, the ``pymc.Model`` or a ``pl.StanModel``);
+- ``exact()``: the exact LOO densities where a closed form or quadrature exists (else ``None``).
+
+The refit estimate of ``p(y_i | y_-i)`` bridges the refit draws and the main fit's draws
+(:func:`ppl_loo.numerics.bridge.bridge_log_ratio`), see ``estimate.py``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+
+from common import STAN_DIR
+
+# ----------------------------------------------------------------------------- MCMC helpers
+
+
+def _diag_from_tree(data, wall):
+    """Divergences, max R-hat and min bulk ESS of a DataTree's posterior."""
+    import arviz_stats as azs
+
+    post = data["posterior"].to_dataset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rhat = azs.rhat(post)
+        ess = azs.ess(post, method="bulk")
+    out = {"wall_s": float(wall),
+           "max_rhat": float(max(np.nanmax(np.asarray(v.values)) for v in rhat.data_vars.values())),
+           "min_ess_bulk": float(min(np.nanmin(np.asarray(v.values)) for v in ess.data_vars.values()))}
+    if "sample_stats" in data.children and "diverging" in data["sample_stats"]:
+        out["divergences"] = int(np.asarray(data["sample_stats"]["diverging"].values).sum())
+    return out
+
+
+class _Weighted:
+    """A JAX posterior model with observation ``i`` deleted (``beta = 0``) or tempered (``0 < beta < 1``)."""
+
+    def __init__(self, model, i, beta):
+        self._m, self._i, self._beta = model, int(i), float(beta)
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+    def logp(self, theta):
+        m = self._m
+        return m.loo_logp(theta, self._i) + self._beta * m.loglik_i(theta, self._i)
+
+
+class JaxProblem:
+    """Models written for JAX (``pl.JaxModel`` or a closed-form model), sampled with NumPyro's NUTS."""
+
+    backend = "jax"
+
+    def model(self, data=None):
+        return self.jax_model
+
+    def numpyro_fn(self, weights):  # pragma: no cover - optional: a better parameterization for NUTS
+        return None
+
+    def _sample(self, model, settings, seed, weights):
+        from ppl_loo.sampling import sample_nuts
+
+        kw = {}
+        fn = self.numpyro_fn(weights)
+        if fn is not None:
+            kw["numpyro_model"] = fn
+        t0 = time.perf_counter()
+        data = sample_nuts(model, num_chains=settings["chains"], num_warmup=settings["warmup"],
+                           num_samples=settings["draws"], random_seed=seed,
+                           target_accept=settings.get("target_accept", 0.8),
+                           max_tree_depth=settings.get("max_depth", 10), **kw)
+        return data, time.perf_counter() - t0
+
+    def fit(self, settings, seed):
+        data, wall = self._sample(self.jax_model, settings, seed, np.ones(self.n))
+        data["posterior"].attrs["diagnostics"] = str(_diag_from_tree(data, wall))
+        return data
+
+    def refit(self, i, settings, seed, beta=0.0):
+        import jax
+
+        w = np.ones(self.n)
+        w[i] = beta
+        data, wall = self._sample(_Weighted(self.jax_model, i, beta), settings, seed, w)
+        theta = np.asarray(self.jax_model.unconstrain(data["posterior"].to_dataset()))
+        ll = np.asarray(jax.vmap(self.jax_model.loglik_i, in_axes=(0, None))(theta, i))
+        return ll.reshape(settings["chains"], -1), _diag_from_tree(data, wall)
+
+    def truth_loglik(self, data):
+        return np.asarray(data["log_likelihood"][self.jax_model.var_name].values)
+
+    def exact(self):
+        return None
+
+
+# ----------------------------------------------------------------------------- ovarian models
+
+
+class OvarianLR(JaxProblem):
+    """The demo's model: ovarian microarray (54 x 1536), regularized-horseshoe logistic regression."""
+
+    name = "ovarian_lr"
+    title = "Ovarian horseshoe logistic regression (n = 54, d = 3075; the demo's model)"
+
+    def __init__(self):
+        from ppl_loo.datasets import load_ovarian
+        from ppl_loo.models import LogisticRegression
+
+        self.X, self.y = load_ovarian()
+        self.n = len(self.y)
+        self.jax_model = LogisticRegression(self.X, self.y, prior="horseshoe")
+
+    def numpyro_fn(self, weights):
+        """The non-centered NumPyro model of ``LogisticRegression.numpyro_model`` with observation
+        weights (0 deletes an observation; the prior, ``scale_global`` included, stays the full-data one)."""
+        import jax.numpy as jnp
+        import numpyro
+        import numpyro.distributions as dist
+
+        m = self.jax_model
+        X, y, w = jnp.asarray(m.X), jnp.asarray(m.y), jnp.asarray(weights)
+        p, a = m.p, 0.5 * m.slab_df
+
+        def model():
+            beta0 = numpyro.sample("beta0", dist.Normal(0.0, m.scale_icept))
+            z = numpyro.sample("z", dist.Normal(0.0, 1.0).expand([p]).to_event(1))
+            lam = numpyro.sample("lam", dist.HalfCauchy(1.0).expand([p]).to_event(1))
+            tau = numpyro.deterministic("tau", m.scale_global * numpyro.sample("tau_raw", dist.HalfCauchy(1.0)))
+            caux = numpyro.sample("caux", dist.InverseGamma(a, a))
+            c2 = m.slab_scale**2 * caux
+            beta = numpyro.deterministic("beta", z * jnp.sqrt(c2 * lam**2 / (c2 + tau**2 * lam**2)) * tau)
+            ll = dist.Bernoulli(logits=beta0 + X @ beta).log_prob(y)
+            numpyro.factor("loglik", jnp.sum(w * ll))
+
+        return model
+
+
+class OvarianRelu(JaxProblem):
+    """One-hidden-layer ReLU net (3 units) on the ovarian data, N(0, 1) weights (the authors' model)."""
+
+    name = "ovarian_relu"
+    title = "Ovarian ReLU net, 3 hidden units (n = 54, d = 4615)"
+
+    def __init__(self):
+        from ppl_loo.datasets import load_ovarian
+        from ppl_loo.models import ReluNet
+
+        self.X, self.y = load_ovarian()
+        self.n = len(self.y)
+        self.jax_model = ReluNet(self.X, self.y, hidden=3)
+
+
+class LogisticPNearN(JaxProblem):
+    """Logistic regression with p close to n and a Gaussian prior (log-concave: NUTS mixes well)."""
+
+    name = "lr_p_near_n"
+    title = "Logistic regression, p = 40 close to n = 50, N(0, 1) prior"
+
+    def __init__(self, n=50, p=40, seed=11):
+        from ppl_loo.models import LogisticRegression
+
+        rng = np.random.default_rng(seed)
+        self.X = rng.normal(size=(n, p))
+        beta = rng.normal(size=p) * 0.7
+        self.y = (rng.uniform(size=n) < 1.0 / (1.0 + np.exp(-(self.X @ beta)))).astype(float)
+        self.n = n
+        self.jax_model = LogisticRegression(self.X, self.y, prior="normal", prior_scale=1.0)
+
+
+class OverdispersedPoisson(JaxProblem):
+    """Poisson regression (4 coefficients) of overdispersed counts in the hundreds: many high-k points.
+
+    The data are negative binomial (shape 4) with a log-linear mean; the Poisson model is wrong for
+    them, so the posterior is narrow while single counts sit far from it: ``p(y_i | theta)`` spans
+    many orders of magnitude over the refit draws, the case where ``log mean p(y_i | theta)`` over
+    the refit alone is biased low.
+    """
+
+    name = "overdispersed_poisson"
+    title = "Poisson regression of overdispersed counts (n = 60, d = 4)"
+
+    def __init__(self, n=60, seed=3):
+        import jax.numpy as jnp
+        import jax.scipy.stats as st
+
+        import ppl_loo as pl
+
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(n, 3))
+        eta = 5.0 + X @ np.array([0.4, -0.3, 0.2])
+        mean = np.exp(eta)
+        self.y = rng.negative_binomial(4.0, 4.0 / (4.0 + mean)).astype(float)
+        self.X, self.n = X, n
+        Xj, yj = jnp.asarray(X), jnp.asarray(self.y)
+
+        def log_prior(v):
+            return st.norm.logpdf(v["a"], 0.0, 10.0) + jnp.sum(st.norm.logpdf(v["b"], 0.0, 1.0))
+
+        def log_lik(v):
+            return st.poisson.logpmf(yj, jnp.exp(v["a"] + Xj @ v["b"]))
+
+        self.jax_model = pl.JaxModel({"a": ((), None), "b": ((3,), None)}, log_prior, log_lik,
+                                     obs_dims=("obs",), observed=self.y)
+
+
+class PoissonOutliers(JaxProblem):
+    """Two-parameter Poisson regression with gross outliers; exact LOO by 2-D quadrature."""
+
+    name = "poisson_outliers"
+    title = "Poisson regression with 3 gross outliers (n = 30, d = 2; quadrature)"
+
+    def __init__(self, n=30, seed=5):
+        import jax.numpy as jnp
+        import jax.scipy.stats as st
+
+        import ppl_loo as pl
+
+        rng = np.random.default_rng(seed)
+        self.x = rng.normal(size=n)
+        self.y = rng.poisson(np.exp(1.0 + 0.5 * self.x)).astype(float)
+        self.y[[3, 11, 20]] = [25.0, 0.0, 30.0]
+        self.n = n
+        xj, yj = jnp.asarray(self.x), jnp.asarray(self.y)
+        self.prior_sd = (2.0, 1.0)
+
+        def log_prior(v):
+            return st.norm.logpdf(v["a"], 0.0, 2.0) + st.norm.logpdf(v["b"], 0.0, 1.0)
+
+        def log_lik(v):
+            return st.poisson.logpmf(yj, jnp.exp(v["a"] + v["b"] * xj))
+
+        self.jax_model = pl.JaxModel({"a": ((), None), "b": ((), None)}, log_prior, log_lik, obs_dims=("obs",),
+                                     observed=self.y)
+
+    def exact(self):
+        """``log p(y_i | y_-i)`` by quadrature on a fine 2-D grid around the posterior."""
+        from scipy.special import gammaln, logsumexp
+        from scipy.stats import norm
+
+        a = np.linspace(-1.0, 3.5, 601)
+        b = np.linspace(-1.5, 2.5, 601)
+        A, B = np.meshgrid(a, b, indexing="ij")
+        lam = np.exp(A[..., None] + B[..., None] * self.x)
+        ll = self.y * np.log(lam) - lam - gammaln(self.y + 1.0)  # (601, 601, n)
+        lprior = norm.logpdf(A, 0, self.prior_sd[0]) + norm.logpdf(B, 0, self.prior_sd[1])
+        total = lprior + ll.sum(-1)
+        out = np.empty(self.n)
+        for i in range(self.n):
+            lo = total - ll[..., i]
+            out[i] = logsumexp(lo + ll[..., i]) - logsumexp(lo)
+        return out
+
+
+class LeverageRegression(JaxProblem):
+    """Gaussian linear regression with known noise and high-leverage outliers; exact LOO in closed form."""
+
+    name = "leverage_gaussian"
+    title = "Linear regression, known noise, 4 high-leverage outliers (n = 40, d = 3; closed form)"
+
+    def __init__(self, n=40, seed=4, sigma=1.0, tau=10.0):
+        import jax.numpy as jnp
+        import jax.scipy.stats as st
+
+        import ppl_loo as pl
+
+        rng = np.random.default_rng(seed)
+        X = np.column_stack([np.ones(n), rng.normal(size=n), rng.normal(size=n)])
+        X[:4, 1] = [6.0, -5.0, 7.0, 5.5]  # high leverage
+        y = X @ np.array([1.0, 0.5, -0.5]) + sigma * rng.normal(size=n)
+        y[:4] += [6.0, -5.0, -7.0, 4.0]  # and far from the line
+        self.X, self.y, self.n, self.sigma, self.tau = X, y, n, sigma, tau
+        Xj, yj = jnp.asarray(X), jnp.asarray(y)
+
+        def log_prior(v):
+            return jnp.sum(st.norm.logpdf(v["beta"], 0.0, tau))
+
+        def log_lik(v):
+            return st.norm.logpdf(yj, Xj @ v["beta"], sigma)
+
+        self.jax_model = pl.JaxModel({"beta": ((3,), None)}, log_prior, log_lik, obs_dims=("obs",), observed=y)
+
+    def exact(self):
+        from scipy.stats import norm
+
+        out = np.empty(self.n)
+        for i in range(self.n):
+            keep = np.arange(self.n) != i
+            X, y = self.X[keep], self.y[keep]
+            P = X.T @ X / self.sigma**2 + np.eye(3) / self.tau**2
+            C = np.linalg.inv(P)
+            m = C @ X.T @ y / self.sigma**2
+            x = self.X[i]
+            out[i] = norm.logpdf(self.y[i], x @ m, np.sqrt(self.sigma**2 + x @ C @ x))
+        return out
+
+
+# ----------------------------------------------------------------------------- Poisson with random effects
+
+POISSON_RE_STAN = """
+data {
+  int<lower=1> N;
+  vector[N] x;
+  array[N] int<lower=0> y;
+}
+parameters {
+  real a;
+  real b;
+  real<lower=0> sigma;
+  vector[N] eps;
+}
+model {
+  a ~ normal(0, 2);
+  b ~ normal(0, 1);
+  sigma ~ normal(0, 1);
+  eps ~ normal(0, sigma);
+  y ~ poisson_log(a + b * x + eps);
+}
+generated quantities {
+  vector[N] log_lik;
+  for (n in 1:N) log_lik[n] = poisson_log_lpmf(y[n] | a + b * x[n] + eps[n]);
+}
+"""
+
+
+def _poisson_re_data(n=40, seed=7):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    y = rng.poisson(np.exp(1.5 + 0.5 * x + 0.4 * rng.normal(size=n)))
+    y[[2, 17]] = [45, 0]  # two outliers
+    return x, y.astype(np.int64)
+
+
+def marginal_poisson_lognormal_loglik(y, eta, sigma, n_grid=801):
+    """``log int Poisson(y | exp(eta + e)) N(e | 0, sigma) de`` per draw (trapezoid on a fine grid).
+
+    ``eta``, ``sigma`` have shape ``(S,)``; the grid spans ``+-9 sigma`` around 0 and also covers
+    the likelihood's peak ``log(y) - eta``.
+    """
+    from scipy.special import gammaln, logsumexp
+
+    eta, sigma = np.asarray(eta, float), np.asarray(sigma, float)
+    u = np.linspace(-9.0, 9.0, n_grid)  # standard normal scale
+    e = sigma[:, None] * u[None, :]
+    lin = eta[:, None] + e
+    log_f = y * lin - np.exp(lin) - gammaln(y + 1.0) - 0.5 * u**2 - 0.5 * np.log(2 * np.pi)
+    du = u[1] - u[0]
+    wts = np.full(n_grid, np.log(du))
+    wts[[0, -1]] += np.log(0.5)
+    return logsumexp(log_f + wts, axis=1)
+
+
+class PoissonREPyMC:
+    """Poisson regression with one normal random effect per observation (the classic high-k case), in PyMC."""
+
+    name = "poisson_re_pymc"
+    title = "Poisson-lognormal regression, one latent per observation (n = 40, d = 43), PyMC"
+    backend = "pymc"
+
+    def __init__(self):
+        self.x, self.y = _poisson_re_data()
+        self.n = len(self.y)
+
+    def build(self, keep=None, temper=None):
+        """The PyMC model on the observations ``keep`` (default all); ``temper=(i, beta)`` adds
+        ``beta * log p(y_i | ...)`` of an observation not in ``keep`` with its own latent."""
+        import pymc as pm
+
+        keep = np.arange(self.n) if keep is None else np.asarray(keep)
+        with pm.Model(coords={"obs": np.arange(len(keep))}) as m:
+            a = pm.Normal("a", 0.0, 2.0)
+            b = pm.Normal("b", 0.0, 1.0)
+            sigma = pm.HalfNormal("sigma", 1.0)
+            eps = pm.Normal("eps", 0.0, sigma, dims="obs")
+            pm.Poisson("y", mu=pm.math.exp(a + b * self.x[keep] + eps), observed=self.y[keep], dims="obs")
+            if temper is not None:
+                i, beta = temper
+                e_i = pm.Normal("eps_i", 0.0, sigma)
+                lam = pm.math.exp(a + b * self.x[i] + e_i)
+                pm.Potential("tempered", beta * pm.logp(pm.Poisson.dist(mu=lam), self.y[i]))
+        return m
+
+    def model(self, data=None):
+        return self.build()
+
+    def _sample(self, m, settings, seed):
+        import pymc as pm
+
+        t0 = time.perf_counter()
+        with m, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(draws=settings["draws"], tune=settings["warmup"], chains=settings["chains"],
+                              cores=1, random_seed=seed, target_accept=settings.get("target_accept", 0.8),
+                              progressbar=False, compute_convergence_checks=False)
+        return idata, time.perf_counter() - t0
+
+    def fit(self, settings, seed):
+        import pymc as pm
+
+        m = self.build()
+        idata, wall = self._sample(m, settings, seed)
+        with m:
+            pm.compute_log_likelihood(idata, progressbar=False)
+        idata["posterior"].attrs["diagnostics"] = str(_diag_from_tree(idata, wall))
+        return idata
+
+    def _loglik_marginal(self, post, i):
+        a = np.asarray(post["a"]).ravel()
+        b = np.asarray(post["b"]).ravel()
+        s = np.asarray(post["sigma"]).ravel()
+        return marginal_poisson_lognormal_loglik(self.y[i], a + b * self.x[i], s)
+
+    def refit(self, i, settings, seed, beta=0.0):
+        keep = np.flatnonzero(np.arange(self.n) != i)
+        m = self.build(keep, temper=None if beta == 0.0 else (i, beta))
+        idata, wall = self._sample(m, settings, seed)
+        post = idata["posterior"].to_dataset()
+        return self._loglik_marginal(post, i).reshape(settings["chains"], -1), _diag_from_tree(idata, wall)
+
+    def truth_loglik(self, data):
+        post = data["posterior"].to_dataset()
+        C, D = post.sizes["chain"], post.sizes["draw"]
+        return np.stack([self._loglik_marginal(post, i).reshape(C, D) for i in range(self.n)], axis=-1)
+
+    def exact(self):
+        return None
+
+
+class StanProblem:
+    """Stan programs compiled in-process (the httpstan toolchain) and sampled with Stan's own NUTS."""
+
+    backend = "stan"
+    loo_extra = None
+
+    def stan_model(self, data, sampler=False):
+        import ppl_loo as pl
+
+        return pl.StanModel(self.code, data, sampler=sampler)
+
+    def model(self, data=None):
+        import ppl_loo as pl
+
+        return pl.StanModel(self.code, self.data, loo_extra=self.loo_extra)
+
+    def _sample(self, data, settings, seed, tmpdir):
+        from ppl_loo.stan.sampler import sample_cmdstan_csv
+
+        import ppl_loo as pl
+
+        sm = self.stan_model(data, sampler=True)
+        t0 = time.perf_counter()
+        paths, _ = sample_cmdstan_csv(sm, tmpdir, chains=settings["chains"], seed=seed,
+                                      num_warmup=settings["warmup"], num_samples=settings["draws"],
+                                      adapt_delta=settings.get("target_accept", 0.8),
+                                      max_depth=settings.get("max_depth", 10))
+        wall = time.perf_counter() - t0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = pl.from_cmdstan([str(p) for p in paths])
+        return tree, wall
+
+    def fit(self, settings, seed):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tree, wall = self._sample(self.data, settings, seed, tmp)
+        tree["posterior"].attrs["diagnostics"] = str(_diag_from_tree(tree, wall))
+        return tree
+
+    def refit(self, i, settings, seed, beta=0.0):
+        import tempfile
+
+        if beta != 0.0:
+            raise NotImplementedError("stepping stones are run on the JAX and PyMC problems")
+        with tempfile.TemporaryDirectory() as tmp:
+            tree, wall = self._sample(self.deleted_data(i), settings, seed, tmp)
+        post = tree["posterior"].to_dataset()
+        return self.marginal_loglik(post, i).reshape(settings["chains"], -1), _diag_from_tree(tree, wall)
+
+    def truth_loglik(self, data):
+        post = data["posterior"].to_dataset()
+        C, D = post.sizes["chain"], post.sizes["draw"]
+        return np.stack([self.marginal_loglik(post, i).reshape(C, D) for i in range(self.n)], axis=-1)
+
+
+class PoissonREStan(StanProblem):
+    """The same Poisson-lognormal model and data as :class:`PoissonREPyMC`, as a Stan program."""
+
+    name = "poisson_re_stan"
+    title = "Poisson-lognormal regression, one latent per observation (n = 40, d = 43), Stan"
+    code = POISSON_RE_STAN
+
+    def __init__(self):
+        self.x, self.y = _poisson_re_data()
+        self.n = len(self.y)
+        self.data = {"N": self.n, "x": self.x, "y": self.y}
+
+    @staticmethod
+    def loo_extra(theta, i):
+        """Log density of the coordinate deletion removes: the latent ``eps[i] ~ N(0, sigma)``
+        (unconstrained layout ``a, b, log sigma, eps[N]``)."""
+        import jax.numpy as jnp
+        import jax.scipy.stats as st
+
+        return st.norm.logpdf(theta[3 + i], 0.0, jnp.exp(theta[2]))
+
+    def deleted_data(self, i):
+        keep = np.arange(self.n) != i
+        return {"N": self.n - 1, "x": self.x[keep], "y": self.y[keep]}
+
+    def marginal_loglik(self, post, i):
+        a = np.asarray(post["a"]).ravel()
+        b = np.asarray(post["b"]).ravel()
+        s = np.asarray(post["sigma"]).ravel()
+        return marginal_poisson_lognormal_loglik(self.y[i], a + b * self.x[i], s)
+
+    def exact(self):
+        return None
+
+
+EIGHT_SCHOOLS_CENTERED = """
+data {
+  int<lower=0> J;
+  vector[J] y;
+  vector<lower=0>[J] sigma;
+}
+parameters {
+  real mu;
+  real<lower=0> tau;
+  vector[J] theta;
+}
+model {
+  mu ~ normal(0, 5);
+  tau ~ cauchy(0, 5);
+  theta ~ normal(mu, tau);
+  y ~ normal(theta, sigma);
+}
+generated quantities {
+  vector[J] log_lik;
+  for (j in 1:J) log_lik[j] = normal_lpdf(y[j] | theta[j], sigma[j]);
+}
+"""
+
+
+class EightSchools(StanProblem):
+    """Eight schools (Rubin 1981), centred or non-centred; exact LOO by 2-D quadrature over (mu, tau)."""
+
+    Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+    def __init__(self, centered: bool):
+        self.centered = centered
+        self.name = "eight_schools_" + ("centered" if centered else "noncentered")
+        self.title = f"Eight schools, {'centred' if centered else 'non-centred'} (n = 8, d = 10), Stan"
+        self.code = EIGHT_SCHOOLS_CENTERED if centered else (STAN_DIR / "eight_schools_noncentered.stan").read_text()
+        self.n = 8
+        self.data = {"J": 8, "y": self.Y, "sigma": self.SIGMA}
+
+    def loo_extra(self, theta, i):
+        """Log density of the school's effect that deletion removes: its prior given ``mu, tau``
+        (unconstrained layout ``mu, log tau, theta[8]`` or ``theta_tilde[8]``)."""
+        import jax.numpy as jnp
+        import jax.scipy.stats as st
+
+        if self.centered:
+            return st.norm.logpdf(theta[2 + i], theta[0], jnp.exp(theta[1]))
+        return st.norm.logpdf(theta[2 + i], 0.0, 1.0)
+
+    def deleted_data(self, i):
+        keep = np.arange(8) != i
+        return {"J": 7, "y": self.Y[keep], "sigma": self.SIGMA[keep]}
+
+    def marginal_loglik(self, post, i):
+        from scipy.stats import norm
+
+        mu = np.asarray(post["mu"]).ravel()
+        tau = np.asarray(post["tau"]).ravel()
+        return norm.logpdf(self.Y[i], mu, np.sqrt(tau**2 + self.SIGMA[i] ** 2))
+
+    def exact(self):
+        """``log p(y_i | y_-i)`` by quadrature over ``(mu, tau)`` (the schools' effects integrate out)."""
+        from scipy.special import logsumexp
+        from scipy.stats import cauchy, norm
+
+        mu = np.linspace(-60.0, 70.0, 1301)
+        u = np.linspace(-12.0, 9.0, 1401)  # log tau
+        M, U = np.meshgrid(mu, u, indexing="ij")
+        T = np.exp(U)
+        lprior = norm.logpdf(M, 0, 5) + np.log(2 * cauchy.pdf(T, 0, 5)) + U  # log-Jacobian of tau = exp(u)
+        ll = norm.logpdf(self.Y, M[..., None], np.sqrt(T[..., None] ** 2 + self.SIGMA**2))
+        total = lprior + ll.sum(-1)
+        out = np.empty(8)
+        for i in range(8):
+            lo = total - ll[..., i]
+            out[i] = logsumexp(lo + ll[..., i]) - logsumexp(lo)
+        return out
+
+
+def all_problems():
+    """Name -> constructor, in the order of the report."""
+    return {
+        "ovarian_lr": OvarianLR,
+        "ovarian_relu": OvarianRelu,
+        "lr_p_near_n": LogisticPNearN,
+        "poisson_re_pymc": PoissonREPyMC,
+        "poisson_re_stan": PoissonREStan,
+        "eight_schools_centered": lambda: EightSchools(True),
+        "eight_schools_noncentered": lambda: EightSchools(False),
+        "leverage_gaussian": LeverageRegression,
+        "poisson_outliers": PoissonOutliers,
+        "overdispersed_poisson": OverdispersedPoisson,
+    }

@@ -1,0 +1,339 @@
+"""The ground-truth suite: every LOO method against brute-force refits (and exact answers).
+
+    .venv/bin/python benchmarks/truth/run.py                     # full: every model, every refit (hours)
+    .venv/bin/python benchmarks/truth/run.py --models lr_p_near_n,eight_schools_centered
+    .venv/bin/python benchmarks/truth/run.py --stage refits --models ovarian_lr --obs 0-26   # split refits over processes
+    .venv/bin/python benchmarks/truth/run.py --reduced           # what CI runs (tests/test_truth_suite.py)
+
+Stages, each cached under ``benchmarks/.cache/truth/<mode>/<model>/``:
+
+1. ``fit``: the main fit (real MCMC, the problem's sampler and settings below);
+2. ``refits``: one refit per observation without it (same sampler and settings), ``log p(y_i | theta)``
+   at its draws; the stepping stones of the hardest observations (full mode);
+3. ``score``: plain PSIS, arviz_stats moment matching, bayesianquilts (logistic regression, when
+   installed) and ppl_loo on the main fit, each scored against the truth: mean and max |error|,
+   error of the sum, and **silent failures**: ``|error| > 3 sqrt(mcse_method^2 + mcse_truth^2)`` on
+   an observation the method does not mark doubtful.
+
+Full mode writes ``benchmarks/results/truth/<model>.json`` (truth per observation, every method's
+pointwise results, the table) and ``benchmarks/results/truth/truth.md`` (all tables). Reduced mode
+re-runs the main fits of :data:`REDUCED_MODELS` (same seeds and settings as the full run), scores the
+methods against the committed truth, refits :data:`REDUCED_REFITS` observations afresh to check that
+the committed truth reproduces, and writes ``<cache>/reduced/summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import DEFAULT_CACHE, RESULTS, cache_dir, floats, load_json, log, machine_info, save_json  # noqa: E402
+
+#: MCMC settings of the main fit and of every refit (the refits use the main fit's settings, as a
+#: user's brute-force check would); seeds: main fit SEED, refit of i SEED + 1000 + i
+SETTINGS = {
+    "ovarian_lr": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.95},
+    "ovarian_relu": {"chains": 4, "warmup": 500, "draws": 500, "target_accept": 0.9, "max_depth": 8},
+    "lr_p_near_n": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.9},
+    "poisson_re_pymc": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.95},
+    "poisson_re_stan": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.95},
+    "eight_schools_centered": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.95},
+    "eight_schools_noncentered": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.95},
+    "leverage_gaussian": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
+    "poisson_outliers": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
+    "overdispersed_poisson": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
+}
+SEED = 1
+#: stepping stones (full mode): observations per model (the largest |bridge - naive| in nats) and rungs
+N_STONES = 2
+BETAS = (0.0, 0.1, 0.3, 0.6, 1.0)
+STONE_BACKENDS = ("jax", "pymc")
+#: the models CI runs (their main fits take seconds to two minutes here) and the fresh refits per model
+REDUCED_MODELS = ("lr_p_near_n", "poisson_re_pymc", "poisson_re_stan", "eight_schools_centered",
+                  "eight_schools_noncentered", "leverage_gaussian", "poisson_outliers", "overdispersed_poisson",
+                  "ovarian_lr")
+REDUCED_REFITS = 1
+REDUCED_METHODS = ("plain", "arviz_mm", "ppl_loo")
+FULL_METHODS = ("plain", "arviz_mm", "bayesianquilts", "ppl_loo")
+
+
+def get_problem(name):
+    from problems import all_problems
+
+    table = all_problems()
+    if name not in table:
+        raise SystemExit(f"unknown model {name!r}; choose from {', '.join(table)}")
+    return table[name]()
+
+
+# ----------------------------------------------------------------------------- stage 1: main fit
+def main_fit(problem, cdir):
+    import xarray as xr
+
+    path = cdir / "fit.zarr"
+    if path.exists():
+        return xr.open_datatree(path, engine="zarr").load()
+    log(f"{problem.name}: main fit {SETTINGS[problem.name]}")
+    data = problem.fit(SETTINGS[problem.name], SEED)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data.to_zarr(path)
+    return xr.open_datatree(path, engine="zarr").load()
+
+
+# ----------------------------------------------------------------------------- stage 2: refits
+def refit_path(cdir, i, beta=0.0):
+    return cdir / (f"refit_{i}.npz" if beta == 0.0 else f"stone_{i}_{beta:g}.npz")
+
+
+def run_refit(problem, cdir, i, beta=0.0):
+    path = refit_path(cdir, i, beta)
+    if path.exists():
+        z = np.load(path, allow_pickle=True)
+        return z["ll"], z["diag"].item()
+    t0 = time.perf_counter()
+    ll, diag = problem.refit(i, SETTINGS[problem.name], SEED + 1000 + i + int(round(1000 * beta)) * 100, beta)
+    diag = dict(diag, total_s=time.perf_counter() - t0)
+    np.savez(path, ll=ll, diag=np.array(diag, dtype=object))
+    log(f"{problem.name}: refit {i} (beta {beta:g}) {diag}")
+    import jax
+
+    jax.clear_caches()  # every refit compiles a new sampler: do not let the executables pile up in memory
+    return ll, diag
+
+
+def parse_obs(spec, n):
+    if spec is None:
+        return list(range(n))
+    out = []
+    for part in spec.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return [i for i in out if 0 <= i < n]
+
+
+def truth_table(problem, data, cdir, obs, stones=True):
+    """Per-observation truth records (refit bridge, naive, stepping stones, exact)."""
+    from estimate import stones_record, truth_record
+
+    ll_full = problem.truth_loglik(data)  # (chains, draws, n)
+    records = {}
+    for i in obs:
+        ll, diag = run_refit(problem, cdir, i)
+        records[i] = truth_record(ll, ll_full[..., i], diag)
+    if stones and problem.backend in STONE_BACKENDS and N_STONES:
+        hard = sorted(records, key=lambda i: -abs(records[i]["bridge"] - records[i]["naive"]))[:N_STONES]
+        for i in hard:
+            rungs = [run_refit(problem, cdir, i)[0]]
+            rungs += [run_refit(problem, cdir, i, b)[0] for b in BETAS[1:-1]]
+            rungs.append(ll_full[..., i])
+            records[i].update(stones_record(rungs, BETAS))
+    exact = problem.exact()
+    if exact is not None:
+        for i in records:
+            records[i]["exact"] = float(exact[i])
+    return records
+
+
+def truth_value(rec):
+    """``(truth, mcse)``: exact where known, else the bridge estimate."""
+    if "exact" in rec:
+        return float(rec["exact"]), 0.0
+    return float(rec["bridge"]), float(rec["bridge_mcse"])
+
+
+# ----------------------------------------------------------------------------- stage 3: methods
+def score(method_out, truth, truth_mcse, obs):
+    obs = np.asarray(obs)
+    est = np.asarray(method_out["elpd_i"], float)[obs]
+    mcse = np.asarray(method_out["mcse"], float)[obs]
+    mcse = np.where(np.isfinite(mcse), mcse, 0.0)
+    doubtful = np.asarray(method_out["doubtful"], bool)[obs]
+    err = est - truth
+    comb = np.sqrt(mcse**2 + truth_mcse**2)
+    silent = (np.abs(err) > 3.0 * comb) & ~doubtful
+    return {"n": int(len(obs)), "mean_abs_error": float(np.mean(np.abs(err))), "max_abs_error": float(np.max(np.abs(err))),
+            "error_of_sum": float(np.sum(err)), "doubtful": int(doubtful.sum()), "silent_failures": int(silent.sum()),
+            "silent_obs": [int(o) for o in obs[silent]], "mean_abs_error_not_doubtful":
+            float(np.mean(np.abs(err[~doubtful]))) if (~doubtful).any() else float("nan"),
+            "wall_s": float(method_out.get("wall_s", float("nan")))}
+
+
+def run_methods(problem, data, methods):
+    import methods as M
+
+    out = {}
+    for name in methods:
+        t0 = time.perf_counter()
+        try:
+            out[name] = M.METHODS[name](problem, data)
+        except ImportError as exc:
+            out[name] = {"error": f"not installed: {exc}"}
+        except NotImplementedError as exc:
+            out[name] = {"error": str(exc)}
+        log(f"{problem.name}: {name} done in {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def evaluate(problem, data, records, methods):
+    obs = sorted(records)
+    tv = np.array([truth_value(records[i])[0] for i in obs])
+    tse = np.array([truth_value(records[i])[1] for i in obs])
+    results = run_methods(problem, data, methods)
+    table = {}
+    for name, res in results.items():
+        if "error" not in res:
+            table[name] = score(res, tv, tse, obs)
+    return results, table
+
+
+def fit_summary(data):
+    import ast
+
+    d = data["posterior"].attrs.get("diagnostics")
+    return ast.literal_eval(d) if isinstance(d, str) else {}
+
+
+# ----------------------------------------------------------------------------- reports
+def markdown(all_results):
+    import methods as M
+
+    lines = ["# Ground truth: LOO methods against brute-force refits", "",
+             "Regenerate: `.venv/bin/python benchmarks/truth/run.py` (cached stages under `benchmarks/.cache/truth/`).",
+             "Truth per observation: the exact value where the model has one (closed form, quadrature), else the "
+             "bridge-sampling estimate from the refit without the observation and the main fit "
+             "(`benchmarks/truth/estimate.py`). A **silent failure** is an observation whose |error| exceeds 3 "
+             "combined Monte Carlo SEs (the method's own and the truth's) and that the method does not mark doubtful.",
+             ""]
+    for name, r in all_results.items():
+        lines += [f"## {r['title']}", ""]
+        fs = r.get("fit", {})
+        lines.append(f"Main fit: {r['settings']}; wall {fs.get('wall_s', float('nan')):.0f} s, max R-hat "
+                     f"{fs.get('max_rhat', float('nan')):.3f}, min bulk ESS {fs.get('min_ess_bulk', float('nan')):.0f}, "
+                     f"divergences {fs.get('divergences', '-')}. Refits: {r['n_truth']} observations"
+                     + (f", max R-hat {r['refit_max_rhat']:.3f}, divergences {r['refit_divergences']}" if 'refit_max_rhat' in r else "")
+                     + f"; truth from {r['truth_source']}.")
+        if r.get("stones"):
+            lines.append("Stepping stones: " + "; ".join(
+                f"obs {i}: {s['stepping_stones']:.3f} ± {s['stepping_stones_mcse']:.3f} (bridge {s['bridge']:.3f} ± "
+                f"{s['bridge_mcse']:.3f}, refit alone {s['naive']:.3f} ± {s['naive_mcse']:.3f})" for i, s in r["stones"].items()))
+        lines += ["", "| method | mean abs error | max abs error | error of the sum | doubtful | silent failures | wall [s] |",
+                  "|---|---|---|---|---|---|---|"]
+        for m, t in r["table"].items():
+            lines.append(f"| {M.LABELS.get(m, m)} | {t['mean_abs_error']:.3f} | {t['max_abs_error']:.3f} | "
+                         f"{t['error_of_sum']:+.3f} | {t['doubtful']} | {t['silent_failures']} | {t['wall_s']:.1f} |")
+        for m, e in r.get("errors", {}).items():
+            lines.append(f"| {M.LABELS.get(m, m)} | not run: {e} | | | | | |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def model_report(problem, data, records, results, table):
+    obs = sorted(records)
+    diag = [records[i] for i in obs]
+    rep = {"name": problem.name, "title": problem.title, "settings": SETTINGS[problem.name], "seed": SEED,
+           "fit": fit_summary(data), "n_truth": len(obs), "machine": machine_info(),
+           "truth_source": "exact (closed form / quadrature)" if "exact" in diag[0] else "bridge sampling over refits",
+           "truth": {str(i): records[i] for i in obs}, "table": table,
+           "errors": {m: r["error"] for m, r in results.items() if "error" in r},
+           "pointwise": {m: {k: v for k, v in r.items() if k != "wall_s"} for m, r in results.items() if "error" not in r},
+           "stones": {str(i): records[i] for i in obs if "stepping_stones" in records[i]}}
+    rh = [d.get("max_rhat") for d in diag if d.get("max_rhat") is not None]
+    if rh:
+        rep["refit_max_rhat"] = float(np.nanmax(rh))
+        rep["refit_divergences"] = int(sum(d.get("divergences", 0) for d in diag))
+    return rep
+
+
+def committed_truth(name):
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"no committed truth for {name} ({path}); run the full suite for it first")
+    rep = load_json(path)
+    return {int(i): {k: (float(v) if isinstance(v, (int, float, str)) and k not in ("betas",) else v)
+                     for k, v in rec.items()} for i, rec in rep["truth"].items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=None, help="comma-separated (default: all, or REDUCED_MODELS with --reduced)")
+    ap.add_argument("--stage", choices=("fit", "refits", "score", "all"), default="all")
+    ap.add_argument("--obs", default=None, help="observations to refit, e.g. 0-26 or 3,5,7 (refits stage)")
+    ap.add_argument("--reduced", action="store_true")
+    ap.add_argument("--methods", default=None)
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE))
+    args = ap.parse_args(argv)
+    mode = "reduced" if args.reduced else "full"
+    from problems import all_problems
+
+    names = args.models.split(",") if args.models else list(REDUCED_MODELS if args.reduced else all_problems())
+    methods = args.methods.split(",") if args.methods else list(REDUCED_METHODS if args.reduced else FULL_METHODS)
+    summary = {}
+    for name in names:
+        problem = get_problem(name)
+        cdir = cache_dir(args.cache, "full" if args.stage == "refits" else mode, name)
+        data = main_fit(problem, cache_dir(args.cache, "full", name) if not args.reduced else cdir)
+        if args.stage == "fit":
+            continue
+        if args.reduced:
+            records = committed_truth(name)
+            tv = {i: truth_value(r) for i, r in records.items()}
+            # fresh refits of the observations the committed truth says are hardest for plain PSIS
+            import methods as M
+
+            plain = M.plain(problem, data)
+            hard = sorted(records, key=lambda i: -abs(plain["elpd_i"][i] - tv[i][0]))[:REDUCED_REFITS]
+            fresh = truth_table(problem, data, cdir, hard, stones=False)
+            checks = {}
+            for i in hard:
+                a, ase = fresh[i]["bridge"], fresh[i]["bridge_mcse"]
+                b, bse = records[i]["bridge"], records[i]["bridge_mcse"]
+                checks[i] = {"fresh": a, "fresh_mcse": ase, "committed": b, "committed_mcse": bse,
+                             "z": (a - b) / np.sqrt(ase**2 + bse**2)}
+            results, table = evaluate(problem, data, records, methods)
+            summary[name] = {"table": table, "refit_checks": checks, "fit": fit_summary(data)}
+            log(f"{name}: {table}")
+            continue
+        obs = parse_obs(args.obs, problem.n)
+        records = truth_table(problem, data, cdir, obs, stones=args.obs is None)
+        if args.stage == "refits":
+            continue
+        results, table = evaluate(problem, data, records, methods)
+        rep = model_report(problem, data, records, results, table)
+        old = RESULTS / f"{name}.json"
+        if old.exists():  # keep the methods this run did not score (a --methods subset)
+            prev = load_json(old)
+            for key in ("table", "pointwise", "errors"):
+                for m, v in prev.get(key, {}).items():
+                    if m not in methods:
+                        rep[key].setdefault(m, v)
+        save_json(RESULTS / f"{name}.json", rep)
+        for m, t in table.items():
+            log(f"{name}: {m}: mean |err| {t['mean_abs_error']:.3f}, max {t['max_abs_error']:.3f}, sum "
+                f"{t['error_of_sum']:+.3f}, doubtful {t['doubtful']}, silent {t['silent_failures']}")
+    if args.reduced:
+        save_json(cache_dir(args.cache, "reduced", "") / "summary.json", summary)
+    elif args.stage in ("all", "score"):
+        reports = {}
+        for name in all_problems():
+            path = RESULTS / f"{name}.json"
+            if path.exists():
+                reports[name] = load_json(path)
+        (RESULTS / "truth.md").write_text(markdown(reports))
+        log(f"wrote {RESULTS / 'truth.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
