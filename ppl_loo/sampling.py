@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-__all__ = ["sample_nuts"]
+__all__ = ["sample_nuts", "nuts_draws"]
 
 _EXTRA_FIELDS = (
     "diverging",
@@ -221,6 +221,8 @@ def sample_nuts(
         "creation_library": "ppl_loo",
         "sampling_time": sampling_time,
         "num_warmup": num_warmup,
+        "target_accept": float(target_accept),
+        "max_tree_depth": int(max_tree_depth),
         "parameterization": "model.logp" if numpyro_model is None else "numpyro_model",
     }
     try:
@@ -256,3 +258,36 @@ def sample_nuts(
     for ds in groups.values():
         ds.attrs.update(attrs)
     return xr.DataTree.from_dict(groups)
+
+
+def nuts_draws(log_density, init, *, num_warmup, num_samples, random_seed, target_accept=0.8, max_tree_depth=10,
+               chain_method="sequential"):
+    """NumPyro's NUTS on a JAX log density of the unconstrained vector; draws ``(chains, draws, dim)``.
+
+    Parameters
+    ----------
+    log_density : callable
+        ``log_density(theta) -> scalar`` (JAX-differentiable), unnormalized.
+    init : array, shape (chains, dim)
+        One starting point per chain (for refits: draws of the full-data posterior, already in
+        the typical set, so warmup adapts the step size and metric instead of searching for it).
+    num_warmup, num_samples, random_seed, target_accept, max_tree_depth, chain_method
+        As in :func:`sample_nuts`.
+
+    Returns
+    -------
+    (draws, diverging)
+        ``(chains, num_samples, dim)`` float64 array and ``(chains, num_samples)`` divergence flags.
+    """
+    from numpyro.infer import MCMC, NUTS
+
+    init = jnp.atleast_2d(jnp.asarray(init, dtype=jnp.float64))
+    chains = init.shape[0]
+    kernel = NUTS(potential_fn=lambda theta: -log_density(theta), target_accept_prob=float(target_accept),
+                  max_tree_depth=int(max_tree_depth))
+    mcmc = MCMC(kernel, num_warmup=int(num_warmup), num_samples=int(num_samples), num_chains=chains,
+                chain_method=chain_method, progress_bar=False)
+    mcmc.run(_prng_key(random_seed), init_params=init if chains > 1 else init[0], extra_fields=("diverging",))
+    draws = np.asarray(mcmc.get_samples(group_by_chain=True)).reshape(chains, int(num_samples), -1)
+    div = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["diverging"]).reshape(chains, -1)
+    return draws, div

@@ -129,6 +129,26 @@ class PosteriorModel:
         """True when :meth:`log_var_target` gives a target (subclasses that override it)."""
         return type(self).log_var_target is not PosteriorModel.log_var_target
 
+    # ------------------------------------------------------------------ exact LOO by refitting
+    def refit_draws(self, i, *, chains, warmup, draws, random_seed, init, target_accept=0.8, max_tree_depth=10):
+        """MCMC draws of the posterior without observation ``i`` (exact LOO by refitting).
+
+        This default runs NumPyro's NUTS on :meth:`loo_logp` in the unconstrained space, each chain
+        started at ``init`` (draws of the full-data posterior). Backends with a sampler of their
+        own (PyMC, Stan) override it.
+
+        Returns
+        -------
+        (draws, info)
+            ``(chains, draws, dim)`` unconstrained draws and a dict (``sampler``, ``divergences``).
+        """
+        from ppl_loo.sampling import nuts_draws
+
+        out, div = nuts_draws(lambda th: self.loo_logp(th, int(i)), init, num_warmup=warmup, num_samples=draws,
+                              random_seed=random_seed, target_accept=target_accept, max_tree_depth=max_tree_depth)
+        return out, {"sampler": "NumPyro NUTS on the log density without the observation",
+                     "divergences": int(div.sum())}
+
     # ------------------------------------------------------------------ constrained space
     def unconstrain(self, posterior) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -432,6 +432,37 @@ class PyMCModel(PosteriorModel):
         out = self._jitted["constrain"](theta)
         return {n: np.asarray(v) for n, v in out.items()}
 
+    def refit_draws(self, i, *, chains, warmup, draws, random_seed, init, target_accept=0.8, max_tree_depth=10):
+        """Draws without observation ``i`` from ``pm.sample`` (PyMC's NUTS) on a clone of the model
+        with a ``pm.Potential`` that subtracts the observation's log-likelihood term.
+
+        Every other part of the model (priors, Potentials, latent variables indexed by observation,
+        whose prior then stays) is the user's own. A likelihood that does not factorize falls back to
+        NUTS on ``loo_log_density`` (:meth:`PosteriorModel.refit_draws`).
+        """
+        if not self.factorizes:
+            return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
+                                       init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
+        import warnings
+
+        import pymc as pm
+        from pymc.model.fgraph import clone_model
+
+        clone = clone_model(self.model)
+        with clone:
+            terms = clone.logp(vars=[clone[self.var_name]], sum=False, jacobian=False)[0]
+            pm.Potential("ppl_loo_refit_without_observation", -terms.flatten()[int(i)])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                idata = pm.sample(draws=int(draws), tune=int(warmup), chains=int(chains), cores=1,
+                                  random_seed=int(np.random.default_rng(random_seed).integers(2**31)),
+                                  target_accept=float(target_accept), progressbar=False,
+                                  compute_convergence_checks=False, nuts={"max_treedepth": int(max_tree_depth)})
+        theta = np.asarray(self.unconstrain(idata["posterior"]))
+        div = int(np.asarray(idata["sample_stats"]["diverging"].values).sum())
+        return theta.reshape(int(chains), int(draws), self.dim), {"sampler": "pm.sample without the observation",
+                                                                  "divergences": div}
+
     def unconstrain(self, posterior) -> np.ndarray:
         """Unconstrained draws ``(S, dim)`` from the constrained posterior draws.
 

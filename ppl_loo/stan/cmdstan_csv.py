@@ -384,6 +384,11 @@ def _from_csv_files(paths, *, include_warmup, **kw) -> xr.DataTree:
             attrs[key] = ref.get_int(key, 0)
     if "metric" in ref.config:
         attrs["metric"] = ref.config["metric"]
+    for key, name, cast in (("delta", "adapt_delta", float), ("max_depth", "max_depth", int)):
+        try:  # the sampler settings a refit reuses (ppl_loo.loo(..., refit=...))
+            attrs[name] = cast(str(ref.config[key]).split()[0])
+        except (KeyError, ValueError):
+            pass
     step = [f.step_size for f in files]
     if all(s is not None for s in step):
         attrs["step_size"] = step[0] if len(step) == 1 else np.array(step)

@@ -447,6 +447,39 @@ class StanPosterior(PosteriorModel):
         ll = jnp.asarray(ll)
         return ll if obs is None else ll[:, jnp.asarray(obs)]
 
+    # ------------------------------------------------------------------ exact LOO by refitting
+    def refit_draws(self, i, *, chains, warmup, draws, random_seed, init, target_accept=0.8, max_tree_depth=10):
+        """Draws without observation ``i``: Stan's own NUTS (in-process, :mod:`ppl_loo.stan.sampler`) on
+        the program with the data without ``i``, with the original fit's settings.
+
+        A program whose parameters are indexed by observation (``loo_extra``) has fewer parameters
+        without ``i``; its refit draws would lack the coordinates ``log p(y_i | theta)`` needs, so it
+        is refit with NumPyro's NUTS on the deletion density in the full parameter space
+        (:meth:`~ppl_loo.models.base.PosteriorModel.refit_draws`, Stan's gradients).
+        """
+        m, keep = self.deleted_model(int(i))
+        if keep is not None:
+            return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
+                                       init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
+        import tempfile
+        import warnings
+
+        from .cmdstan_csv import from_cmdstan
+        from .sampler import sample_cmdstan_csv
+
+        sm = StanModel(self.code, self.deleted_data(int(i)), seed=self._seed, sampler=True)
+        seed = int(np.random.default_rng(random_seed).integers(2**31))
+        with tempfile.TemporaryDirectory() as tmp:
+            paths, _ = sample_cmdstan_csv(sm, tmp, chains=int(chains), seed=seed, num_warmup=int(warmup),
+                                          num_samples=int(draws), adapt_delta=float(target_accept),
+                                          max_depth=int(max_tree_depth))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = from_cmdstan([str(p) for p in paths])
+        theta = np.asarray(self.unconstrain(tree["posterior"])).reshape(int(chains), int(draws), self.dim)
+        div = int(np.asarray(tree["sample_stats"]["diverging"].values).sum()) if "diverging" in tree["sample_stats"] else 0
+        return theta, {"sampler": "Stan NUTS on the program without the observation", "divergences": div}
+
     # ------------------------------------------------------------------ constrained space
     def unconstrain(self, posterior) -> np.ndarray:
         """Posterior draws (Dataset/DataTree with Stan's names, dims ``chain, draw, ...``) -> ``(S, d)``.

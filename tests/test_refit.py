@@ -1,0 +1,141 @@
+"""``pl.loo(..., refit=...)``: exact LOO by refitting with the model's own sampler, against the closed form.
+
+The conjugate normal-mean model with known sigma and a gross outlier has an exact LOO predictive
+density for every observation. Each backend refits the outlier (and the observations asked for)
+with its own sampler (NumPyro for a JAX model, ``pm.sample`` for PyMC, Stan's NUTS on the data
+without the observation for Stan); the bridge-sampling elpd_i must be within 4 of its Monte Carlo
+SEs of the truth.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import jax.numpy as jnp
+import jax.scipy.stats as st
+import numpy as np
+import pytest
+
+import ppl_loo as pl
+from ppl_loo.sampling import sample_nuts
+
+ROOT = Path(__file__).resolve().parents[1]
+Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
+OUTLIER = 10
+SIGMA, TAU = 1.0, 10.0
+
+
+def closed_form_loo(y=Y, s=SIGMA, t0=TAU):
+    out = []
+    for i in range(len(y)):
+        yi = np.delete(y, i)
+        prec = 1 / t0**2 + len(yi) / s**2
+        m = (yi.sum() / s**2) / prec
+        var = s**2 + 1 / prec
+        out.append(-0.5 * np.log(2 * np.pi * var) - 0.5 * (y[i] - m) ** 2 / var)
+    return np.array(out)
+
+
+def jax_model():
+    yj = jnp.asarray(Y)
+    return pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, TAU),
+                       lambda v: st.norm.logpdf(yj, v["mu"], SIGMA), obs_dims=("obs",), observed=Y)
+
+
+@pytest.fixture(scope="module")
+def jax_fit():
+    model = jax_model()
+    data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+    return model, data
+
+
+def _loo(data, model, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pl.loo(data, model, progressbar=False, **kw)
+
+
+def _check_refits(res, targets):
+    exact = closed_form_loo()
+    for i in targets:
+        assert bool(res.refit.values[i]) and res.transform.values[i] == "refit"
+        assert not bool(res.doubtful.values[i])
+        err = abs(res.elpd_i.values[i] - exact[i])
+        assert err <= 4 * res.mcse_elpd_i.values[i] + 0.01, (i, res.elpd_i.values[i], exact[i], res.mcse_elpd_i.values[i])
+        assert res.refit_info[i]["rhat_loglik"] < 1.05
+    assert int(res.refit.values.sum()) == len(targets)
+    # the rest is unchanged by the refits
+    assert np.all(res.transform.values[~res.refit.values] != "refit")
+
+
+def test_jax_refit_indices_match_closed_form(jax_fit):
+    model, data = jax_fit
+    res = _loo(data, model, refit=[OUTLIER, 0], random_seed=5)
+    _check_refits(res, [OUTLIER, 0])
+    assert res.refit_info[OUTLIER]["sampler"].startswith("NumPyro")
+    # settings read from the fit: 4 chains of 500 draws after 300 warmup
+    assert res.refit_info[OUTLIER]["seconds"] > 0
+    line = "\n".join(res.trust_lines())
+    assert "2 refit (exact LOO)" in line
+    assert res.summary_table().attrs["summary"] == res.trust_lines()
+
+
+def test_refit_time_budget_refits_worst_first(jax_fit):
+    """A budget too small for more than one refit: the first doubtful/worst one is refit, a warning names
+    the rest (here everything is forced doubtful by an impossible k threshold)."""
+    model, data = jax_fit
+    with pytest.warns(UserWarning, match="time budget"):
+        res = pl.loo(data, model, progressbar=False, refit=1e-9, random_seed=1, k_threshold=-1.0,
+                     transforms=["pmm1"])
+    assert int(res.refit.values.sum()) == 1
+
+
+def test_refit_bad_inputs(jax_fit):
+    model, data = jax_fit
+    with pytest.raises(ValueError, match="random_seed"):
+        _loo(data, model, refit=[0])
+    with pytest.raises(ValueError, match="refit='bogus'"):
+        _loo(data, model, refit="bogus", random_seed=1)
+    with pytest.raises(ValueError, match="out of range"):
+        _loo(data, model, refit=[12], random_seed=1)
+    with pytest.raises(ValueError, match="ambiguous"):
+        _loo(data, model, refit=True, random_seed=1)
+    with pytest.raises(ValueError, match="integer observation"):
+        _loo(data, model, refit=[0.5], random_seed=1)
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        _loo(data, model, refit=-3.0, random_seed=1)
+    with pytest.raises(ValueError, match="unknown setting 'thin'"):
+        _loo(data, model, refit=[0], random_seed=1, refit_kwargs={"thin": 2})
+    with pytest.raises(ValueError, match="needs the model"):
+        pl.loo(data, None, refit="doubtful")
+
+
+def test_pymc_refit_matches_closed_form():
+    pm = pytest.importorskip("pymc")
+    with pm.Model() as m:
+        mu = pm.Normal("mu", 0.0, TAU)
+        pm.Normal("y", mu, SIGMA, observed=Y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(draws=500, tune=300, chains=4, cores=1, random_seed=2, progressbar=False)
+    res = _loo(idata, m, refit=[OUTLIER], random_seed=7)
+    _check_refits(res, [OUTLIER])
+    assert res.refit_info[OUTLIER]["sampler"] == "pm.sample without the observation"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler for the Stan bridge")
+def test_stan_refit_matches_closed_form(tmp_path):
+    pytest.importorskip("httpstan")
+    from ppl_loo.stan.sampler import sample_cmdstan_csv
+
+    data = {"N": len(Y), "y": Y, "sigma": SIGMA, "mu0": 0.0, "tau0": TAU}
+    program = ROOT / "stan_models" / "normal_known_sigma.stan"
+    sm = pl.StanModel(program, data, sampler=True)
+    paths, _ = sample_cmdstan_csv(sm, tmp_path, chains=4, seed=11, num_warmup=300, num_samples=500)
+    tree = pl.from_cmdstan([str(p) for p in paths])
+    assert tree["posterior"].attrs["adapt_delta"] == 0.8 and tree["posterior"].attrs["max_depth"] == 10
+    res = _loo(tree, pl.StanModel(program, data), refit=[OUTLIER], random_seed=3)
+    _check_refits(res, [OUTLIER])
+    assert res.refit_info[OUTLIER]["sampler"] == "Stan NUTS on the program without the observation"
