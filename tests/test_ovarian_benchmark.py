@@ -10,8 +10,8 @@ numbers it produced against known answers and identities:
 - ``pl.loo_expectation`` of the predicted probability equals ``exp(elpd_i)`` / ``1 - exp(elpd_i)``;
 - the project's reader ``pl.from_cmdstan`` returns exactly the draws PyStan holds;
 - the ADVI density used for Eq. 13 (a change of variables) equals the guide's density at the draws;
-- the adaptive LOO leaves no more observations above 0.7 than plain PSIS on the same draws, and
-  far fewer on this data (plain PSIS fails on most of the 54 observations, the papers' Table 1);
+- some transformation brings k below 0.7 for most of the observations where plain PSIS fails (the
+  papers' Table 1), and the engine's final answer marks every observation it leaves above 0.7 doubtful;
 - the LR refit's elpd_i agrees with the adaptive estimate within a loose Monte Carlo bound;
 - the JSON has every field the report is built from.
 """
@@ -105,10 +105,16 @@ def test_adaptive_beats_plain_psis_on_the_same_draws(reduced):
         t = doc["table1"][name]
         plain = np.asarray(t["rows"][0]["ours_papers_criterion"]["per_resampling"])
         final = np.asarray(t["engine_final"]["engine_final_above"]["per_resampling"])
-        # the papers' phenomenon: plain PSIS fails on most observations of the ovarian data
+        doubtful = np.asarray(t["engine_final"]["engine_final_doubtful"]["per_resampling"])
+        every = np.asarray(t["rows"][-1]["ours_project_criterion"]["per_resampling"])
+        # the papers' phenomenon: plain PSIS fails on most observations of the ovarian data, and some
+        # transformation brings k below 0.7 for most of them
         assert plain.mean() > 20
+        assert every.mean() <= 0.25 * plain.mean()
+        # the engine's own answer: a low k is not enough (issue 12, docs/method.md section 4); what it
+        # cannot vouch for keeps plain PSIS and is marked doubtful, so nothing above 0.7 goes unmarked
         assert np.all(final <= plain)
-        assert final.mean() <= 0.25 * plain.mean()
+        assert np.all(final <= doubtful)
         pe = doc["peers"][name]
         assert np.all(np.asarray(pe["ppl_loo"]["above_0.7"]) <= np.asarray(pe["arviz_plain"]["above_0.7"]))
     mm = doc["peers"]["logistic"]["arviz_mm"]

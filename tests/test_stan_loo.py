@@ -163,7 +163,11 @@ def test_eight_schools_loo(eight_schools):
     assert np.sum(res.transform.values != "psis") >= 1
     assert np.all(np.isfinite(res.elpd_i.values)) and np.all(np.isfinite(res.pareto_k.values))
     assert np.all(np.isfinite(res.pareto_k_psis.values))
-    assert np.all(res.pareto_k.values <= res.pareto_k_psis.values + 1e-12)
+    # the reported k is below the threshold unless the observation is doubtful, which keeps plain PSIS
+    # (the candidate reported is the lowest confirmed estimate, not the lowest k: docs/method.md)
+    doubtful = res.doubtful.values
+    assert np.all((res.pareto_k.values <= res.good_k) | doubtful)
+    np.testing.assert_array_equal(res.pareto_k.values[doubtful], res.pareto_k_psis.values[doubtful])
     # plain PSIS part: arviz_stats on the same draws with the model's (full precision) log_lik ...
     ll = np.asarray(model.log_lik(jnp.asarray(theta)))
     ds = dt.log_likelihood.to_dataset().copy()

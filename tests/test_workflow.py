@@ -138,7 +138,7 @@ def test_jax_model_with_constrained_parameter():
     data = sample_nuts(jm, num_chains=2, num_warmup=300, num_samples=1000, random_seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, jm, progressbar=False, k_threshold=-np.inf)
+        res = pl.loo(data, jm, progressbar=False, adapt="all")
     # brute force: the LOO predictive density of the outlier by quadrature over (mu, log sigma)
     mu = np.linspace(-3, 4, 351)
     ls = np.linspace(-1.5, 1.8, 331)

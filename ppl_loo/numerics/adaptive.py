@@ -39,12 +39,13 @@ from ppl_loo.numerics.transforms import (
     step_scale,
 )
 
-__all__ = ["TRANSFORMS", "EngineConfig", "EngineData", "ObsResult", "build_engine", "psis_identity"]
+__all__ = ["TRANSFORMS", "TRANSFORM_GROUP", "EngineConfig", "EngineData", "ObsResult", "build_engine", "psis_identity",
+           "transform_group"]
 
 #: name -> its step grid: "grid" = the hbar grid, "unit" = hbar 1 only, "damped" = NEWTON_STEPS
 NEWTON_STEPS = (1.0, 0.5, 0.25)
 #: iterations of the iterated moment matching ("mm_iter"); its "step" is the iteration count
-MM_ITERATIONS = (1.0, 2.0, 3.0)
+MM_ITERATIONS = (1.0, 2.0, 3.0, 5.0)
 TRANSFORMS = {
     "pmm1": "grid",
     "pmm2": "grid",
@@ -63,6 +64,19 @@ TRANSFORMS = {
 }
 
 
+#: independent constructions: a candidate is corroborated by one of another group (``docs/method.md``)
+TRANSFORM_GROUP = {
+    "pmm1": "moments", "pmm2": "moments", "mm1": "moments", "mm2": "moments", "mm3": "moments",
+    "mm_iter": "moments", "kl": "gradient flow", "var": "gradient flow", "ll": "gradient flow",
+    "newton": "newton",
+}
+
+
+def transform_group(full_name):
+    """The group of a transformation name (``"pmm2_mix"`` -> ``"moments"``)."""
+    return TRANSFORM_GROUP[_split_name(full_name)[0]]
+
+
 class EngineConfig(NamedTuple):
     """Static configuration of the search (hashable: it keys the jit cache)."""
 
@@ -73,6 +87,8 @@ class EngineConfig(NamedTuple):
     exact_max_dim: int = 64
     newton_max_dim: int = 512
     min_ess: float = 0.0  # candidates whose smoothed weights have a smaller ESS are not usable
+    n_chains: int = 1  # draws are chain-major: per-chain estimates (a Monte Carlo error that sees the chains)
+    k_threshold: float = 0.7  # candidates above it are not chosen while one below it passes every check
 
 
 class ObsResult(NamedTuple):
@@ -90,6 +106,14 @@ class ObsResult(NamedTuple):
     ess: jnp.ndarray  # (C,) effective sample size 1 / sum w^2 of every candidate's smoothed weights
     max_log_ratio: jnp.ndarray  # (C,) max over points of log p(x | D) / q(x) (0 where not checked)
     identity_ok: jnp.ndarray  # (C,) the change-of-variables check below passed (or does not apply)
+    log_mean_ratio: jnp.ndarray  # (C,) log of the mean over points of p(x | D) / q(x) (exactly 0 in expectation)
+    se_log_mean_ratio: jnp.ndarray  # (C,) its Monte Carlo standard error (delta method)
+    elpd_chains: jnp.ndarray  # (C, n_chains) elpd_i of every candidate from each chain's points alone
+    se: jnp.ndarray  # (C,) reported Monte Carlo SE: the larger of ``mcse`` and the spread over chains
+    dev: jnp.ndarray  # (C,) log mean ratio minus its exact expectation (0, or -log 2 for a mixture)
+    checks_ok: jnp.ndarray  # (C,) the normalizer and the in-sample bound checks passed (see ``_checks``)
+    trusted: jnp.ndarray  # () ``best`` passes every check and is corroborated (see ``_select``)
+    se_best: jnp.ndarray  # () the reported SE of ``best``: its own, and the spread of the corroborated candidates
 
 
 # Change-of-variables check (this project). For draws from p and any invertible map T, the ratio
@@ -125,6 +149,128 @@ def _mcse_log_mean(lw, ll, r_eff):
     est = jnp.sum(w * lik)
     var = jnp.sum(w**2 * (lik - est) ** 2) / r_eff
     return jnp.sqrt(var) / est
+
+
+def _log_mean_ratio(log_r, r_eff):
+    """``log mean_x r(x)`` and its delta-method SE for log ratios ``(C, L)`` (``-inf`` allowed).
+
+    For points from ``q`` and ``r = p / q`` the mean is exactly 1 in expectation (the normalizer
+    of ``p`` cancels in the ratio of posterior densities), so the log mean is 0 up to Monte Carlo
+    error: the self-normalized estimate divides this number out, and a value far from 0 shows a
+    proposal that did not cover the posterior, or draws that do not represent it.
+    """
+    L = log_r.shape[-1]
+    m = jnp.max(log_r, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    r = jnp.exp(log_r - m)
+    mean = jnp.mean(r, axis=-1)
+    sd = jnp.std(r, axis=-1)
+    lmr = jnp.log(mean) + m[..., 0]
+    se = sd / (mean * jnp.sqrt(L * r_eff))
+    return lmr, se
+
+
+def _per_chain_elpd(lw, ll_pool, n_chains):
+    """Each candidate's estimate from the points of one chain at a time, ``(C, n_chains)``.
+
+    The pooled points are ``[draws; images]`` with the draws chain-major (an image belongs to the
+    chain of its draw). ``lw`` are the *raw* log weights, renormalized within the chain: Pareto
+    smoothing regularizes the tail and so hides the rare draw that one chain saw and the others
+    did not, which is what the spread over chains is there to show.
+    """
+    C, L = lw.shape
+    S = L // 2
+    if n_chains < 2 or S % n_chains:
+        return jnp.full((C, 1), jnp.nan)
+    D = S // n_chains
+    lw4 = lw.reshape(C, 2, n_chains, D).transpose(0, 2, 1, 3).reshape(C, n_chains, 2 * D)
+    ll4 = ll_pool.reshape(C, 2, n_chains, D).transpose(0, 2, 1, 3).reshape(C, n_chains, 2 * D)
+    return logsumexp(lw4 + ll4, axis=-1) - logsumexp(lw4, axis=-1)
+
+
+def _chain_se(elpd_chains):
+    """Standard error of the mean of the per-chain estimates (0 with one chain)."""
+    n = elpd_chains.shape[-1]
+    if n < 2:
+        return jnp.zeros(elpd_chains.shape[:-1])
+    sd = jnp.std(elpd_chains, axis=-1, ddof=1)
+    return jnp.where(jnp.isfinite(sd), sd, 0.0) / jnp.sqrt(n)
+
+
+#: the normalizer check's tolerance: standard errors of the log mean ratio, plus a negligible bias (nats)
+NORMALIZER_Z = 3.0
+NORMALIZER_TOL = 1e-3
+
+
+def _checks(dev, se_dev, elpd, mcse, ll0):
+    """Known-answer checks of a candidate (this project; ``docs/method.md``, section 4).
+
+    - **Normalizer**: for draws from the posterior the mean of ``p(x | D) / q(x)`` over the points
+      is exactly 1 (1/2 for a mixture as the engine writes its density): ``dev`` must be 0 within
+      ``NORMALIZER_Z`` standard errors. The self-normalized estimate divides this mean out and
+      hides it; a mean far from 1 means the points do not cover the posterior (or the draws do not
+      represent it), and the candidate's elpd is then biased, optimistically in the truth suite.
+    - **In-sample bound**: ``p(y_i | y_-i) <= p(y_i | y)`` exactly (``E_full[l] = E_-i[l^2] / E_-i[l]``),
+      so ``elpd_i`` cannot exceed ``lpd_i = log mean_s l_i(theta_s)`` beyond its Monte Carlo error.
+    """
+    lpd = logsumexp(ll0) - jnp.log(ll0.shape[0])
+    normalizer = jnp.abs(dev) <= NORMALIZER_Z * se_dev + NORMALIZER_TOL
+    bound = elpd <= lpd + 2.0 * mcse
+    return normalizer & bound
+
+
+#: a candidate this close to plain PSIS (elpd_i in nats, k-hat) is no independent confirmation
+PLAIN_LIKE_ELPD = 1e-3
+PLAIN_LIKE_K = 0.02
+#: two estimates agree when they differ by at most this many combined standard errors
+AGREE_Z = 3.0
+
+
+def groups_of(cfg):
+    """Group index of every candidate (static): :data:`TRANSFORM_GROUP` of its transformation."""
+    names = sorted(set(TRANSFORM_GROUP.values()))
+    return np.asarray([names.index(transform_group(t)) for t, _ in candidate_labels(cfg)])
+
+
+def _select(ok, usable, k, elpd, se, dev, group, elpd_psis, k_psis):
+    """The candidate to report, whether the engine can vouch for it, and its SE (``docs/method.md``, section 4).
+
+    ``ok`` marks the candidates that pass every check with ``k <= k_threshold``. One of them is
+    *corroborated* when a candidate of another group (:data:`TRANSFORM_GROUP`: moment matching,
+    gradient flows and the Newton step are built independently) that also passes agrees with it
+    within ``AGREE_Z`` combined standard errors, neither being the plain PSIS estimate again (a map
+    that did not move the draws is no second opinion). Each group's corroborated candidate with the
+    smallest estimated error ``sqrt(se^2 + dev^2)`` represents it, and the *lowest* of these
+    estimates is reported: in the ground-truth suite every importance-sampling estimate whose
+    proposal under-covers the LOO posterior is optimistic while its k-hat looks fine, so among
+    confirmed estimates the lowest is the least affected (the lowest k instead picked the ones that
+    missed). Its SE adds the spread (sd) of all corroborated estimates to its own: they pass the same
+    checks, and which one is right cannot be told. Without a corroborated candidate the lowest k
+    among those that pass is returned with ``trusted = False`` (the workflow then keeps plain PSIS
+    and marks the observation doubtful).
+    """
+    plain_like = (jnp.abs(elpd - elpd_psis) < PLAIN_LIKE_ELPD) & (jnp.abs(k - k_psis) < PLAIN_LIKE_K)
+    indep = ok & ~plain_like
+    agree = jnp.abs(elpd[:, None] - elpd[None, :]) <= AGREE_Z * jnp.hypot(se[:, None], se[None, :])
+    group_ids = np.unique(np.asarray(group))  # static
+    group = jnp.asarray(group)
+    other = group[:, None] != group[None, :]
+    corroborated = indep & jnp.any(agree & other & indep[None, :], axis=1)
+    trusted = jnp.any(corroborated)
+    err = jnp.hypot(se, dev)
+    reps, rep_ok = [], []
+    for g in group_ids:  # a few static groups
+        in_g = corroborated & (group == g)
+        reps.append(jnp.argmin(jnp.where(in_g, err, jnp.inf)))
+        rep_ok.append(jnp.any(in_g))
+    reps, rep_ok = jnp.stack(reps), jnp.stack(rep_ok)
+    best_trusted = reps[jnp.argmin(jnp.where(rep_ok, elpd[reps], jnp.inf))]
+    n_corr = jnp.sum(corroborated)
+    mean_c = jnp.sum(jnp.where(corroborated, elpd, 0.0)) / jnp.maximum(n_corr, 1)
+    var_c = jnp.sum(jnp.where(corroborated, (elpd - mean_c) ** 2, 0.0)) / jnp.maximum(n_corr - 1, 1)
+    by_k = jnp.argmin(jnp.where(jnp.any(ok), jnp.where(ok, k, jnp.inf), jnp.where(usable, k, jnp.inf)))
+    best = jnp.where(trusted, best_trusted, by_k)
+    return best, trusted, jnp.where(trusted, jnp.sqrt(se[best] ** 2 + var_c), se[best])
 
 
 class EngineData(NamedTuple):
@@ -484,6 +630,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         ctx = context(ll0)
         groups = {False: [], True: []}  # candidates by pooled length (S or 2S)
         order = []
+        is_mixture = []
         for full_name in cfg.transforms:
             steps = jnp.asarray(_steps_of(full_name, cfg.hbar), dtype=theta.dtype)
             if full_name == "mm_iter":
@@ -499,26 +646,31 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
                 prop, mixture = make_proposal(full_name, i, ll0, ctx, steps)
                 groups[mixture].append(raw_weights(prop, steps, i, ll0, mixture))
             order.append((mixture, len(groups[mixture]) - 1, steps.shape[0]))
+            is_mixture += [mixture] * steps.shape[0]
         scored = {}
         for mixture, items in groups.items():
             if not items:
                 continue
             log_w, ll_pool, applicable, n_bad = (jnp.concatenate(z, axis=0) for z in zip(*items))
             # log p(x | D) / q(x) at every point: the LOO weight times l_i (mean 1 under q)
-            ratio_max = jnp.max(jnp.where(jnp.isfinite(log_w), log_w + ll_pool, -jnp.inf), axis=-1)
+            log_r = jnp.where(jnp.isfinite(log_w), log_w + ll_pool, -jnp.inf)
+            ratio_max = jnp.max(log_r, axis=-1)
+            lmr, se_lmr = _log_mean_ratio(log_r, cfg.r_eff)
             n_pts = jnp.full(ratio_max.shape, float(log_w.shape[-1]), dtype=log_w.dtype)
             lw, k_w, k_num, elpd = scores(log_w, ll_pool)
             if not mixture:  # pad to the pooled layout [draws, images]: draws carry no weight
                 C = lw.shape[0]
                 lw = jnp.concatenate([jnp.full((C, S), -jnp.inf), lw], axis=1)
+                log_w = jnp.concatenate([jnp.full((C, S), -jnp.inf), log_w], axis=1)
                 ll_pool = jnp.concatenate([jnp.zeros((C, S)), ll_pool], axis=1)
             offsets = np.cumsum([0] + [it[0].shape[0] for it in items])
-            scored[mixture] = (offsets, k_w, k_num, elpd, applicable, n_bad, lw, ll_pool, ratio_max, n_pts)
+            scored[mixture] = (offsets, k_w, k_num, elpd, applicable, n_bad, lw, ll_pool, ratio_max, n_pts, lmr, se_lmr,
+                               log_w)
         parts = []
         for mixture, j, T in order:
             offsets, *arrays = scored[mixture]
             parts.append(tuple(a[offsets[j]:offsets[j] + T] for a in arrays))
-        k_w, k_num, elpd, applicable, n_bad, lw, ll_pool, raw_ratio_max, n_points = (
+        k_w, k_num, elpd, applicable, n_bad, lw, ll_pool, raw_ratio_max, n_points, lmr, se_lmr, log_w_raw = (
             jnp.concatenate(z, axis=0) for z in zip(*parts))
         k = jnp.maximum(k_w, k_num)
         # k-hat judges the tail of the weights, not a collapse of their bulk: a map that sends most
@@ -527,11 +679,16 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         max_log_ratio, identity_ok = change_of_variables_check(raw_ratio_max, n_points)
         usable = (applicable & (n_bad == 0) & jnp.isfinite(k) & jnp.isfinite(elpd) & (ess >= cfg.min_ess)
                   & identity_ok)
-        k_sel = jnp.where(usable, k, jnp.inf)
-        best = jnp.argmin(k_sel)
         mcse = jax.vmap(_mcse_log_mean, in_axes=(0, 0, None))(lw, ll_pool, cfg.r_eff)
+        elpd_chains = _per_chain_elpd(log_w_raw, ll_pool, cfg.n_chains)
+        se = jnp.maximum(mcse, _chain_se(elpd_chains))
+        dev = lmr + jnp.where(jnp.asarray(is_mixture), jnp.log(2.0), 0.0)
+        checks_ok = _checks(dev, se_lmr, elpd, mcse, ll0) if posterior_draws else jnp.ones_like(usable)
+        elpd_psis, k_psis, _ = psis_identity((logp0 - ll0 - log_q0)[None, :], ll0[None, :], cfg.r_eff)
+        best, trusted, se_best = _select(usable & checks_ok & (k <= cfg.k_threshold), usable, k, elpd, se, dev,
+                                         groups_of(cfg), elpd_psis[0], k_psis[0])
         return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse, ess, max_log_ratio,
-                         identity_ok)
+                         identity_ok, lmr, se_lmr, elpd_chains, se, dev, checks_ok, trusted, se_best)
 
     def change_of_variables_check(raw_ratio_max, n_points):
         """``(max_log_ratio, ok)`` per candidate; only for draws from the posterior (with draws

@@ -30,8 +30,12 @@ class LooResult(ELPDDataLOO):
       size of its weights (times ``r_eff``);
     - ``influence``: posterior variance of the observation's log-likelihood, the
       non-k criterion that also triggers adaptation (see :func:`ppl_loo.loo`);
-    - ``doubtful``: True where the estimate stays unreliable: k above the threshold after
-      adaptation, or successful proposals that disagree beyond their Monte Carlo error.
+    - ``doubtful``: True where the engine cannot vouch for the estimate (``docs/method.md``,
+      section 5: the rule and its effect on the ground-truth suite); such an observation's
+      ``elpd_i`` is the plain PSIS value unless a refit replaced it;
+    - ``refit``: True where ``elpd_i`` comes from refitting the model without the observation
+      (``pl.loo(..., refit=...)``); ``refit_info`` has each refit's sampler, divergences, R-hat
+      of ``log p(y_i | theta)`` and wall time.
     """
 
     pareto_k_psis: DataArray = None
@@ -40,6 +44,8 @@ class LooResult(ELPDDataLOO):
     mcse_elpd_i: DataArray = None
     influence: DataArray = None
     doubtful: DataArray = None
+    refit: DataArray = None
+    refit_info: Any = None
     candidates: Any = None  # per-observation table of every (transform, hbar) k-hat and elpd_i
     var_name: str | None = None
     _engine: Any = field(default=None, compare=False)
@@ -49,15 +55,30 @@ class LooResult(ELPDDataLOO):
     def _header(self):
         header = super()._header()
         if self.transform is not None:
-            tr = np.asarray(self.transform.values).ravel()
-            n_adapt = int(np.sum((tr != "psis") & (tr != "failed")))
-            n_fail = int(np.sum(tr == "failed"))
-            header += f"\nAdaptive importance sampling (ppl_loo): {n_adapt} observations adapted"
-            if n_fail:
-                header += f", {n_fail} still above the Pareto k threshold"
-            if self.doubtful is not None and bool(np.any(self.doubtful.values)):
-                header += f", {int(np.sum(self.doubtful.values))} doubtful"
+            header += "\n" + "\n".join(self.trust_lines())
         return header
+
+    def trust_lines(self):
+        """What was adapted, refit and doubtful, and how much of ``elpd_loo`` those observations carry."""
+        tr = np.asarray(self.transform.values).ravel()
+        elpd_i = np.asarray(self.elpd_i.values, dtype=float).ravel()
+        n_adapt = int(np.sum((tr != "psis") & (tr != "failed") & (tr != "refit")))
+        lines = [f"Adaptive importance sampling (ppl_loo): {n_adapt} observations adapted"]
+        for label, mask in (("refit (exact LOO)", tr == "refit"), ("doubtful", self._flag("doubtful"))):
+            k = int(mask.sum())
+            if k:
+                part = float(elpd_i[mask].sum())
+                lines.append(f"{k} {label}: they carry {part:.2f} of elpd_loo {self.elpd:.2f} "
+                             f"({100 * part / self.elpd if self.elpd else float('nan'):.0f}%)")
+        if self._flag("doubtful").any():
+            lines.append("Doubtful observations keep their plain PSIS elpd_i; pl.loo(..., refit='doubtful', "
+                         "random_seed=...) replaces them by exact refits.")
+        return lines
+
+    def _flag(self, name):
+        v = getattr(self, name, None)
+        n = int(np.asarray(self.elpd_i.values).size)
+        return np.zeros(n, bool) if v is None else np.asarray(v.values, bool).ravel()
 
     def summary_table(self, only_adapted=True):
         """A pandas DataFrame of the pointwise results (adapted observations by default)."""
@@ -72,8 +93,10 @@ class LooResult(ELPDDataLOO):
             "mcse_elpd_i": self.mcse_elpd_i,
             "influence": self.influence,
             "doubtful": self.doubtful,
+            "refit": self.refit,
         }
         df = pd.DataFrame({k: np.asarray(v.values).ravel() for k, v in cols.items() if v is not None})
         if only_adapted:
             df = df[(df["transform"] != "psis") | df["doubtful"]]
+        df.attrs["summary"] = self.trust_lines()
         return df

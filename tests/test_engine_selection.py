@@ -1,0 +1,102 @@
+"""How the engine chooses among candidates and when it vouches for one (docs/method.md, sections 4-5).
+
+Known answers on constructed candidate tables (``_select``, ``_checks``) and, end to end, on a
+model whose draws cannot support any adaptation (prior draws: every observation doubtful, with
+the plain PSIS values kept), plus the printed summary of what doubtful observations carry.
+"""
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ppl_loo as pl
+from ppl_loo.numerics.adaptive import _checks, _select
+from gaussian_models import leverage_regression
+
+# three candidates of group 0 (moments), two of group 1 (gradient flows), one of group 2 (Newton)
+GROUP = np.array([0, 0, 0, 1, 1, 2])
+
+
+def _sel(elpd, se, ok=None, k=None, dev=None, elpd_psis=-9.0, k_psis=0.9):
+    n = len(elpd)
+    ok = np.ones(n, bool) if ok is None else np.asarray(ok)
+    k = np.full(n, 0.3) if k is None else np.asarray(k, float)
+    dev = np.zeros(n) if dev is None else np.asarray(dev, float)
+    best, trusted, se_best = _select(jnp.asarray(ok), jnp.asarray(ok), jnp.asarray(k), jnp.asarray(elpd, float),
+                                     jnp.asarray(se, float), jnp.asarray(dev), GROUP, elpd_psis, k_psis)
+    return int(best), bool(trusted), float(se_best)
+
+
+def test_lowest_confirmed_group_representative_is_reported():
+    elpd = np.array([-1.00, -1.02, -1.30, -1.03, -1.05, -1.04])
+    se = np.array([0.010, 0.020, 0.010, 0.012, 0.010, 0.011])
+    best, trusted, se_best = _sel(elpd, se)
+    # -1.30 agrees with nobody: not corroborated. Group reps by smallest error: 0 (-1.00), 4 (-1.05), 5 (-1.04)
+    assert trusted and best == 4
+    corr = elpd[[0, 1, 3, 4, 5]]
+    assert se_best == pytest.approx(np.hypot(0.010, np.std(corr, ddof=1)), rel=1e-12)
+
+
+def test_one_group_alone_is_not_trusted():
+    elpd = np.array([-1.00, -1.01, -1.02, -2.0, -2.0, -2.0])
+    ok = [True, True, True, False, False, False]
+    best, trusted, _ = _sel(elpd, np.full(6, 0.01), ok=ok)
+    assert not trusted and best in (0, 1, 2)
+
+
+def test_plain_like_candidates_confirm_nothing():
+    """A map that did not move the draws (same elpd and k as plain PSIS) is no second opinion."""
+    elpd = np.array([-1.20, -9.0, -9.0, -9.0, -9.0, -9.0])
+    k = np.array([0.3, 0.9, 0.9, 0.9, 0.9, 0.9])
+    ok = [True, False, False, True, True, True]
+    best, trusted, _ = _sel(elpd, np.full(6, 0.05), ok=ok, k=k, elpd_psis=-9.0, k_psis=0.9)
+    assert not trusted
+    elpd2 = elpd.copy()
+    elpd2[3] = -1.22  # a moved gradient-flow candidate that agrees
+    _, trusted2, _ = _sel(elpd2, np.full(6, 0.05), ok=ok, k=np.where(np.arange(6) == 3, 0.4, k))
+    assert trusted2
+
+
+def test_checks_normalizer_and_in_sample_bound():
+    ll0 = jnp.log(jnp.full(100, 0.5))  # lpd = log 0.5
+    dev = jnp.array([0.0, 0.05, 0.05, 0.0])
+    se_dev = jnp.array([0.01, 0.01, 0.02, 0.01])
+    elpd = jnp.array([np.log(0.4), np.log(0.4), np.log(0.4), np.log(0.6)])
+    mcse = jnp.full(4, 0.01)
+    ok = np.asarray(_checks(dev, se_dev, elpd, mcse, ll0))
+    # 5 SE off the exact normalizer fails, 2.5 SE passes; elpd above lpd = log 0.5 fails
+    assert ok.tolist() == [True, False, True, False]
+
+
+def test_prior_draws_make_every_observation_doubtful_with_plain_values():
+    model = leverage_regression(seed=4, n=20)
+    rng = np.random.default_rng(0)
+    import xarray as xr
+
+    beta = rng.normal(0.0, model.tau, size=(2, 500, model.dim))
+    data = xr.DataTree.from_dict({"posterior": xr.Dataset({"beta": (("chain", "draw", "beta_dim"), beta)})})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = pl.loo(model_free_tree(model, data))
+        res = pl.loo(data, model, progressbar=False)
+    doubtful = res.doubtful.values
+    assert doubtful.mean() > 0.8
+    np.testing.assert_allclose(res.elpd_i.values[doubtful], plain.elpd_i.values[doubtful], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.pareto_k.values[doubtful], plain.pareto_k.values[doubtful], rtol=0, atol=1e-12)
+    lines = res.trust_lines()
+    carried = float(np.sum(res.elpd_i.values[doubtful]))
+    assert f"{int(doubtful.sum())} doubtful: they carry {carried:.2f} of elpd_loo {res.elpd:.2f}" in "\n".join(lines)
+    assert "refit='doubtful'" in str(res)
+
+
+def model_free_tree(model, data):
+    """The same draws with their log-likelihood group, for plain PSIS without the model."""
+    import jax
+    import xarray as xr
+
+    theta = np.asarray(model.unconstrain(data["posterior"].to_dataset()))
+    ll = np.asarray(jax.vmap(model.loglik)(jnp.asarray(theta))).reshape(2, 500, -1)
+    return xr.DataTree.from_dict({"posterior": data["posterior"].to_dataset(),
+                                  "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), ll)})})
