@@ -27,8 +27,9 @@ def _fmt_table(rows, headers):
 
 
 def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree_depth=None,
-         transforms="all", progressbar=True, out=sys.stdout):
-    """Fit the ovarian logistic regression, then plain PSIS-LOO vs adaptive LOO on the same draws."""
+         transforms="all", progressbar=True, refit=False, out=sys.stdout):
+    """Fit the ovarian logistic regression, then plain PSIS-LOO vs adaptive LOO on the same draws
+    (and, with ``refit=True``, exact LOO by refitting the doubtful observations)."""
     import jax
 
     import ppl_loo as pl
@@ -47,7 +48,8 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     if max_tree_depth is not None:
         kw["max_tree_depth"] = max_tree_depth
     t0 = time.perf_counter()
-    print(f"[1/3] NUTS: {chains} chains x ({warmup} warmup + {draws} draws), seed {seed} "
+    steps = 4 if refit else 3
+    print(f"[1/{steps}] NUTS: {chains} chains x ({warmup} warmup + {draws} draws), seed {seed} "
           f"(JAX on {jax.default_backend()})", file=out, flush=True)
     data = sample_nuts(model, num_chains=chains, num_warmup=warmup, num_samples=draws, random_seed=seed,
                        progress_bar=progressbar, **kw)
@@ -61,11 +63,11 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     print(f"      done in {t_fit:.0f} s; divergences: {div}; max R-hat {rhat:.3f}, min bulk ESS {ess:.0f} "
           f"(a short demo run: use more warmup and draws for real work)", file=out)
 
-    print("[2/3] plain PSIS-LOO", file=out, flush=True)
+    print(f"[2/{steps}] plain PSIS-LOO", file=out, flush=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = pl.loo(data, None)
-    print("[3/3] adaptive importance-sampling LOO", file=out, flush=True)
+    print(f"[3/{steps}] adaptive importance-sampling LOO", file=out, flush=True)
     t1 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -91,13 +93,36 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     n_fail = int(np.sum(res.transform.values == "failed"))
     kw = np.nanmin(np.where(np.isnan(res.candidates["k_weights"]), np.inf, res.candidates["k_weights"]), axis=1)
     paper = int(np.sum((k0 > 0.7) & (kw > 0.7)))
-    print(f"\nk > {thr:.2f}: plain PSIS {len(bad)}, adaptive {n_fail} (k of the weights and of the elpd "
-          f"estimate, effective sample size >= {min(100, res.n_samples // 10)})", file=out)
+    n_doubt = int(np.sum(res.doubtful.values))
+    print(f"\nk > {thr:.2f}: plain PSIS {len(bad)}, adaptive {n_fail} without any proposal that passes every check "
+          f"(k of the weights and of the elpd estimate, effective sample size >= {min(100, res.n_samples // 10)}, "
+          "the normalizer and in-sample bounds)", file=out)
     print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {paper} of "
           f"{int(np.sum(k0 > 0.7))} left", file=out)
+    print(f"doubtful: {n_doubt} observations (no proposal the engine can vouch for: they keep their plain "
+          "PSIS elpd_i)", file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)
     print(f"elpd_loo  adaptive  : {res.elpd:9.2f}  (SE {res.se:.2f}, p_loo {res.p:.1f})", file=out)
+    for line in res.trust_lines()[1:]:
+        print("  " + line, file=out)
     print(f"time: NUTS {t_fit:.0f} s, adaptive LOO {t_loo:.1f} s (JIT compile included)", file=out)
+    if refit and n_doubt:
+        print(f"[4/{steps}] exact LOO for the {n_doubt} doubtful observations: refit without each of them "
+              "(NumPyro NUTS, the same settings)", file=out, flush=True)
+        t2 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = pl.loo(data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
+                         random_seed=seed)
+        rows = [(int(i), f"{plain.elpd_i.values[i]:.2f}", f"{res.elpd_i.values[i]:.2f}",
+                 f"{res.mcse_elpd_i.values[i]:.2f}", f"{res.refit_info[i]['rhat_loglik']:.3f}")
+                for i in sorted(res.refit_info)]
+        print(_fmt_table(rows, ["obs", "elpd_i psis", "elpd_i refit", "mcse", "R-hat log-lik"]), file=out)
+        print(f"elpd_loo  with refits: {res.elpd:9.2f}  (SE {res.se:.2f}); refits took "
+              f"{time.perf_counter() - t2:.0f} s", file=out)
+    elif n_doubt:
+        print(f"exact LOO for the doubtful observations: ppl-loo demo --refit (pl.loo(data, model, "
+              "refit='doubtful', random_seed=...) refits the model without each of them)", file=out)
     return res
 
 
@@ -112,10 +137,12 @@ def main(argv=None):
     d.add_argument("--seed", type=int, default=2024)
     d.add_argument("--max-tree-depth", type=int, default=None)
     d.add_argument("--no-progress", action="store_true")
+    d.add_argument("--refit", action="store_true",
+                   help="also refit the model without each doubtful observation (exact LOO, minutes)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(prior=args.prior, chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed,
-             max_tree_depth=args.max_tree_depth, progressbar=not args.no_progress)
+             max_tree_depth=args.max_tree_depth, progressbar=not args.no_progress, refit=args.refit)
     return 0
 
 
