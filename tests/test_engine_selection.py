@@ -12,20 +12,21 @@ import numpy as np
 import pytest
 
 import ppl_loo as pl
-from ppl_loo.numerics.adaptive import _checks, _select
+from ppl_loo.numerics.adaptive import PLAIN_LIKE_TV, _checks, _select
 from gaussian_models import leverage_regression
 
 # three candidates of group 0 (moments), two of group 1 (gradient flows), one of group 2 (Newton)
 GROUP = np.array([0, 0, 0, 1, 1, 2])
 
 
-def _sel(elpd, se, ok=None, k=None, dev=None, elpd_psis=-9.0, k_psis=0.9):
+def _sel(elpd, se, ok=None, k=None, dev=None, tv=None):
     n = len(elpd)
+    tv = np.full(n, 0.5) if tv is None else np.asarray(tv, float)
     ok = np.ones(n, bool) if ok is None else np.asarray(ok)
     k = np.full(n, 0.3) if k is None else np.asarray(k, float)
     dev = np.zeros(n) if dev is None else np.asarray(dev, float)
     best, trusted, se_best = _select(jnp.asarray(ok), jnp.asarray(ok), jnp.asarray(k), jnp.asarray(elpd, float),
-                                     jnp.asarray(se, float), jnp.asarray(dev), GROUP, elpd_psis, k_psis)
+                                     jnp.asarray(se, float), jnp.asarray(dev), GROUP, jnp.asarray(tv))
     return int(best), bool(trusted), float(se_best)
 
 
@@ -47,16 +48,17 @@ def test_one_group_alone_is_not_trusted():
 
 
 def test_plain_like_candidates_confirm_nothing():
-    """A map that did not move the draws (same elpd and k as plain PSIS) is no second opinion."""
-    elpd = np.array([-1.20, -9.0, -9.0, -9.0, -9.0, -9.0])
-    k = np.array([0.3, 0.9, 0.9, 0.9, 0.9, 0.9])
-    ok = [True, False, False, True, True, True]
-    best, trusted, _ = _sel(elpd, np.full(6, 0.05), ok=ok, k=k, elpd_psis=-9.0, k_psis=0.9)
+    """A map whose weights sit on the same draws as plain PSIS's (total variation below
+    PLAIN_LIKE_TV) is no second opinion, even where its estimate agrees."""
+    elpd = np.array([-1.20, -9.0, -9.0, -1.21, -9.0, -9.0])
+    ok = [True, False, False, True, False, False]
+    tv = np.array([0.6, 0.0, 0.0, PLAIN_LIKE_TV / 2, 0.0, 0.0])  # candidate 3 barely moved the weights
+    best, trusted, _ = _sel(elpd, np.full(6, 0.05), ok=ok, tv=tv)
     assert not trusted
-    elpd2 = elpd.copy()
-    elpd2[3] = -1.22  # a moved gradient-flow candidate that agrees
-    _, trusted2, _ = _sel(elpd2, np.full(6, 0.05), ok=ok, k=np.where(np.arange(6) == 3, 0.4, k))
-    assert trusted2
+    tv2 = tv.copy()
+    tv2[3] = 2 * PLAIN_LIKE_TV  # the same estimate from weights that moved: an independent confirmation
+    best2, trusted2, _ = _sel(elpd, np.full(6, 0.05), ok=ok, tv=tv2)
+    assert trusted2 and best2 == 3  # the lower of the two confirmed group representatives
 
 
 def test_checks_normalizer_and_in_sample_bound():

@@ -43,7 +43,10 @@ def test_jax_model_gives_the_same_answer(lev):
         warnings.simplefilter("ignore")
         res2 = pl.loo(data, jm, progressbar=False)
     np.testing.assert_allclose(res2.elpd_i.values, res.elpd_i.values, atol=1e-8)
-    np.testing.assert_array_equal(res2.transform.values, res.transform.values)
+    # the same observations adapted and vouched for (the label may differ where two maps tie, e.g.
+    # PMM2 and MM2 giving the same estimate to 1e-8)
+    np.testing.assert_array_equal(res2.doubtful.values, res.doubtful.values)
+    np.testing.assert_array_equal(res2.transform.values == "psis", res.transform.values == "psis")
     exact = model.exact_elpd_i()
     assert abs(res2.elpd - exact.sum()) < 0.5
 

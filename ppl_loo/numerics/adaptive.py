@@ -114,6 +114,7 @@ class ObsResult(NamedTuple):
     checks_ok: jnp.ndarray  # (C,) the normalizer and the in-sample bound checks passed (see ``_checks``)
     trusted: jnp.ndarray  # () ``best`` passes every check and is corroborated (see ``_select``)
     se_best: jnp.ndarray  # () the reported SE of ``best``: its own, and the spread of the corroborated candidates
+    tv: jnp.ndarray  # (C,) total variation between the weight each draw (and its image) carries and plain PSIS's
 
 
 # Change-of-variables check (this project). For draws from p and any invertible map T, the ratio
@@ -219,9 +220,8 @@ def _checks(dev, se_dev, elpd, mcse, ll0):
     return normalizer & bound
 
 
-#: a candidate this close to plain PSIS (elpd_i in nats, k-hat) is no independent confirmation
-PLAIN_LIKE_ELPD = 1e-3
-PLAIN_LIKE_K = 0.02
+#: a candidate whose weights are this close to plain PSIS's (total variation) is no independent confirmation
+PLAIN_LIKE_TV = 0.1
 #: two estimates agree when they differ by at most this many combined standard errors
 AGREE_Z = 3.0
 
@@ -232,14 +232,16 @@ def groups_of(cfg):
     return np.asarray([names.index(transform_group(t)) for t, _ in candidate_labels(cfg)])
 
 
-def _select(ok, usable, k, elpd, se, dev, group, elpd_psis, k_psis):
+def _select(ok, usable, k, elpd, se, dev, group, tv):
     """The candidate to report, whether the engine can vouch for it, and its SE (``docs/method.md``, section 4).
 
     ``ok`` marks the candidates that pass every check with ``k <= k_threshold``. One of them is
     *corroborated* when a candidate of another group (:data:`TRANSFORM_GROUP`: moment matching,
     gradient flows and the Newton step are built independently) that also passes agrees with it
-    within ``AGREE_Z`` combined standard errors, neither being the plain PSIS estimate again (a map
-    that did not move the draws is no second opinion). Each group's corroborated candidate with the
+    within ``AGREE_Z`` combined standard errors, neither being the plain PSIS estimate again: a
+    candidate whose weights sit on the same draws as plain PSIS's (total variation ``tv`` below
+    ``PLAIN_LIKE_TV``, the draw and its image together) did not move the draws, or moved them where
+    they get no weight, and is no second opinion. Each group's corroborated candidate with the
     smallest estimated error ``sqrt(se^2 + dev^2)`` represents it, and the *lowest* of these
     estimates is reported: in the ground-truth suite every importance-sampling estimate whose
     proposal under-covers the LOO posterior is optimistic while its k-hat looks fine, so among
@@ -249,8 +251,7 @@ def _select(ok, usable, k, elpd, se, dev, group, elpd_psis, k_psis):
     among those that pass is returned with ``trusted = False`` (the workflow then keeps plain PSIS
     and marks the observation doubtful).
     """
-    plain_like = (jnp.abs(elpd - elpd_psis) < PLAIN_LIKE_ELPD) & (jnp.abs(k - k_psis) < PLAIN_LIKE_K)
-    indep = ok & ~plain_like
+    indep = ok & ~(tv < PLAIN_LIKE_TV)
     agree = jnp.abs(elpd[:, None] - elpd[None, :]) <= AGREE_Z * jnp.hypot(se[:, None], se[None, :])
     group_ids = np.unique(np.asarray(group))  # static
     group = jnp.asarray(group)
@@ -684,11 +685,12 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         se = jnp.maximum(mcse, _chain_se(elpd_chains))
         dev = lmr + jnp.where(jnp.asarray(is_mixture), jnp.log(2.0), 0.0)
         checks_ok = _checks(dev, se_lmr, elpd, mcse, ll0) if posterior_draws else jnp.ones_like(usable)
-        elpd_psis, k_psis, _ = psis_identity((logp0 - ll0 - log_q0)[None, :], ll0[None, :], cfg.r_eff)
+        _, _, lw_psis = psis_identity((logp0 - ll0 - log_q0)[None, :], ll0[None, :], cfg.r_eff)
+        tv = 0.5 * jnp.sum(jnp.abs(jnp.exp(lw[:, :S]) + jnp.exp(lw[:, S:]) - jnp.exp(lw_psis)), axis=-1)
         best, trusted, se_best = _select(usable & checks_ok & (k <= cfg.k_threshold), usable, k, elpd, se, dev,
-                                         groups_of(cfg), elpd_psis[0], k_psis[0])
+                                         groups_of(cfg), tv)
         return ObsResult(k, k_w, elpd, usable, n_bad, best, lw[best], ll_pool[best], mcse, ess, max_log_ratio,
-                         identity_ok, lmr, se_lmr, elpd_chains, se, dev, checks_ok, trusted, se_best)
+                         identity_ok, lmr, se_lmr, elpd_chains, se, dev, checks_ok, trusted, se_best, tv)
 
     def change_of_variables_check(raw_ratio_max, n_points):
         """``(max_log_ratio, ok)`` per candidate; only for draws from the posterior (with draws

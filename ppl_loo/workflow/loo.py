@@ -18,6 +18,8 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.numerics.adaptive import (
+    AGREE_Z,
+    PLAIN_LIKE_TV,
     TRANSFORMS,
     EngineConfig,
     EngineData,
@@ -197,6 +199,13 @@ def loo(
                  "The draws may be outside the model's support or from a different model.")
     _compare_log_lik(data, var_name, ll, joint_ok=not getattr(model, "factorizes", True))
     n = ll.shape[1]
+    if refit is not None:  # bad refit arguments fail before the search, not after it
+        from ppl_loo.workflow.refit import refit_settings, refit_targets
+
+        refit_targets(refit, doubtful=np.zeros(n, bool), flagged=np.zeros(n, bool), k_final=np.zeros(n), n=n)
+        refit_settings(data, refit_kwargs)
+        if random_seed is None:
+            raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
 
     if log_q is None:  # draws written by pl.pvi come with their q (Eq. 13); None for other draws
         from ppl_loo.workflow.pvi import pvi_log_q
@@ -250,7 +259,7 @@ def loo(
     cand_kw = np.full((n, len(labels)), np.nan)
     cand_ratio = np.full((n, len(labels)), np.nan)  # max log p(x | D) / q(x), the change-of-variables check
     cand_extra = {key: np.full((n, len(labels)), np.nan) for key in
-                  ("log_mean_ratio", "se_log_mean_ratio", "mcse", "se", "ess", "usable", "checks_ok", "dev")}
+                  ("log_mean_ratio", "se_log_mean_ratio", "mcse", "se", "ess", "usable", "checks_ok", "dev", "tv")}
     cand_extra["elpd_chains"] = np.full((n, len(labels), max(n_chains, 1)), np.nan)
     identity_failed = np.zeros(n, int)  # candidates whose weights failed it
     use_adapted = np.zeros(n, bool)
@@ -291,9 +300,17 @@ def loo(
                 mcse[i] = float(r["se_best"])
                 n_eff[i] = float(r["ess"][best]) * r_eff
                 transform[i], hbar_used[i] = labels[best]
-            else:  # the engine cannot vouch for any candidate: the plain PSIS values stay, flagged
+            else:  # no corroborated adapted candidate: the plain PSIS values stay
                 transform[i] = "psis" if good else "failed"
-            doubtful[i] = not trusted
+            # plain PSIS is vouched for only where its own k-hat and ESS are fine and no candidate that
+            # passes every check and moved the weights (total variation >= PLAIN_LIKE_TV) contradicts it
+            moved_ok = (r["usable"] & r["checks_ok"] & (r["k"] <= k_threshold) & ~(r["tv"] < PLAIN_LIKE_TV))
+            contradicts = np.abs(r["elpd"] - elpd_psis[i]) > AGREE_Z * np.hypot(r["se"], mcse[i])
+            plain_ok = bool(k_psis[i] <= k_threshold and n_eff[i] >= min_ess and identity_failed[i] == 0
+                            and not np.any(moved_ok & contradicts))
+            if not trusted and plain_ok:
+                transform[i] = "psis"
+            doubtful[i] = not (trusted or plain_ok)
 
     refit_flag = np.zeros(n, bool)
     refit_info = {}
