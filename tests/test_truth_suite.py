@@ -7,7 +7,8 @@ MCMC: NumPyro, ``pm.sample``, Stan's NUTS; the full run's seeds and settings), r
 exact values where the model has them). It also refits one observation per model afresh, which
 must reproduce the committed truth within Monte Carlo error. Known answers asserted per model:
 
-- ppl_loo's mean |error| is no larger than plain PSIS's;
+- ppl_loo's mean |error| is no larger than plain PSIS's beyond Monte Carlo error (the mean of
+  ``|err_ppl_loo| - |err_plain|`` over observations at most 2 of its SEs);
 - no silent failure: no observation off by more than 3 combined Monte Carlo SEs without being
   marked doubtful;
 - the fresh refit agrees with the committed one (|z| < 4).
@@ -24,10 +25,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "truth" / "run.py"
-sys.path.insert(0, str(SCRIPT.parent))
-from run import REDUCED_MODELS  # noqa: E402
 
-sys.path.remove(str(SCRIPT.parent))
+
+def _reduced_models():
+    """``REDUCED_MODELS`` of run.py, read without importing it: its ``common`` module would shadow
+    ``benchmarks/ovarian/common.py`` for the other benchmark tests of the same pytest process."""
+    import ast
+
+    for node in ast.parse(SCRIPT.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "REDUCED_MODELS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("REDUCED_MODELS not found in " + str(SCRIPT))
+
+
+REDUCED_MODELS = _reduced_models()
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +60,9 @@ def test_every_reduced_model_ran(summary):
 @pytest.mark.parametrize("name", REDUCED_MODELS)
 def test_ppl_loo_no_worse_than_plain_and_no_silent_failure(summary, name):
     t = summary[name]["table"]
-    assert t["ppl_loo"]["mean_abs_error"] <= t["plain"]["mean_abs_error"] + 1e-9, t
+    # no worse than plain PSIS beyond Monte Carlo error: the mean over observations of
+    # |err_ppl_loo| - |err_plain| at most 2 of its SEs (from both methods' pointwise MCSEs)
+    assert t["ppl_loo"]["vs_plain"] <= 2.0 * t["ppl_loo"]["vs_plain_se"], t
     assert t["ppl_loo"]["silent_failures"] == 0, t["ppl_loo"]["silent_obs"]
 
 
