@@ -10,7 +10,8 @@ Stages, each cached under ``benchmarks/.cache/truth/<mode>/<model>/``:
 1. ``fit``: the main fit (real MCMC, the problem's sampler and settings below);
 2. ``refits``: one refit per observation without it (same sampler and settings), ``log p(y_i | theta)``
    at its draws; the stepping stones of the hardest observations (full mode);
-3. ``score``: plain PSIS, arviz_stats moment matching, bayesianquilts (logistic regression, when
+3. ``methods`` (optional): the expensive methods alone (:data:`CACHED_METHODS`), cached;
+4. ``score``: plain PSIS, arviz_stats moment matching, bayesianquilts (logistic regression, when
    installed) and ppl_loo on the main fit, each scored against the truth: mean and max |error|,
    error of the sum, and **silent failures**: ``|error| > 3 sqrt(mcse_method^2 + mcse_truth^2)`` on
    an observation the method does not mark doubtful.
@@ -50,16 +51,22 @@ SETTINGS = {
     "overdispersed_poisson": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
 }
 SEED = 1
+#: refits whose settings differ from the main fit's: the ovarian horseshoe's refits (2-7 minutes each on
+#: two busy cores) run 4 x (500 + 500), except observations 0-6 and 27-29 (run first, 4 x (1000 + 1000));
+#: the bridge with the main fit's 4,000 draws and the chain-based MCSE carry the shorter chains; each refit
+#: records its settings in its diagnostics
+REFIT_SETTINGS = {"ovarian_lr": {"chains": 4, "warmup": 500, "draws": 500, "target_accept": 0.95}}
 #: stepping stones (full mode): observations per model (the largest |bridge - naive| in nats) and rungs
 N_STONES = 2
 BETAS = (0.0, 0.1, 0.3, 0.6, 1.0)
 STONE_BACKENDS = ("jax", "pymc")
-#: the models CI runs (their main fits take seconds to two minutes here) and the fresh refits per model
-REDUCED_MODELS = ("lr_p_near_n", "poisson_re_pymc", "poisson_re_stan", "eight_schools_centered",
-                  "eight_schools_noncentered", "leverage_gaussian", "poisson_outliers", "overdispersed_poisson",
-                  "ovarian_lr")
+#: the models CI runs (their main fits take seconds to two minutes here) and the fresh refits per model;
+#: not the ReLU net (a main fit of minutes, refits that do not mix) nor the Stan Poisson model (ppl_loo's
+#: gradient flows through Stan's autodiff take ten minutes there: d Hessian-vector products per draw)
+REDUCED_MODELS = ("lr_p_near_n", "poisson_re_pymc", "eight_schools_centered", "eight_schools_noncentered",
+                  "leverage_gaussian", "poisson_outliers", "overdispersed_poisson", "ovarian_lr")
 REDUCED_REFITS = 1
-REDUCED_METHODS = ("plain", "arviz_mm", "ppl_loo")
+REDUCED_METHODS = ("plain", "ppl_loo")  # what tests/test_truth_suite.py asserts on
 FULL_METHODS = ("plain", "arviz_mm", "bayesianquilts", "ppl_loo")
 
 
@@ -100,8 +107,9 @@ def run_refit(problem, cdir, i, beta=0.0):
         z = np.load(path, allow_pickle=True)
         return z["ll"], z["diag"].item()
     t0 = time.perf_counter()
-    ll, diag = problem.refit(i, SETTINGS[problem.name], SEED + 1000 + i + int(round(1000 * beta)) * 100, beta)
-    diag = dict(diag, total_s=time.perf_counter() - t0)
+    settings = REFIT_SETTINGS.get(problem.name, SETTINGS[problem.name])
+    ll, diag = problem.refit(i, settings, SEED + 1000 + i + int(round(1000 * beta)) * 100, beta)
+    diag = dict(diag, total_s=time.perf_counter() - t0, settings=settings)
     np.savez(path, ll=ll, diag=np.array(diag, dtype=object))
     log(f"{problem.name}: refit {i} (beta {beta:g}) {diag}")
     import jax
@@ -170,14 +178,37 @@ def score(method_out, truth, truth_mcse, obs):
             "wall_s": float(method_out.get("wall_s", float("nan")))}
 
 
-def run_methods(problem, data, methods):
+#: methods of minutes to hours (refits; bayesianquilts' 700-candidate search): their output on a main
+#: fit is cached as ``<cache>/full/<model>/method_<name>.json`` (delete it to recompute)
+CACHED_METHODS = ("ppl_loo_refit", "bayesianquilts")
+
+
+def part_paths(cdir, name):
+    """The parts of a method run split over processes (``--part p/P``), when all P are there."""
+    found = sorted(cdir.glob(f"method_{name}.part*of*.json"))
+    if not found:
+        return []
+    total = int(found[0].stem.split("of")[-1])
+    return found if len(found) == total else []
+
+
+def run_methods(problem, data, methods, cdir=None):
     import methods as M
 
     out = {}
     for name in methods:
         t0 = time.perf_counter()
+        cached = cdir / f"method_{name}.json" if cdir is not None and name in CACHED_METHODS else None
+        if cached is not None and not cached.exists() and part_paths(cdir, name):  # shared over processes
+            save_json(cached, M.merge_parts([load_json(q) for q in part_paths(cdir, name)]))
+        if cached is not None and cached.exists():
+            out[name] = load_json(cached)
+            log(f"{problem.name}: {name} from {cached}")
+            continue
         try:
             out[name] = M.METHODS[name](problem, data)
+            if cached is not None:
+                save_json(cached, out[name])
         except ImportError as exc:
             out[name] = {"error": f"not installed: {exc}"}
         except NotImplementedError as exc:
@@ -186,16 +217,36 @@ def run_methods(problem, data, methods):
     return out
 
 
-def evaluate(problem, data, records, methods):
+def evaluate(problem, data, records, methods, cdir=None):
     obs = sorted(records)
     tv = np.array([truth_value(records[i])[0] for i in obs])
     tse = np.array([truth_value(records[i])[1] for i in obs])
-    results = run_methods(problem, data, methods)
+    results = run_methods(problem, data, methods, cdir)
     table = {}
     for name, res in results.items():
         if "error" not in res:
             table[name] = score(res, tv, tse, obs)
+    add_vs_plain(table, results, tv, obs)
     return results, table
+
+
+def add_vs_plain(table, pointwise, tv, obs):
+    """Each method against plain PSIS, observation by observation: the mean of ``|err| - |err_plain|``
+    and its Monte Carlo SE ``sqrt(sum(mcse^2 + mcse_plain^2)) / n`` (``|a| - |b|`` moves by at most
+    ``|a - b|`` when the estimates move; the two methods' errors are taken as independent, which is
+    conservative where they share the draws and err together)."""
+    if "plain" not in pointwise:
+        return
+    o = np.asarray(obs)
+    est = lambda r, key: np.asarray([float(v) for v in r[key]], float)[o]  # noqa: E731 (JSON "nan" strings too)
+    abs_plain = np.abs(est(pointwise["plain"], "elpd_i") - tv)
+    m_plain = np.nan_to_num(est(pointwise["plain"], "mcse"))
+    for name in table:
+        if name in pointwise:
+            d = np.abs(est(pointwise[name], "elpd_i") - tv) - abs_plain
+            m = np.nan_to_num(est(pointwise[name], "mcse"))
+            table[name]["vs_plain"] = float(np.mean(d))
+            table[name]["vs_plain_se"] = float(np.sqrt(np.sum(m**2 + m_plain**2)) / len(o))
 
 
 def fit_summary(data):
@@ -214,24 +265,30 @@ def markdown(all_results):
              "Truth per observation: the exact value where the model has one (closed form, quadrature), else the "
              "bridge-sampling estimate from the refit without the observation and the main fit "
              "(`benchmarks/truth/estimate.py`). A **silent failure** is an observation whose |error| exceeds 3 "
-             "combined Monte Carlo SEs (the method's own and the truth's) and that the method does not mark doubtful.",
+             "combined Monte Carlo SEs (the method's own and the truth's) and that the method does not mark doubtful. "
+             "*vs plain PSIS*: the mean over observations of |error| minus plain PSIS's |error|, with its Monte Carlo "
+             "SE from both methods' pointwise MCSEs (negative: closer to the truth).",
              ""]
     for name, r in all_results.items():
+        recs = {int(i): rec for i, rec in r["truth"].items()}
+        add_vs_plain(r["table"], r["pointwise"], np.array([truth_value(recs[i])[0] for i in sorted(recs)]), sorted(recs))
         lines += [f"## {r['title']}", ""]
         fs = r.get("fit", {})
         lines.append(f"Main fit: {r['settings']}; wall {fs.get('wall_s', float('nan')):.0f} s, max R-hat "
                      f"{fs.get('max_rhat', float('nan')):.3f}, min bulk ESS {fs.get('min_ess_bulk', float('nan')):.0f}, "
                      f"divergences {fs.get('divergences', '-')}. Refits: {r['n_truth']} observations"
+                     + (f" ({r['refit_settings_note']})" if r.get("refit_settings_note") else "")
                      + (f", max R-hat {r['refit_max_rhat']:.3f}, divergences {r['refit_divergences']}" if 'refit_max_rhat' in r else "")
                      + f"; truth from {r['truth_source']}.")
         if r.get("stones"):
             lines.append("Stepping stones: " + "; ".join(
                 f"obs {i}: {s['stepping_stones']:.3f} ± {s['stepping_stones_mcse']:.3f} (bridge {s['bridge']:.3f} ± "
                 f"{s['bridge_mcse']:.3f}, refit alone {s['naive']:.3f} ± {s['naive_mcse']:.3f})" for i, s in r["stones"].items()))
-        lines += ["", "| method | mean abs error | max abs error | error of the sum | doubtful | silent failures | wall [s] |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "| method | mean abs error | vs plain PSIS ± MC SE | max abs error | error of the sum | doubtful | "
+                  "silent failures | wall [s] |", "|---|---|---|---|---|---|---|---|"]
         for m, t in r["table"].items():
-            lines.append(f"| {M.LABELS.get(m, m)} | {t['mean_abs_error']:.3f} | {t['max_abs_error']:.3f} | "
+            vs = f"{t['vs_plain']:+.4f} ± {t['vs_plain_se']:.4f}" if "vs_plain" in t and m != "plain" else ""
+            lines.append(f"| {M.LABELS.get(m, m)} | {t['mean_abs_error']:.4f} | {vs} | {t['max_abs_error']:.3f} | "
                          f"{t['error_of_sum']:+.3f} | {t['doubtful']} | {t['silent_failures']} | {t['wall_s']:.1f} |")
         for m, e in r.get("errors", {}).items():
             lines.append(f"| {M.LABELS.get(m, m)} | not run: {e} | | | | | |")
@@ -249,6 +306,11 @@ def model_report(problem, data, records, results, table):
            "errors": {m: r["error"] for m, r in results.items() if "error" in r},
            "pointwise": {m: {k: v for k, v in r.items() if k != "wall_s"} for m, r in results.items() if "error" not in r},
            "stones": {str(i): records[i] for i in obs if "stepping_stones" in records[i]}}
+    by_settings = {}
+    for i in obs:
+        by_settings.setdefault(str(records[i].get("settings", SETTINGS[problem.name])), []).append(i)
+    if len(by_settings) > 1 or problem.name in REFIT_SETTINGS:
+        rep["refit_settings_note"] = "; ".join(f"{k}: {len(v)} refits" for k, v in by_settings.items())
     rh = [d.get("max_rhat") for d in diag if d.get("max_rhat") is not None]
     if rh:
         rep["refit_max_rhat"] = float(np.nanmax(rh))
@@ -265,14 +327,34 @@ def committed_truth(name):
                      for k, v in rec.items()} for i, rec in rep["truth"].items()}
 
 
+def check_reproduced(problem, data, name):
+    """The main fit must be the committed run's: plain PSIS on it reproduces the committed pointwise
+    values (deterministic samplers, same seed and settings), else the committed truth is not its truth."""
+    import methods as M
+
+    prev = load_json(RESULTS / f"{name}.json").get("pointwise", {}).get("plain")
+    if prev is None:
+        raise SystemExit(f"{name}: the committed JSON has no plain PSIS pointwise values to check the main fit against")
+    now = np.asarray(M.plain(problem, data)["elpd_i"], float)
+    diff = float(np.max(np.abs(now - np.asarray(prev["elpd_i"], float))))
+    if not diff < 1e-6:
+        raise SystemExit(f"{name}: the main fit does not reproduce the committed one (plain PSIS elpd_i differ by "
+                         f"{diff:.3g}); run the refits (--truth refits)")
+    log(f"{name}: main fit reproduces the committed one (plain PSIS elpd_i within {diff:.1e})")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=None, help="comma-separated (default: all, or REDUCED_MODELS with --reduced)")
-    ap.add_argument("--stage", choices=("fit", "refits", "score", "all"), default="all")
+    ap.add_argument("--stage", choices=("fit", "refits", "methods", "score", "all"), default="all")
     ap.add_argument("--obs", default=None, help="observations to refit, e.g. 0-26 or 3,5,7 (refits stage)")
     ap.add_argument("--reduced", action="store_true")
     ap.add_argument("--methods", default=None)
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
+    ap.add_argument("--part", default=None, help="methods stage: this process's share p/P of a refitting method")
+    ap.add_argument("--truth", choices=("refits", "committed"), default="refits",
+                    help="score stage: the truth from this run's refits (cached), or from the committed JSON "
+                         "(the main fit must reproduce the committed one: same seed and settings)")
     args = ap.parse_args(argv)
     mode = "reduced" if args.reduced else "full"
     from problems import all_problems
@@ -282,7 +364,7 @@ def main(argv=None):
     summary = {}
     for name in names:
         problem = get_problem(name)
-        cdir = cache_dir(args.cache, "full" if args.stage == "refits" else mode, name)
+        cdir = cache_dir(args.cache, "full" if args.stage in ("refits", "methods") else mode, name)
         data = main_fit(problem, cache_dir(args.cache, "full", name) if not args.reduced else cdir)
         if args.stage == "fit":
             continue
@@ -305,11 +387,27 @@ def main(argv=None):
             summary[name] = {"table": table, "refit_checks": checks, "fit": fit_summary(data)}
             log(f"{name}: {table}")
             continue
+        if args.stage == "methods" and args.part:  # one share of a method's refits, e.g. --part 0/2
+            import methods as M
+
+            p, P = (int(x) for x in args.part.split("/"))
+            for m in methods:
+                t0 = time.perf_counter()
+                save_json(cdir / f"method_{m}.part{p}of{P}.json", M.METHODS[m](problem, data, part=(p, P)))
+                log(f"{name}: {m} part {p}/{P} done in {time.perf_counter() - t0:.1f} s")
+            continue
+        if args.stage == "methods":  # the expensive methods alone, cached for a later score stage
+            run_methods(problem, data, methods, cache_dir(args.cache, "full", name))
+            continue
         obs = parse_obs(args.obs, problem.n)
-        records = truth_table(problem, data, cdir, obs, stones=args.obs is None)
+        if args.truth == "committed":  # rescore new method versions without redoing the refits
+            records = committed_truth(name)
+            check_reproduced(problem, data, name)
+        else:
+            records = truth_table(problem, data, cdir, obs, stones=args.obs is None)
         if args.stage == "refits":
             continue
-        results, table = evaluate(problem, data, records, methods)
+        results, table = evaluate(problem, data, records, methods, cache_dir(args.cache, "full", name))
         rep = model_report(problem, data, records, results, table)
         old = RESULTS / f"{name}.json"
         if old.exists():  # keep the methods this run did not score (a --methods subset)
@@ -318,6 +416,8 @@ def main(argv=None):
                 for m, v in prev.get(key, {}).items():
                     if m not in methods:
                         rep[key].setdefault(m, v)
+        add_vs_plain(rep["table"], rep["pointwise"], np.array([truth_value(records[i])[0] for i in sorted(records)]),
+                     sorted(records))
         save_json(RESULTS / f"{name}.json", rep)
         for m, t in table.items():
             log(f"{name}: {m}: mean |err| {t['mean_abs_error']:.3f}, max {t['max_abs_error']:.3f}, sum "
