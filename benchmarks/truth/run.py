@@ -346,7 +346,9 @@ def check_reproduced(problem, data, name):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=None, help="comma-separated (default: all, or REDUCED_MODELS with --reduced)")
-    ap.add_argument("--stage", choices=("fit", "refits", "methods", "score", "all"), default="all")
+    ap.add_argument("--stage", choices=("fit", "refits", "methods", "score", "report", "all"), default="all",
+                    help="report: recompute the derived columns (vs plain PSIS) of the committed JSON and "
+                         "rewrite truth.md, without running anything")
     ap.add_argument("--obs", default=None, help="observations to refit, e.g. 0-26 or 3,5,7 (refits stage)")
     ap.add_argument("--reduced", action="store_true")
     ap.add_argument("--methods", default=None)
@@ -362,6 +364,15 @@ def main(argv=None):
     names = args.models.split(",") if args.models else list(REDUCED_MODELS if args.reduced else all_problems())
     methods = args.methods.split(",") if args.methods else list(REDUCED_METHODS if args.reduced else FULL_METHODS)
     summary = {}
+    if args.stage == "report":
+        names = []
+        for name in all_problems():
+            path = RESULTS / f"{name}.json"
+            if path.exists():
+                rep, records = load_json(path), committed_truth(name)
+                obs = sorted(records)
+                add_vs_plain(rep["table"], rep["pointwise"], np.array([truth_value(records[i])[0] for i in obs]), obs)
+                save_json(path, rep)
     for name in names:
         problem = get_problem(name)
         cdir = cache_dir(args.cache, "full" if args.stage in ("refits", "methods") else mode, name)
@@ -424,7 +435,7 @@ def main(argv=None):
                 f"{t['error_of_sum']:+.3f}, doubtful {t['doubtful']}, silent {t['silent_failures']}")
     if args.reduced:
         save_json(cache_dir(args.cache, "reduced", "") / "summary.json", summary)
-    elif args.stage in ("all", "score"):
+    elif args.stage in ("all", "score", "report"):
         reports = {}
         for name in all_problems():
             path = RESULTS / f"{name}.json"
