@@ -20,6 +20,7 @@ import xarray as xr
 from ppl_loo.numerics.adaptive import (
     AGREE_Z,
     PLAIN_LIKE_TV,
+    PLAIN_VOUCH_K,
     TRANSFORMS,
     EngineConfig,
     EngineData,
@@ -302,11 +303,12 @@ def loo(
                 transform[i], hbar_used[i] = labels[best]
             else:  # no corroborated adapted candidate: the plain PSIS values stay
                 transform[i] = "psis" if good else "failed"
-            # plain PSIS is vouched for only where its own k-hat and ESS are fine and no candidate that
-            # passes every check and moved the weights (total variation >= PLAIN_LIKE_TV) contradicts it
+            # plain PSIS is vouched for only where its own k-hat is at most 0.5 (finite variance of the
+            # weights) and the threshold, its ESS is fine, and no candidate that passes every check and
+            # moved the weights (total variation >= PLAIN_LIKE_TV) contradicts it
             moved_ok = (r["usable"] & r["checks_ok"] & (r["k"] <= k_threshold) & ~(r["tv"] < PLAIN_LIKE_TV))
             contradicts = np.abs(r["elpd"] - elpd_psis[i]) > AGREE_Z * np.hypot(r["se"], mcse[i])
-            plain_ok = bool(k_psis[i] <= k_threshold and n_eff[i] >= min_ess and identity_failed[i] == 0
+            plain_ok = bool(k_psis[i] <= min(k_threshold, PLAIN_VOUCH_K) and n_eff[i] >= min_ess and identity_failed[i] == 0
                             and not np.any(moved_ok & contradicts))
             if not trusted and plain_ok:
                 transform[i] = "psis"
