@@ -350,9 +350,11 @@ def check_reproduced(problem, data, name):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=None, help="comma-separated (default: all, or REDUCED_MODELS with --reduced)")
-    ap.add_argument("--stage", choices=("fit", "refits", "methods", "score", "report", "all"), default="all",
+    ap.add_argument("--stage", choices=("fit", "refits", "methods", "score", "report", "stones", "all"), default="all",
                     help="report: recompute the derived columns (vs plain PSIS) of the committed JSON and "
-                         "rewrite truth.md, without running anything")
+                         "rewrite truth.md, without running anything; stones: redo the stepping stones of the "
+                         "committed JSON's stone observations (a refit, the tempered rungs, the main fit) and "
+                         "replace them in the JSON")
     ap.add_argument("--obs", default=None, help="observations to refit, e.g. 0-26 or 3,5,7 (refits stage)")
     ap.add_argument("--reduced", action="store_true")
     ap.add_argument("--methods", default=None)
@@ -387,6 +389,23 @@ def main(argv=None):
         cdir = cache_dir(args.cache, "full" if args.stage in ("refits", "methods") else mode, name)
         data = main_fit(problem, cache_dir(args.cache, "full", name) if not args.reduced else cdir)
         if args.stage == "fit":
+            continue
+        if args.stage == "stones":
+            from estimate import stones_record
+
+            rep = load_json(RESULTS / f"{name}.json")
+            ll_full = problem.truth_loglik(data)
+            for key in list(rep.get("stones", {})):
+                i = int(key)
+                rungs = [run_refit(problem, cdir, i)[0]]
+                rungs += [run_refit(problem, cdir, i, b)[0] for b in BETAS[1:-1]]
+                rungs.append(ll_full[..., i])
+                rec = stones_record(rungs, BETAS)
+                log(f"{name}: obs {i}: stepping stones {rec['stepping_stones']:.3f} +- {rec['stepping_stones_mcse']:.3f} "
+                    f"(was {rep['stones'][key]['stepping_stones']:.3f}; bridge {rep['truth'][key]['bridge']:.3f})")
+                rep["truth"][key].update(rec)
+                rep["stones"][key].update(rec)
+            save_json(RESULTS / f"{name}.json", rep)
             continue
         if args.reduced:
             records = committed_truth(name)
@@ -450,7 +469,7 @@ def main(argv=None):
                 f"{t['error_of_sum']:+.3f}, doubtful {t['doubtful']}, silent {t['silent_failures']}")
     if args.reduced:
         save_json(cache_dir(args.cache, "reduced", "") / "summary.json", summary)
-    elif args.stage in ("all", "score", "report"):
+    elif args.stage in ("all", "score", "report", "stones"):
         reports = {}
         for name in all_problems():
             path = RESULTS / f"{name}.json"
