@@ -102,3 +102,34 @@ def model_free_tree(model, data):
     ll = np.asarray(jax.vmap(model.loglik)(jnp.asarray(theta))).reshape(2, 500, -1)
     return xr.DataTree.from_dict({"posterior": data["posterior"].to_dataset(),
                                   "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), ll)})})
+
+
+def test_draws_that_have_not_converged_make_every_observation_doubtful():
+    """Exact posterior draws in 4 chains, then the same with one chain stuck one posterior sd away in
+    ``beta[0]``: R-hat (the identity with ``arviz_stats``' rank-normalized R-hat) rises above 1.01,
+    and every observation is doubtful whatever its k-hat, with a warning naming the variable."""
+    import xarray as xr
+    from arviz_stats.base import array_stats
+
+    model = leverage_regression(seed=4, n=20)
+    good = model.exact_draws(n_chains=4, n_draws=1000, seed=1)
+    beta = np.asarray(good["posterior"]["beta"].values).copy()
+    _, cov = model.posterior()
+    beta[0, :, 0] += np.sqrt(cov[0, 0])
+    bad = xr.DataTree.from_dict({"posterior": xr.Dataset({"beta": (("chain", "draw", "coef"), beta)})})
+
+    rhat_good = np.asarray(array_stats.rhat(good["posterior"]["beta"].values, chain_axis=0, draw_axis=1))
+    rhat_bad = np.asarray(array_stats.rhat(beta, chain_axis=0, draw_axis=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res_good = pl.loo(good, model, progressbar=False)
+    assert res_good.max_rhat == pytest.approx(float(rhat_good.max()), rel=1e-12) and res_good.max_rhat <= 1.01
+    assert res_good.max_rhat_var == f"beta[{int(rhat_good.argmax())}]"
+    assert not res_good.doubtful.values.all()
+    assert "have not converged" not in str(res_good)
+
+    with pytest.warns(UserWarning, match=r"have not converged: R-hat 1\.\d{3} for beta\[0\]"):
+        res = pl.loo(bad, model, progressbar=False)
+    assert rhat_bad.argmax() == 0 and res.max_rhat == pytest.approx(float(rhat_bad[0]), rel=1e-12) and res.max_rhat > 1.05
+    assert res.doubtful.values.all()
+    assert "The draws have not converged (R-hat" in str(res)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "SAMPLE_DIMS"]
+__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "SAMPLE_DIMS"]
 
 SAMPLE_DIMS = ("chain", "draw")
 
@@ -86,3 +86,26 @@ def r_eff_of(data, n_samples):
     ess = post.azstats.ess(method="mean")
     vals = np.hstack([np.asarray(ess[v].values).ravel() for v in ess.data_vars])
     return float(vals.mean() / n_samples)
+
+
+def max_rhat_of(data):
+    """The largest rank-normalized split R-hat (Vehtari et al. 2021, ``arviz_stats``' default) over every
+    element of every posterior variable, with where it is: ``(rhat, "name[index]")``, or
+    ``(nan, None)`` where it cannot be computed (fewer than 4 draws per chain, constant variables)."""
+    post = data["posterior"].to_dataset()
+    if post.sizes.get("draw", 0) < 4:
+        return float("nan"), None
+    import arviz_stats  # noqa: F401  (registers the azstats accessor)
+
+    rh = post.azstats.rhat()
+    worst, where = float("nan"), None
+    for name in rh.data_vars:
+        a = np.asarray(rh[name].values, dtype=float)
+        if not np.any(np.isfinite(a)):
+            continue
+        j = int(np.nanargmax(a))
+        if not worst >= a.flat[j]:
+            worst = float(a.flat[j])
+            idx = np.unravel_index(j, a.shape) if a.ndim else ()
+            where = str(name) + (f"[{', '.join(str(int(x)) for x in idx)}]" if idx else "")
+    return worst, where

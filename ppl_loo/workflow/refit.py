@@ -123,8 +123,10 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rhat = float(array_stats.rhat(ll_i, chain_axis=0, draw_axis=1)) if ll_i.shape[0] > 1 else float("nan")
-        records[i] = {"elpd_i": est.log_ratio, "mcse": est.mcse, "rhat_loglik": rhat, "seconds": time.perf_counter() - t1,
-                      **info}
+            rhat_d = np.asarray(array_stats.rhat(draws, chain_axis=0, draw_axis=1), dtype=float)
+        rhat_max = float(np.nanmax(rhat_d)) if np.any(np.isfinite(rhat_d)) else float("nan")
+        records[i] = {"elpd_i": est.log_ratio, "mcse": est.mcse, "rhat_loglik": rhat, "rhat_max": rhat_max,
+                      "seconds": time.perf_counter() - t1, **info}
         bar.update(1)
     bar.close()
     return records, skipped

@@ -32,7 +32,11 @@ class LooResult(ELPDDataLOO):
       non-k criterion that also triggers adaptation (see :func:`ppl_loo.loo`);
     - ``doubtful``: True where the engine cannot vouch for the estimate (``docs/method.md``,
       section 5: the rule and its effect on the ground-truth suite); such an observation's
-      ``elpd_i`` is the plain PSIS value unless a refit replaced it;
+      ``elpd_i`` is the plain PSIS value unless a refit replaced it. Every observation not refit is
+      doubtful when the MCMC draws have not converged (``max_rhat`` above 1.01), whatever its
+      estimate;
+    - ``max_rhat``: the largest rank-normalized split R-hat over the posterior variables (NaN for
+      draws of an approximation) and ``max_rhat_var``, where it is;
     - ``refit``: True where ``elpd_i`` comes from refitting the model without the observation
       (``pl.loo(..., refit=...)``); ``refit_info`` has each refit's sampler, divergences, R-hat
       of ``log p(y_i | theta)`` and wall time.
@@ -47,6 +51,8 @@ class LooResult(ELPDDataLOO):
     refit: DataArray = None
     refit_info: Any = None
     candidates: Any = None  # per-observation table of every (transform, hbar) k-hat and elpd_i
+    max_rhat: float = float("nan")
+    max_rhat_var: str | None = None
     var_name: str | None = None
     _engine: Any = field(default=None, compare=False)
 
@@ -70,8 +76,11 @@ class LooResult(ELPDDataLOO):
                 part = float(elpd_i[mask].sum())
                 lines.append(f"{k} {label}: they carry {part:.2f} of elpd_loo {self.elpd:.2f} "
                              f"({100 * part / self.elpd if self.elpd else float('nan'):.0f}%)")
+        if self.max_rhat > 1.01:
+            lines.append(f"The draws have not converged (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}): "
+                         "no estimate from them is vouched for.")
         if self._flag("doubtful").any():
-            lines.append("Doubtful observations keep their plain PSIS elpd_i; pl.loo(..., refit='doubtful', "
+            lines.append("Doubtful observations keep their importance-sampling elpd_i; pl.loo(..., refit='doubtful', "
                          "random_seed=...) replaces them by exact refits.")
         return lines
 
