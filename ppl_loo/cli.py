@@ -99,8 +99,10 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
           "the normalizer and in-sample bounds)", file=out)
     print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {paper} of "
           f"{int(np.sum(k0 > 0.7))} left", file=out)
-    print(f"doubtful: {n_doubt} observations (no proposal the engine can vouch for: they keep their plain "
-          "PSIS elpd_i)", file=out)
+    why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
+           "is vouched for" if res.max_rhat > 1.01 else
+           "no proposal the engine can vouch for: they keep their plain PSIS elpd_i")
+    print(f"doubtful: {n_doubt} observations ({why})", file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)
     print(f"elpd_loo  adaptive  : {res.elpd:9.2f}  (SE {res.se:.2f}, p_loo {res.p:.1f})", file=out)
     for line in res.trust_lines()[1:]:
@@ -115,9 +117,11 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
             res = pl.loo(data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
                          random_seed=seed)
         rows = [(int(i), f"{plain.elpd_i.values[i]:.2f}", f"{res.elpd_i.values[i]:.2f}",
-                 f"{res.mcse_elpd_i.values[i]:.2f}", f"{res.refit_info[i]['rhat_loglik']:.3f}")
+                 f"{res.mcse_elpd_i.values[i]:.2f}", f"{res.refit_info[i]['rhat_loglik']:.3f}",
+                 f"{res.refit_info[i]['rhat_max']:.3f}", "yes" if res.doubtful.values[i] else "")
                 for i in sorted(res.refit_info)]
-        print(_fmt_table(rows, ["obs", "elpd_i psis", "elpd_i refit", "mcse", "R-hat log-lik"]), file=out)
+        print(_fmt_table(rows, ["obs", "elpd_i psis", "elpd_i refit", "mcse", "R-hat log-lik", "max R-hat",
+                                "doubtful"]), file=out)
         print(f"elpd_loo  with refits: {res.elpd:9.2f}  (SE {res.se:.2f}); refits took "
               f"{time.perf_counter() - t2:.0f} s", file=out)
     elif n_doubt:
