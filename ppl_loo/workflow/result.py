@@ -33,8 +33,8 @@ class LooResult(ELPDDataLOO):
     - ``doubtful``: True where the engine cannot vouch for the estimate (``docs/method.md``,
       section 5: the rule and its effect on the ground-truth suite); such an observation's
       ``elpd_i`` is the plain PSIS value unless a refit replaced it. Every observation not refit is
-      doubtful when the MCMC draws have not converged (``max_rhat`` above 1.01), whatever its
-      estimate;
+      doubtful when the MCMC draws have not converged (``max_rhat`` above 1.01); its ``elpd_i`` is
+      then what the search gave (a confirmed candidate's, else plain PSIS);
     - ``max_rhat``: the largest rank-normalized split R-hat over the posterior variables (NaN for
       draws of an approximation) and ``max_rhat_var``, where it is;
     - ``refit``: True where ``elpd_i`` comes from refitting the model without the observation
