@@ -133,3 +133,26 @@ def test_draws_that_have_not_converged_make_every_observation_doubtful():
     assert rhat_bad.argmax() == 0 and res.max_rhat == pytest.approx(float(rhat_bad[0]), rel=1e-12) and res.max_rhat > 1.05
     assert res.doubtful.values.all()
     assert "The draws have not converged (R-hat" in str(res)
+
+
+def test_rank_rhat_equals_arviz_stats():
+    """The vectorized rank-normalized split R-hat gives arviz_stats' numbers column by column: continuous,
+    one chain shifted, constant (NaN), discrete with ties, an odd number of draws, one chain (NaN)."""
+    from arviz_stats.base import array_stats
+
+    from ppl_loo.workflow.inputs import rank_rhat
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(4, 101, 5))
+    a[..., 1] = 3.0
+    a[1, :, 2] += 0.5
+    a[..., 3] = rng.poisson(1.0, size=(4, 101))
+    a[..., 4] = np.cumsum(a[..., 4], axis=1)  # random walks: far from converged
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = np.asarray(array_stats.rhat(a, chain_axis=0, draw_axis=1))
+        mine = rank_rhat(a)
+    np.testing.assert_array_equal(np.isnan(mine), np.isnan(ref))
+    np.testing.assert_allclose(mine[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-12, atol=0)
+    assert np.isnan(mine[1]) and mine[4] > 1.1 and mine[2] > 1.01
+    assert np.all(np.isnan(rank_rhat(a[:1])))

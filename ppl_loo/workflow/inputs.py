@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "SAMPLE_DIMS"]
+__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "SAMPLE_DIMS"]
 
 SAMPLE_DIMS = ("chain", "draw")
 
@@ -91,21 +91,56 @@ def r_eff_of(data, n_samples):
 def max_rhat_of(data):
     """The largest rank-normalized split R-hat (Vehtari et al. 2021, ``arviz_stats``' default) over every
     element of every posterior variable, with where it is: ``(rhat, "name[index]")``, or
-    ``(nan, None)`` where it cannot be computed (fewer than 4 draws per chain, constant variables)."""
+    ``(nan, None)`` where it cannot be computed (one chain, fewer than 4 draws, constant variables)."""
     post = data["posterior"].to_dataset()
-    if post.sizes.get("draw", 0) < 4:
-        return float("nan"), None
-    import arviz_stats  # noqa: F401  (registers the azstats accessor)
-
-    rh = post.azstats.rhat()
     worst, where = float("nan"), None
-    for name in rh.data_vars:
-        a = np.asarray(rh[name].values, dtype=float)
-        if not np.any(np.isfinite(a)):
+    for name, da in post.data_vars.items():
+        if da.dims[:2] != SAMPLE_DIMS or not np.issubdtype(da.dtype, np.number):
             continue
-        j = int(np.nanargmax(a))
-        if not worst >= a.flat[j]:
-            worst = float(a.flat[j])
-            idx = np.unravel_index(j, a.shape) if a.ndim else ()
+        a = np.asarray(da.values, dtype=float)
+        rh = rank_rhat(a.reshape(a.shape[0], a.shape[1], -1)).reshape(a.shape[2:])
+        if not np.any(np.isfinite(rh)):
+            continue
+        j = int(np.nanargmax(rh))
+        if not worst >= rh.flat[j]:
+            worst = float(rh.flat[j])
+            idx = np.unravel_index(j, rh.shape) if rh.ndim else ()
             where = str(name) + (f"[{', '.join(str(int(x)) for x in idx)}]" if idx else "")
     return worst, where
+
+
+def rank_rhat(a):
+    """Rank-normalized split R-hat of every column of ``a`` ``(chain, draw, k)``: ``(k,)``, NaN where it is
+    undefined (one chain, fewer than 4 draws, non-finite or constant values).
+
+    The same numbers as ``arviz_stats``' ``rhat`` (``method="rank"``: the larger of the bulk and the
+    folded split R-hat of the rank-normalized draws), computed in one vectorized pass: arviz_stats
+    loops over the columns in Python, 0.6 s for the 1,537 coefficients of the ovarian regression
+    (here 0.05 s). ``tests/test_engine_selection.py`` checks the identity.
+    """
+    from scipy.special import ndtri
+    from scipy.stats import rankdata
+
+    C, N, k = a.shape
+    if C < 2 or N < 4:
+        return np.full(k, np.nan)
+    h = N // 2
+    split = np.concatenate([a[:, :h], a[:, N - h:]], axis=0)  # (2C, h, k), the middle draw dropped when N is odd
+
+    def z_scale(x):
+        flat = x.reshape(-1, k)
+        r = rankdata(flat, axis=0, method="average")
+        return ndtri((r - 3 / 8) / (flat.shape[0] + 1 / 4)).reshape(x.shape)
+
+    def rhat(x):
+        n = x.shape[1]
+        within = np.mean(np.var(x, axis=1, ddof=1), axis=0)
+        between = n * np.var(np.mean(x, axis=1), axis=0, ddof=1)
+        return np.sqrt((between / within + n - 1) / n)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bulk = rhat(z_scale(split))
+        tail = rhat(z_scale(np.abs(split - np.median(split.reshape(-1, k), axis=0))))
+    out = np.maximum(bulk, tail)
+    out[~np.all(np.isfinite(a), axis=(0, 1))] = np.nan
+    return out
