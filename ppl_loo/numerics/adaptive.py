@@ -510,17 +510,18 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         return newton(ctx, steps, g_bar, V, D)
 
     # ------------------------------------------------------------ evaluation of a proposal
-    def raw_weights(prop: Proposal, steps, i, ll0, mixture):
+    def raw_weights(prop: Proposal, steps, i, ll0, mixture, lines=None):
         """Log weights and log-likelihoods of one proposal over its steps, before smoothing.
 
         Plain transformed IS (Eq. 10/13) gives ``S`` weighted points (the images ``phi``); the
         deterministic mixture ``q = (p + T#p) / 2`` gives ``2S`` (the draws and their images).
+        ``lines``: the model along the proposal's lines, ``(lp, ll_phi)``, where already evaluated.
         """
         T = steps.shape[0]
         L = 2 * S if mixture else S
         if prop.applicable is False:  # statically impossible: never evaluated, k = inf
             return jnp.full((T, L), -jnp.inf), jnp.zeros((T, L)), jnp.zeros((T,), bool), jnp.zeros((T,), jnp.int64)
-        lp, ll_phi = line(prop.delta, steps, i)  # (T, S)
+        lp, ll_phi = line(prop.delta, steps, i) if lines is None else lines  # (T, S)
         if not mixture:
             log_w = prop.logdet + lp - ll_phi - log_q0[None, :]
             ll_pool = ll_phi
@@ -609,8 +610,25 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
         _, (A, R, log_w, ll_pool) = jax.lax.scan(body, (a0, r0, log_eta0), None, length=n_iter)
         return A, R, log_w, ll_pool
 
-    def make_proposal(full_name, i, ll0, ctx, steps):
+    def make_proposal(full_name, i, ll0, ctx, steps, memo=None):
+        """The proposal of ``full_name``; ``memo`` shares it, and the model along its lines, between a
+        transformation and its mixture (``pmm1`` and ``pmm1_mix``: the same map over the same steps),
+        so that each is traced, compiled and evaluated once. Returns ``(prop, mixture, lines)``."""
         name, mixture = _split_name(full_name)
+        key = (name, _steps_of(full_name, cfg.hbar))
+        if memo is not None and key in memo:
+            prop, lines = memo[key]
+        else:
+            prop = base_proposal(name, i, ll0, ctx, steps)
+            lines = None
+            if memo is not None:
+                lines = line(prop.delta, steps, i) if prop.applicable is not False else None
+                memo[key] = (prop, lines)
+        if mixture and not posterior_draws and log_q_fn is None:
+            prop = prop._replace(applicable=False)
+        return prop, mixture, lines
+
+    def base_proposal(name, i, ll0, ctx, steps):
         if name in ("pmm1", "mm1"):
             prop = pmm1(ctx, steps)
         elif name in ("pmm2", "mm2"):
@@ -623,9 +641,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
             prop = newton_proposal(i, ctx, steps)
         else:  # pragma: no cover - validated by the caller
             raise ValueError(name)
-        if mixture and not posterior_draws and log_q_fn is None:
-            prop = prop._replace(applicable=False)
-        return prop, mixture
+        return prop
 
     def context(ll0):
         lw_raw = normalize_log_weights(logp0 - ll0 - log_q0)
@@ -633,6 +649,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
 
     def search(i, ll0):
         ctx = context(ll0)
+        memo = {}
         groups = {False: [], True: []}  # candidates by pooled length (S or 2S)
         order = []
         is_mixture = []
@@ -648,8 +665,8 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
                     log_w, ll, ok = jnp.full((T, 2 * S), -jnp.inf), jnp.zeros((T, 2 * S)), jnp.zeros((T,), bool)
                 groups[True].append((log_w, ll, ok, jnp.zeros((T,), jnp.int64)))
             else:
-                prop, mixture = make_proposal(full_name, i, ll0, ctx, steps)
-                groups[mixture].append(raw_weights(prop, steps, i, ll0, mixture))
+                prop, mixture, lines = make_proposal(full_name, i, ll0, ctx, steps, memo)
+                groups[mixture].append(raw_weights(prop, steps, i, ll0, mixture, lines))
             order.append((mixture, len(groups[mixture]) - 1, steps.shape[0]))
             is_mixture += [mixture] * steps.shape[0]
         scored = {}
@@ -711,7 +728,7 @@ def _bind(model, cfg, posterior_draws, log_q_fn, data):
             phi = theta + dense(embed(DiagAffine(A[-1], R[-1] - 1.0)), theta)
             return jnp.concatenate([theta, phi], axis=0)
         steps = jnp.asarray([step], dtype=theta.dtype)
-        prop, _ = make_proposal(full_name, i, jnp.asarray(ll0), context(jnp.asarray(ll0)), steps)
+        prop, _, _ = make_proposal(full_name, i, jnp.asarray(ll0), context(jnp.asarray(ll0)), steps)
         phi = theta + step * dense(embed(prop.delta), theta)
         return jnp.concatenate([theta, phi], axis=0)
 
