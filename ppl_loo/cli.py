@@ -36,6 +36,7 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     from ppl_loo.datasets import load_ovarian
     from ppl_loo.models import LogisticRegression
     from ppl_loo.sampling import sample_nuts
+    from ppl_loo.workflow.inputs import RHAT_VOUCH
 
     X, y = load_ovarian()
     n, p = X.shape
@@ -100,7 +101,7 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {paper} of "
           f"{int(np.sum(k0 > 0.7))} left", file=out)
     why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
-           "is vouched for" if res.max_rhat > 1.01 else
+           "is vouched for" if res.max_rhat > RHAT_VOUCH else
            "no proposal the engine can vouch for: they keep their plain PSIS elpd_i")
     print(f"doubtful: {n_doubt} observations ({why})", file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)

@@ -148,6 +148,7 @@ def test_rank_rhat_equals_arviz_stats():
     a[1, :, 2] += 0.5
     a[..., 3] = rng.poisson(1.0, size=(4, 101))
     a[..., 4] = np.cumsum(a[..., 4], axis=1)  # random walks: far from converged
+    a[0, 5, 0] = a[2, 7, 0] = -np.inf  # log-likelihoods can be -inf: ranked, not dropped
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = np.asarray(array_stats.rhat(a, chain_axis=0, draw_axis=1))

@@ -35,6 +35,7 @@ from ppl_loo.workflow.inputs import (
     check_datatree,
     check_finite,
     get_log_likelihood,
+    RHAT_VOUCH,
     max_rhat_of,
     r_eff_of,
     stack_draws,
@@ -47,11 +48,6 @@ __all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS"]
 ADAPT_K = 0.5
 #: ``adapt="auto"`` examines every observation of data sets up to this size
 ADAPT_ALL_N = 100
-#: MCMC draws are vouched for only up to this rank-normalized split R-hat of every posterior variable
-#: (Vehtari et al. 2021): above it the draws are not yet a sample of the posterior, and no estimate from
-#: them, plain PSIS or adapted, can be vouched for (ovarian horseshoe, benchmarks/truth: R-hat 1.065, an
-#: observation with k-hat 0.49 was 0.27 nats optimistic, 3.7 combined SEs)
-RHAT_VOUCH = 1.01
 
 DEFAULT_HBAR = tuple(float(x) for x in 4.0 ** -np.arange(11))
 #: the papers' seven, iterated moment matching, the Newton-step proposal and the defensive mixtures (not MM3:
@@ -454,8 +450,7 @@ def _apply_refits(model, data, theta, ll, refit, refit_kwargs, random_seed, prog
                                   progressbar=progressbar)
     bad = [i for i, r in records.items() if not _refit_converged(r)]
     if bad:
-        worst = max(float(np.nan_to_num(max(records[i]["rhat_loglik"], records[i]["rhat_max"]), nan=np.inf))
-                    for i in bad)
+        worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))
         warnings.warn(f"refit: the refits of observation(s) {bad} did not converge (R-hat of a parameter or of "
                       f"log p(y_i | theta) above {RHAT_VOUCH}, up to {worst:.3f}); they stay doubtful. Pass "
                       "refit_kwargs with more draws or warmup.", UserWarning, stacklevel=3)

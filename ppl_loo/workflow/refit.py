@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 
 import numpy as np
 
@@ -91,7 +90,7 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
     ``theta`` ``(S, d)`` and ``ll`` ``(S, n)`` are the full-data draws (chain-major) and their
     log-likelihood; the bridge pairs the refit's ``log p(y_i | theta)`` with ``ll[:, i]``.
     """
-    from arviz_stats.base import array_stats
+    from ppl_loo.workflow.inputs import rank_rhat
     from tqdm.auto import tqdm
 
     if random_seed is None:
@@ -120,10 +119,8 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):
             raise ValueError(f"refit of observation {i}: log p(y_{i} | theta) is NaN at some refit draws.")
         est = bridge_log_ratio(ll_i, ll[:, i].reshape(full_chains, -1))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rhat = float(array_stats.rhat(ll_i, chain_axis=0, draw_axis=1)) if ll_i.shape[0] > 1 else float("nan")
-            rhat_d = np.asarray(array_stats.rhat(draws, chain_axis=0, draw_axis=1), dtype=float)
+        rhat = float(rank_rhat(ll_i[:, :, None])[0])
+        rhat_d = rank_rhat(np.asarray(draws, dtype=float))
         rhat_max = float(np.nanmax(rhat_d)) if np.any(np.isfinite(rhat_d)) else float("nan")
         records[i] = {"elpd_i": est.log_ratio, "mcse": est.mcse, "rhat_loglik": rhat, "rhat_max": rhat_max,
                       "seconds": time.perf_counter() - t1, **info}

@@ -9,6 +9,8 @@ import numpy as np
 from arviz_stats.utils import ELPDDataLOO
 from xarray import DataArray
 
+from ppl_loo.workflow.inputs import RHAT_VOUCH
+
 __all__ = ["LooResult"]
 
 
@@ -76,7 +78,7 @@ class LooResult(ELPDDataLOO):
                 part = float(elpd_i[mask].sum())
                 lines.append(f"{k} {label}: they carry {part:.2f} of elpd_loo {self.elpd:.2f} "
                              f"({100 * part / self.elpd if self.elpd else float('nan'):.0f}%)")
-        if self.max_rhat > 1.01:
+        if self.max_rhat > RHAT_VOUCH:
             lines.append(f"The draws have not converged (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}): "
                          "no estimate from them is vouched for.")
         if self._flag("doubtful").any():
