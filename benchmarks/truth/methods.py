@@ -145,13 +145,14 @@ def bayesianquilts(problem, data):
     """The gradient-flow papers' authors' library, for the logistic-regression problems only (its
     ``LogisticRegressionLikelihood``); the papers' seven transformations over the hbar grid, its own
     rule (the first candidate below k 0.7, else the lowest k)."""
+    m = getattr(problem, "jax_model", None)
+    if not hasattr(m, "Xt"):  # before the import: the reason it is not run, installed or not
+        raise NotImplementedError("this suite wraps bayesianquilts' LogisticRegressionLikelihood only (logistic "
+                                  "regressions); its AutoDiffLikelihoodMixin could wrap this model, not done")
     import jax
     import jax.numpy as jnp
     from bayesianquilts.metrics.ais import AdaptiveImportanceSampler, LogisticRegressionLikelihood
 
-    m = problem.jax_model
-    if not hasattr(m, "Xt"):
-        raise NotImplementedError("bayesianquilts' likelihoods cover logistic regression only here")
     post = data["posterior"].to_dataset()
     beta = jnp.asarray(np.asarray(post["beta"].values).reshape(-1, m.p))
     beta0 = jnp.asarray(np.asarray(post["beta0"].values).reshape(-1))

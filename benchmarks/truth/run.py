@@ -457,6 +457,8 @@ def main(argv=None):
             rep["truth_main_fit"] = earlier_fit
         elif old.exists():  # keep the methods this run did not score (a --methods subset)
             prev = load_json(old)
+            if args.truth == "committed" and prev.get("truth_main_fit"):  # the truth's bridges used an earlier fit
+                rep["truth_main_fit"] = prev["truth_main_fit"]
             for key in ("table", "pointwise", "errors"):
                 for m, v in prev.get(key, {}).items():
                     if m not in methods:
