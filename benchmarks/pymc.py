@@ -59,7 +59,7 @@ def main():
     import ppl_loo as pl
     from ppl_loo.datasets import load_ovarian
     from ppl_loo.models import LogisticRegression
-    from ppl_loo.models.pymc_model import PyMCModel
+    from ppl_loo.model.pymc.adapter import PyMCModel
     from ppl_loo.sampling import sample_nuts
 
     warnings.filterwarnings("ignore")

@@ -115,6 +115,7 @@ def bench_model(spec, sizes, repeats, with_compile, with_pystan):
     import jax.numpy as jnp
 
     import ppl_loo as pl
+    from ppl_loo.model.stan.posterior import loo_adapter
     from ppl_loo.stan import default_threads
 
     name, path, data, log_tau = spec
@@ -137,7 +138,7 @@ def bench_model(spec, sizes, repeats, with_compile, with_pystan):
             row["pystan_error"] = repr(err)
     threads = default_threads()
     row["threads"] = threads
-    post = model.loo_model()
+    post = loo_adapter(model)
     vg = jax.jit(jax.vmap(jax.value_and_grad(post.logp)))
     row["batches"] = []
     for S in sizes:

@@ -8,7 +8,9 @@
 from ppl_loo import _config  # noqa: F401  (enables float64 in JAX before anything is traced)
 
 from ppl_loo import models
-from ppl_loo.models.jax_model import JaxModel
+from ppl_loo.model import Model, as_model
+from ppl_loo.model.jax.jax_model import JaxModel
+from ppl_loo.model.jax.pvi import SimulatorModel
 from ppl_loo.stan import StanModel, from_cmdstan
 from ppl_loo.workflow.add_loo import add_loo
 from ppl_loo.workflow.expectation import loo_expectation
@@ -16,10 +18,9 @@ from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
 from ppl_loo.workflow.predictive import LooROC, loo_roc
 from ppl_loo.workflow.pvi import pvi
 from ppl_loo.workflow.pvi_eval import predictive_scores
-from ppl_loo.workflow.pvi_models import SimulatorModel
 from ppl_loo.workflow.result import LooResult
 
 __version__ = "0.1.0"
 
 __all__ = ["loo", "add_loo", "loo_expectation", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
-           "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel"]
+           "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model"]

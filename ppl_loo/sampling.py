@@ -1,4 +1,4 @@
-"""Fit a :class:`~ppl_loo.models.base.PosteriorModel` with NumPyro's NUTS and return a DataTree.
+"""Fit a :class:`~ppl_loo.model.jax.base.PosteriorModel` with NumPyro's NUTS and return a DataTree.
 
 The result has the groups the LOO workflow reads: ``posterior`` (named constrained variables,
 dims ``chain, draw, ...``), ``log_likelihood`` (the model's ``var_name`` over its observation

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ppl_loo.model.stan.posterior import loo_adapter
 from ppl_loo.stan.cmdstan_csv import from_cmdstan, read_cmdstan_csv, read_rdump
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +166,7 @@ def test_real_csv_with_warmup_and_thinning(sampled):
             assert d["posterior"]["W1"].values[1, 5, i, j] == float(row[f"W1.{i + 1}.{j + 1}"])
     # every draw, warmup included: Stan's lp__ is the bridge's log density at the unconstrained draw
     # (to the CSV's 6 significant digits) and log_lik its generated quantity
-    post = model.loo_model(data=d)
+    post = loo_adapter(model, data=d)
     for prefix in ("", "warmup_"):
         u = post.unconstrain(d[f"{prefix}posterior"])
         lp = model.log_density(u, propto=True)
@@ -309,7 +310,7 @@ def test_pystan_draws_match_bridge(pystan_fit):
     data, fit = pystan_fit
     d = from_cmdstan(fit, include_warmup=True)
     model = pl.StanModel(EIGHT, data)
-    post = model.loo_model(data=d)
+    post = loo_adapter(model, data=d)
     for prefix in ("", "warmup_"):
         u = post.unconstrain(d[f"{prefix}posterior"])
         lp = model.log_density(u, propto=True, jacobian=True)

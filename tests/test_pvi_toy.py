@@ -18,8 +18,8 @@ import xarray as xr
 from scipy import stats
 
 import ppl_loo as pl
-from ppl_loo.models.bijectors import Exp
-from ppl_loo.workflow.pvi_models import as_pvi_model
+from ppl_loo.model.jax.bijectors import Exp
+from ppl_loo.model import as_model
 
 Y5 = np.array([-3.0, -1.0, 0.0, 1.0, 3.0])
 TAU = 10.0
@@ -39,7 +39,7 @@ def normal_sim(values, key):
 @pytest.fixture(scope="module")
 def toy():
     """One PVI model for every T2 fit, so the compiled steps are reused across lam."""
-    return as_pvi_model(normal_model(Y5), simulator=normal_sim)
+    return as_model(normal_model(Y5), pvi=True, simulator=normal_sim)
 
 
 def _fit(pm, **kw):
@@ -73,7 +73,7 @@ def test_t1_population_optimum_log_and_crps():
     score on a finite sample s^2 = S_n^2 - 1 exactly (T2's formula)."""
     y = np.random.default_rng(3).normal(0.0, 2.0, 1000)
     sim = lambda v, key: v["theta"] + jax.random.normal(key, y.shape)
-    pm = as_pvi_model(normal_model(y), simulator=sim)
+    pm = as_model(normal_model(y), pvi=True, simulator=sim)
     s_log = float(_fit(pm, score="log", draws_per_step=200, steps=1000)["pvi"]["sd"][0])
     s_crps = float(_fit(pm, score="crps", draws_per_step=100, steps=1000)["pvi"]["sd"][0])
     assert s_log == pytest.approx(math.sqrt(np.var(y) - 1.0), abs=0.02)
@@ -92,7 +92,7 @@ def test_t8_large_posterior_weight_is_vi_and_vi_is_exact_on_conjugate():
     model = pl.JaxModel({"beta": ((2,), None), "sigma": ((), Exp())},
                         lambda v: jnp.sum(jst.norm.logpdf(v["beta"], 0, 5)) + jst.norm.logpdf(jnp.log(v["sigma"])),
                         lambda v: jst.norm.logpdf(yj, Xj @ v["beta"], v["sigma"]), observed=y)
-    pm = as_pvi_model(model)
+    pm = as_model(model, pvi=True)
     kw = dict(family="fullrank", steps=3000, draws_per_step=200, random_seed=5, compare_vi=False)
     vi = pl.pvi(pm, score=None, **kw)["pvi"]
     big = pl.pvi(pm, score="log", reg="posterior", lam=1e4, **kw)["pvi"]

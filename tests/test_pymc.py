@@ -17,7 +17,7 @@ azs = pytest.importorskip("arviz_stats")
 
 import ppl_loo as pl
 from ppl_loo.models import LogisticRegression
-from ppl_loo.models.pymc_model import PyMCModel
+from ppl_loo.model.pymc.adapter import PyMCModel
 from ppl_loo.workflow.loo import DEFAULT_TRANSFORMS
 
 SAMPLE = {

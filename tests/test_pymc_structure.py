@@ -20,8 +20,8 @@ import pytest
 pm = pytest.importorskip("pymc")
 pt = pytest.importorskip("pytensor.tensor")
 
-from ppl_loo.models.base import PosteriorModel
-from ppl_loo.models.pymc_model import PyMCModel
+from ppl_loo.model.jax.base import PosteriorModel
+from ppl_loo.model.pymc.adapter import PyMCModel
 from ppl_loo.numerics.adaptive import EngineConfig, EngineData, build_engine, mapped_search
 from ppl_loo.numerics.transforms import DiagAffine, LowRank
 

@@ -1,5 +1,5 @@
 """``pl.loo(data, model=pl.StanModel(...))``: compiled Stan programs in the adaptive LOO engine
-(exact LOO by data deletion, :class:`ppl_loo.stan.posterior.StanPosterior`).
+(exact LOO by data deletion, :class:`ppl_loo.model.stan.posterior.StanPosterior`).
 
 Uses the programs of ``stan_models/`` and one small inline program (compiled once, 30-60 s each,
 then cached in ``$PPL_LOO_STAN_CACHE`` or ``~/.cache/ppl_loo/stan``), the CmdStan eight-schools
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import xarray as xr
 
 import ppl_loo as pl
-from ppl_loo.stan.posterior import StanPosterior
+from ppl_loo.model.stan.posterior import StanPosterior, loo_adapter
 from ppl_loo.workflow.inputs import stack_draws
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def eight_schools():
     # what a CmdStan user writes: the program, its R dump data file, the CSV files
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", ES_DIR / "eight_schools.data.R",
                         loo_extra=es_extra)
-    model = stan.loo_model(data=dt)
+    model = loo_adapter(stan, data=dt)
     theta = model.unconstrain(dt)
     return stan.data, dt, model, theta
 
@@ -223,7 +223,7 @@ def test_normal_outlier_loo(normal_fit):
     """Normal mean, known sigma, one outlier, sampled with PyStan: adaptive elpd_i within Monte
     Carlo error of the closed-form LOO predictive density; the outlier needed adaptation."""
     dt, stan = normal_fit
-    model = stan.loo_model(data=dt)
+    model = loo_adapter(stan, data=dt)
     assert model.dim == 1 and model.n_obs == 12 and model.obs_keys == ("y",) and model.n_obs_key == "N"
     theta = model.unconstrain(dt)
     assert theta.shape == (4000, 1)
@@ -346,11 +346,11 @@ def test_n_obs_detection_and_errors_inside_stan():
     data = {"N": 5, "y": y, "min_n": 5}
     stan = pl.StanModel(CHECKED_CODE, data)
     with pytest.raises(pl.stan.StanDataError, match=r"ambiguous.*\['N', 'min_n'\].*n_obs="):
-        stan.loo_model()
+        loo_adapter(stan)
     with pytest.raises(pl.stan.StanDataError, match="n_obs='M' is not a data entry"):
         pl.StanModel(CHECKED_CODE, data, n_obs="M")
     stan = pl.StanModel(CHECKED_CODE, data, n_obs="N")
-    assert stan.loo_model().obs_keys == ("y",)
+    assert loo_adapter(stan).obs_keys == ("y",)
     # draws near the posterior (any draws do: the test is about the error path)
     rng = np.random.default_rng(0)
     mu = rng.normal(y.mean(), 0.4, size=(2, 100))

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 import ppl_loo as pl
+from ppl_loo.model.stan.posterior import loo_adapter
 from ppl_loo.stan import horseshoe_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ def test_horseshoe_deletion_gives_log_lik(horseshoe):
     subset, ``scale_global`` stays, and log p(theta | D) - log p(theta | D without i) is the
     ``log_lik`` generated quantity."""
     stan, _ = horseshoe
-    post = stan.loo_model()
+    post = loo_adapter(stan)
     assert post.n_obs_key == "N" and set(post.obs_keys) == {"X", "y"} and post.n_obs == N_HS
     u = RNG.normal(scale=0.8, size=(6, stan.dim))
     ll = np.asarray(post.log_lik(u))

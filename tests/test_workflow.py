@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 import ppl_loo as pl
-from ppl_loo.models.bijectors import Exp
+from ppl_loo.model.jax.bijectors import Exp
 from gaussian_models import leverage_regression
 
 

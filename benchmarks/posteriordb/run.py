@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 from models import MODELS, PAPER, build, load, split, subset
 
 import ppl_loo as pl
-from ppl_loo.workflow.pvi_models import as_pvi_model
+from ppl_loo.model import as_model
 
 GRIDS = {
     "full": [(None, 0.0), ("prior", 0.01), ("prior", 0.1), ("prior", 1.0), ("posterior", 0.01), ("posterior", 0.1),
@@ -81,9 +81,9 @@ def fit(m_tr, score, reg, lam, args, seed, lr, steps, init=None):
 def run_one(name, seed, args):
     data = load(name)
     tr, va, te = split(data["n"], seed)
-    m_tr = as_pvi_model(build(name, subset(data, tr)))
-    m_va = as_pvi_model(build(name, subset(data, va)))
-    m_te = as_pvi_model(build(name, subset(data, te)))
+    m_tr = as_model(build(name, subset(data, tr)), pvi=True)
+    m_va = as_model(build(name, subset(data, va)), pvi=True)
+    m_te = as_model(build(name, subset(data, te)), pvi=True)
     lr = args.lr if args.lr is not None else LEARNING_RATE[name]
     steps = args.steps if args.steps is not None else STEPS[name]
     rows = []

@@ -1,11 +1,17 @@
-"""Posterior-model adapters (DESIGN.md, layer 2)."""
+"""The public namespace of the model adapters (``pl.models.LogisticRegression``, ...).
 
-from ppl_loo.models import bijectors
-from ppl_loo.models.base import GLMStructure, PosteriorModel, ReluStructure
-from ppl_loo.models.jax_model import JaxModel, ParameterLayout
-from ppl_loo.models.logistic import LogisticRegression
-from ppl_loo.models.pymc_model import PyMCModel
-from ppl_loo.models.relu import ReluNet
+They live in :mod:`ppl_loo.model` (one package per backend); :func:`ppl_loo.model.as_model` turns any of
+them into the :class:`~ppl_loo.model.Model` the algorithms run on.
+"""
+
+from ppl_loo.model.jax import bijectors
+from ppl_loo.model.jax.base import PosteriorModel
+from ppl_loo.model.jax.jax_model import JaxModel, ParameterLayout
+from ppl_loo.model.jax.logistic import LogisticRegression
+from ppl_loo.model.jax.pvi import SimulatorModel
+from ppl_loo.model.jax.relu import ReluNet
+from ppl_loo.model.protocol import GLMStructure, ReluStructure
+from ppl_loo.model.pymc.adapter import PyMCModel
 
 __all__ = [
     "PosteriorModel",
@@ -16,5 +22,6 @@ __all__ = [
     "LogisticRegression",
     "ReluNet",
     "PyMCModel",
+    "SimulatorModel",
     "bijectors",
 ]

@@ -6,7 +6,7 @@ approximation), Pareto-smooth them, and keep the candidate with the lowest k-hat
 map is invertible at every draw. The per-observation function is jit-compiled once and mapped over
 the flagged observations in vectorized chunks (``jax.lax.map(..., batch_size=...)``).
 
-This module only sees a model through the protocol of :mod:`ppl_loo.models.base` (per-draw JAX
+This module only sees a model through the protocol of :mod:`ppl_loo.model.jax.base` (per-draw JAX
 functions and the batched line evaluation), so it sits below the adapters in the layering.
 """
 

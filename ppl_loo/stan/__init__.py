@@ -9,8 +9,8 @@
   in the ``httpstan`` wheel, cached (:mod:`.compile`), and exposes batched ``log_density``,
   ``log_density_gradient``, ``param_constrain`` and ``param_unconstrain`` over ``(S, d)`` arrays
   of unconstrained draws (one C++ call per batch, optionally threaded). Passed to
-  :func:`ppl_loo.loo`, it becomes a :class:`~.posterior.StanPosterior` (:meth:`StanModel.loo_model`):
-  exact LOO by data deletion through ``jax.pure_callback``.
+  :func:`ppl_loo.loo`, it becomes a :class:`ppl_loo.model.stan.posterior.StanPosterior`
+  (:func:`ppl_loo.model.stan.posterior.loo_adapter`): exact LOO by data deletion through ``jax.pure_callback``.
 * :func:`from_cmdstan` (:mod:`.cmdstan_csv`, :mod:`.pystan_fit`): CmdStan CSV files, a cmdstanpy
   ``CmdStanMCMC`` or a PyStan 3 fit to a DataTree; :func:`read_rdump` for ``.data.R`` files.
 * :mod:`.programs`: data of the ``stan_models/`` programs (:func:`horseshoe_data`,

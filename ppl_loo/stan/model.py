@@ -6,8 +6,8 @@ one draw and the draw axis is dropped from the result.
 
 The same object is what a user passes to :func:`ppl_loo.loo` (``model=pl.StanModel(file, data)``):
 its LOO options (``n_obs``, ``obs_keys``, ``log_lik``, ``loo_extra``) are stored here and
-:meth:`StanModel.loo_model` turns it into the posterior-model adapter
-(:class:`ppl_loo.stan.posterior.StanPosterior`) that the engine uses.
+:func:`ppl_loo.model.stan.posterior.loo_adapter` turns it into the posterior-model adapter
+(:class:`ppl_loo.model.stan.posterior.StanPosterior`) that the engine uses.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class StanModel:
     n_obs
         For LOO: name of the integer data entry holding the number of observations (``"N"``,
         ``"J"`` for eight schools). Default: detected from the data, see
-        :func:`ppl_loo.stan.posterior.detect_n_obs`; ambiguous data raise an error asking for it.
+        :func:`ppl_loo.model.stan.posterior.detect_n_obs`; ambiguous data raise an error asking for it.
     obs_keys
         For LOO: the data entries indexed by observation along their first axis, which exact LOO
         by data deletion subsets. Default: every array whose leading dimension equals
@@ -185,7 +185,7 @@ class StanModel:
         ``theta_tilde`` in eight schools): ``loo_extra(theta, i)``, a JAX function of one
         unconstrained draw giving the log conditional density of the coordinates that deleting
         observation ``i`` removes (usually their prior). See
-        :class:`~ppl_loo.stan.posterior.StanPosterior`.
+        :class:`~ppl_loo.model.stan.posterior.StanPosterior`.
     seed
         Seed of the model constructor (used by ``transformed data`` RNG calls).
     n_threads
@@ -273,7 +273,6 @@ class StanModel:
         self.dim = self._lib.plstan_num_unconstrained(handle)
         self.stan_version = self._lib.plstan_stan_version().decode()
         self.model_name = self._lib.plstan_model_name(handle).decode()
-        self._loo_models: dict = {}
 
     # ------------------------------------------------------------------ housekeeping
     def __del__(self):
@@ -289,25 +288,6 @@ class StanModel:
         """The same (cached) program on other data, with the same seed and threads."""
         return StanModel(self.code, data, seed=self.seed, n_threads=self.n_threads,
                          extra_cxxflags=self.extra_cxxflags)
-
-    def loo_model(self, var_name: str | None = None, data=None):
-        """The posterior-model adapter that :func:`ppl_loo.loo` runs on (cached per ``var_name``).
-
-        Parameters
-        ----------
-        var_name
-            Name of the log-likelihood variable in the user's DataTree. Default: the ``log_lik``
-            option when the DataTree's ``log_likelihood`` group has it, else that group's only
-            variable, else the ``log_lik`` option.
-        data
-            The user's DataTree (only its ``log_likelihood`` group is looked at).
-        """
-        from .posterior import StanPosterior
-
-        var_name = _resolve_var_name(var_name, data, self.loo_options["log_lik"])
-        if var_name not in self._loo_models:
-            self._loo_models[var_name] = StanPosterior(self, var_name=var_name)
-        return self._loo_models[var_name]
 
     def _take(self, err: ctypes.c_void_p) -> str:
         if not err.value:
@@ -485,18 +465,3 @@ class StanModel:
                 out[name] = out[name][0]
             k += size
         return out
-
-
-def _resolve_var_name(var_name, data, log_lik) -> str:
-    """The DataTree name of the log-likelihood variable (see :meth:`StanModel.loo_model`)."""
-    if var_name is not None:
-        return str(var_name)
-    default = log_lik or "log_lik"
-    children = getattr(data, "children", None)
-    if children is not None and "log_likelihood" in children:
-        names = list(data["log_likelihood"].to_dataset().data_vars)
-        if default in names:
-            return default
-        if len(names) == 1:
-            return str(names[0])
-    return default

@@ -12,7 +12,7 @@ from math import sqrt
 
 import numpy as np
 
-from ppl_loo.models.logistic import check_binary_data
+from ppl_loo.numerics.data import check_binary_data
 
 __all__ = ["horseshoe_data", "relu_data"]
 

@@ -29,6 +29,7 @@ from ppl_loo.numerics.adaptive import (
     mapped_search,
     psis_identity,
 )
+from ppl_loo.model import as_model
 from ppl_loo.numerics.psis import khat_threshold
 from ppl_loo.workflow.inputs import (
     SAMPLE_DIMS,
@@ -102,7 +103,7 @@ def loo(
         With a ``posterior`` group (and ``log_likelihood`` where present).
     model : pymc.Model, StanModel, PosteriorModel or None
         A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.StanModel`
-        (exact LOO by data deletion, :class:`~ppl_loo.stan.posterior.StanPosterior`), a :class:`~ppl_loo.JaxModel`,
+        (exact LOO by data deletion, :class:`~ppl_loo.model.stan.posterior.StanPosterior`), a :class:`~ppl_loo.JaxModel`,
         a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
         :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
         group (as ``arviz_stats.loo``).
@@ -174,12 +175,7 @@ def loo(
                          "each observation.")
     if model is None:
         return _plain_psis(data, var_name, k_threshold, pointwise)
-    model = _as_model(model, var_name, data)
-    if not getattr(model, "is_jax", False):
-        raise TypeError(
-            f"model of type {type(model).__name__} is not a ppl_loo model. Pass a pymc.Model, a "
-            "pl.StanModel, a pl.JaxModel, a closed-form model from pl.models, or None for plain PSIS-LOO."
-        )
+    model = as_model(model, var_name=var_name, data=data)
     names = _check_transforms(transforms)
     hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
     if any((not math.isfinite(h)) or h < 0 for h in hbar):
@@ -275,11 +271,12 @@ def loo(
     search, points, mapped, prepare = _compiled_engine(model, cfg, not approx, batch_size, log_q_fn)
     edata = prepare(edata)  # per-run statistics of the draws, shared by every observation
     if len(obs_idx):
-        model.last_callback_error = None
+        source = model.source
+        source.last_callback_error = None
         try:
             results = _run(mapped, edata, obs_idx, ll, batch_size, progressbar)
         except Exception as exc:  # an error in host code called from JAX (Stan): raise it as itself
-            stored, model.last_callback_error = getattr(model, "last_callback_error", None), None
+            stored, source.last_callback_error = getattr(source, "last_callback_error", None), None
             if stored is not None:
                 raise stored from exc
             raise
@@ -418,25 +415,6 @@ def loo(
 
 
 # ----------------------------------------------------------------------------- helpers
-def _as_model(model, var_name, data=None):
-    """Wrap a ``pymc.Model`` in the PyMC adapter and a ``pl.StanModel`` in the Stan adapter
-    (:meth:`ppl_loo.stan.StanModel.loo_model`, which names the log-likelihood after ``data``'s
-    ``log_likelihood`` group); other models pass through."""
-    if type(model).__module__.startswith("pymc"):
-        import pymc as pm
-
-        if isinstance(model, pm.Model):
-            from ppl_loo.models.pymc_model import PyMCModel
-
-            return PyMCModel(model, var_name=var_name)
-    if type(model).__module__.startswith("ppl_loo.stan"):
-        from ppl_loo.stan import StanModel
-
-        if isinstance(model, StanModel):
-            return model.loo_model(var_name=var_name, data=data)
-    return model
-
-
 def _apply_refits(model, data, theta, ll, refit, refit_kwargs, random_seed, progressbar, *, doubtful, flagged,
                   k_final):
     """Run the requested refits (:mod:`ppl_loo.workflow.refit`); ``(records, skipped)``."""
@@ -469,7 +447,7 @@ def _compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
     Cached on the model object, so repeated LOO runs on new draws of the same shape (resamplings,
     refits, benchmarks) compile once.
     """
-    cache = model.__dict__.setdefault("_ppl_loo_engines", {})
+    cache = model.cache.setdefault("engines", {})
     key = (cfg, bool(posterior_draws), int(batch_size), log_q_fn)
     if key not in cache:
         search, points = build_engine(model, cfg, posterior_draws=posterior_draws, log_q_fn=log_q_fn)

@@ -166,7 +166,7 @@ def loo_roc(data, res, probability=None, *, y=None) -> LooROC:
         raise ValueError("`res` carries no model: loo_roc needs a result of ppl_loo.loo(data, model=...).")
     model = eng.model
     if probability is None:
-        probability = getattr(model, "predicted_probability", None)
+        probability = getattr(model.source, "predicted_probability", None)
         if probability is None:
             raise ValueError(
                 f"the model ({type(model).__name__}) does not define predicted_probability; pass "

@@ -1,7 +1,7 @@
 """``ppl_loo.pvi``: predictive variational inference (Lai & Yao 2024), DataTree out.
 
 The numerics (families, score estimators, the optimizer loop) live in :mod:`ppl_loo.numerics`;
-what each backend provides in :mod:`ppl_loo.workflow.pvi_models`. This module runs PVI and the
+what each backend provides in :mod:`ppl_loo.model.dispatch`. This module runs PVI and the
 plain-VI comparison in the same family, draws from ``q``, and writes the user's DataTree:
 ``posterior`` (constrained draws named like the model's variables), ``log_likelihood``,
 ``observed_data`` and the ``pvi`` group (variational parameters, objective traces, training
@@ -24,7 +24,7 @@ from ppl_loo.numerics import pvi as npvi
 from ppl_loo.numerics.optim import Optimizer, get_optimizer, step_decay
 from ppl_loo.numerics.variational import Family, flatten_params, get_family
 from ppl_loo.workflow.pvi_eval import training_scores
-from ppl_loo.workflow.pvi_models import as_pvi_model
+from ppl_loo.model import as_model
 
 __all__ = ["DEFAULT_LEARNING_RATE", "pvi", "pvi_log_q"]
 
@@ -96,16 +96,16 @@ def _log_bound(pm, log_lik_bound):
         if b.ndim not in (0, 1) or (b.ndim == 1 and b.shape[0] != pm.n_obs) or not np.all(np.isfinite(b)):
             raise ValueError(f"log_lik_bound must be a finite scalar or one value per observation ({pm.n_obs}).")
         return jnp.broadcast_to(jnp.asarray(b), (pm.n_obs,))
-    base = getattr(pm.base, "model", None)
+    base = getattr(pm.source, "model", None)
     if pm.kind == "PyMC" and base is not None:
         from pytensor.tensor.type import discrete_dtypes
 
         rv = base[pm.var_name]
         if rv.type.dtype in discrete_dtypes:
-            if type(rv.owner.op).__name__ == "PoissonRV" and pm.y is not None:
+            if type(rv.owner.op).__name__ == "PoissonRV" and pm.obs.observed is not None:
                 from scipy.special import gammaln
 
-                y = np.asarray(pm.y, dtype=np.float64)
+                y = np.asarray(pm.obs.observed, dtype=np.float64)
                 ylog = np.where(y > 0, y * np.log(np.where(y > 0, y, 1.0)), 0.0)
                 return jnp.asarray(ylog - y - gammaln(y + 1.0))  # sup_lambda Poisson(y | lambda)
             return jnp.zeros(pm.n_obs)
@@ -127,7 +127,7 @@ def _runner(pm, family_spec, family_options, settings, optimizer, learning_rate,
     lr_key = learning_rate if not callable(learning_rate) else id(learning_rate)
     fam_key = family_spec if isinstance(family_spec, str) else id(family_spec)
     key = (fam_key, tuple(sorted((family_options or {}).items())), settings, opt_key, lr_key, int(steps))
-    cache = pm.__dict__.setdefault("_pvi_runners", {})
+    cache = pm.cache.setdefault("pvi_runners", {})
     if key not in cache:
         family = get_family(family_spec, **(family_options or {}))
         if isinstance(optimizer, Optimizer):
@@ -276,7 +276,7 @@ def pvi(
     var_name : str, optional
         The observed variable to score (PyMC models with several).
     simulator, probs, observed, categories
-        Backend-specific inputs: see :func:`ppl_loo.workflow.pvi_models.as_pvi_model`. For a
+        Backend-specific inputs: see :func:`ppl_loo.model.as_model`. For a
         JaxModel, ``simulator(values, key)`` (CRPS) and ``probs(values)`` (quadratic) are JAX
         functions of the constrained values; for a Stan model, ``simulator`` names a generated
         quantity with one ``*_rng`` draw per observation and ``observed`` the outcome's data entry.
@@ -324,7 +324,7 @@ def pvi(
                 f"group='{group}_pvi' (then pl.loo on this DataTree uses the other draws), or data without it."
             )
     key = _prng_key(random_seed)
-    pm = as_pvi_model(model, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
+    pm = as_model(model, pvi=True, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
                       categories=categories)
     if score is None and reg not in (None, "posterior"):
         raise ValueError("score=None fits plain VI (the ELBO, i.e. reg='posterior'); reg='prior' needs a score.")
@@ -394,7 +394,7 @@ def _posterior_dataset(pm, theta):
     data_vars, coords = {}, {}
     for name, arr in values.items():
         arr = np.asarray(arr)[None]
-        dims = tuple(pm.param_dims.get(name, ()))
+        dims = tuple(pm.layout.dims.get(name, ()))
         if len(dims) != arr.ndim - 2:
             dims = tuple(f"{name}_dim_{k}" for k in range(arr.ndim - 2))
         data_vars[name] = (("chain", "draw") + dims, arr)
@@ -427,8 +427,8 @@ def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_h
             coords={"chain": [0], "draw": np.arange(S), **obs_coords})
     scores.pop("_ll", None)
     vi_scores.pop("_ll", None)
-    if "observed_data" not in children and pm.y is not None:
-        yv = np.asarray(getattr(pm.base, "observed", None) if getattr(pm.base, "observed", None) is not None else pm.y)
+    if "observed_data" not in children and pm.obs.observed is not None:
+        yv = np.asarray(getattr(pm.source, "observed", None) if getattr(pm.source, "observed", None) is not None else pm.obs.observed)
         if yv.size == pm.n_obs or yv.shape[: len(pm.obs_shape)] == tuple(pm.obs_shape):
             yv = yv.reshape(tuple(pm.obs_shape) + yv.shape[len(pm.obs_shape):] if yv.size != pm.n_obs
                             else tuple(pm.obs_shape))
@@ -439,7 +439,7 @@ def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_h
     d = pm.dim
     k1, k2 = jax.random.split(k_het)
     pm_mean, pm_sd = _marginals(fit, k1, d)
-    labels = list(pm.labels)
+    labels = list(pm.layout.labels)
     coords = {"param": labels, "step": np.arange(len(fit.info.objective))}
     ds = {
         "loc": (("param",), pm_mean),

@@ -24,7 +24,7 @@ from ppl_loo.numerics.scores import (
     log_score_eval,
     quadratic_score_eval,
 )
-from ppl_loo.workflow.pvi_models import as_pvi_model
+from ppl_loo.model import as_model
 
 __all__ = ["predictive_scores", "training_scores"]
 
@@ -37,9 +37,9 @@ def _pointwise(pm, theta, key, which):
         ll = np.asarray(pm.eval_loglik(jax.numpy.asarray(theta)))
         out["_ll"] = ll
         out["log_score"] = np.asarray(log_score_eval(ll))
-    if "crps" in which and pm.eval_predict is not None and pm.y is not None:
+    if "crps" in which and pm.eval_predict is not None and pm.obs.observed is not None:
         sim = np.asarray(pm.eval_predict(jax.numpy.asarray(theta), key))
-        y = np.asarray(pm.y)
+        y = np.asarray(pm.obs.observed)
         if sim.ndim == 3:
             out["crps"] = np.asarray(energy_score_fair(sim, y))
         else:
@@ -85,7 +85,7 @@ def predictive_scores(data, model, *, scores="auto", group="posterior", random_s
         sums in ``attrs`` (``"log_score"``, ``"crps"``, ``"quadratic"``) and the mean quadratic
         score (``"quadratic_mean"``).
     """
-    pm = as_pvi_model(model, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
+    pm = as_model(model, pvi=True, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
                       categories=categories)
     if not isinstance(data, xr.DataTree) or group not in data.children:
         raise ValueError(f"data must be a DataTree with a {group!r} group of draws.")

@@ -1,4 +1,4 @@
-"""PVI quantities of a PyMC model: category probabilities and a JAX simulator of the observed variable.
+"""PVI terms of a PyMC model: category probabilities and a JAX simulator of the observed variable.
 
 ``log p(y_i | theta)`` and the log joint come from :class:`~ppl_loo.models.PyMCModel`; this module
 adds what only PVI needs:
@@ -21,26 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.numerics.pvi import Terms
-from ppl_loo.workflow.pvi_models import PVIModel, _category_index, _simulate_terms
+from ppl_loo.model.build import category_index, pvi_model, simulate_terms
+from ppl_loo.model.pymc.graph import jaxify, value_labels
 
 __all__ = ["pymc_pvi_model"]
-
-
-def _jaxify(inputs, outputs):
-    from pymc.sampling.jax import get_jaxified_graph
-
-    return get_jaxified_graph(inputs=list(inputs), outputs=list(outputs))
-
-
-def _labels(base) -> list:
-    out = []
-    for v in base.value_names:
-        shape = base.ushapes[v]
-        if shape == ():
-            out.append(v)
-        else:
-            out.extend(f"{v}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape))
-    return out
 
 
 def _extra_sampler(op_name):
@@ -76,8 +60,8 @@ def _sampler(obs_rv):
         return None, f"PyTensor has no JAX sampler for {name}"
 
 
-def pymc_pvi_model(base, *, categories=None) -> PVIModel:
-    """A :class:`~ppl_loo.workflow.pvi_models.PVIModel` from a :class:`~ppl_loo.models.PyMCModel`."""
+def pymc_pvi_model(base, *, categories=None):
+    """The :class:`~ppl_loo.model.Model` of a :class:`~ppl_loo.models.PyMCModel` with its PVI terms."""
     from pytensor.tensor.type import discrete_dtypes
 
     if not base.factorizes:
@@ -108,7 +92,7 @@ def pymc_pvi_model(base, *, categories=None) -> PVIModel:
     params_fn = None
     try:
         dist_params = list(op.dist_params(obs_rv.owner))
-        params_fn = _jaxify(value_vars, model.replace_rvs_by_values(dist_params))
+        params_fn = jaxify(value_vars, model.replace_rvs_by_values(dist_params))
     except Exception as err:  # noqa: BLE001 - reported when a score needs it
         notes["params"] = f"its distribution parameters could not be compiled to JAX ({err})"
 
@@ -122,7 +106,7 @@ def pymc_pvi_model(base, *, categories=None) -> PVIModel:
             p = params_fn(*base.split(theta))
             return jnp.asarray(sample_fn(key, rv_shape, dtype, *p), dtype=jnp.float64)
 
-        simulate = _simulate_terms(sim_one, vector)
+        simulate = simulate_terms(sim_one, vector)
         predict = jax.jit(simulate)
         if discrete:
             notes["crps"] = (f"the observed variable {base.var_name!r} is discrete ({op_name}); its draws are not "
@@ -147,7 +131,7 @@ def pymc_pvi_model(base, *, categories=None) -> PVIModel:
             from pymc.logprob.basic import logp as rv_logp
 
             graphs = [rv_logp(obs_rv, pt.as_tensor(np.full(rv_shape, c, dtype=obs_rv.type.dtype))) for c in cats]
-            cat_fn = _jaxify(value_vars, model.replace_rvs_by_values(graphs))
+            cat_fn = jaxify(value_vars, model.replace_rvs_by_values(graphs))
 
             def probs_one(theta):
                 lps = cat_fn(*base.split(theta))
@@ -164,14 +148,14 @@ def pymc_pvi_model(base, *, categories=None) -> PVIModel:
                               f"({op_name}). Use score='crps' or 'log'")
     y_index = None
     if probs is not None and y is not None:
-        y_index = _category_index(y, cats, f"observed variable {base.var_name!r}")
+        y_index = category_index(y, cats, f"observed variable {base.var_name!r}")
 
     y_flat = None if y is None else y.astype(np.float64).reshape((n, -1) if vector else (n,))
     terms = Terms(n, loglik=loglik, logp=logp, log_prior=log_prior, probs=probs, simulate=sim,
                   y=None if y_flat is None else jnp.asarray(y_flat),
                   y_index=None if y_index is None else jnp.asarray(y_index), vector=vector)
-    return PVIModel(
-        kind="PyMC", base=base, dim=base.dim, n_obs=n, labels=_labels(base), terms=terms,
+    return pvi_model(
+        kind="PyMC", source=base, loo_adapter=base, dim=base.dim, n_obs=n, labels=value_labels(base), terms=terms,
         constrain=base.constrain, unconstrain=base.unconstrain, param_names=tuple(base.param_names),
         param_dims=dict(base.param_dims), coords=dict(base.coords), var_name=base.var_name,
         obs_dims=tuple(base.obs_dims), obs_shape=obs_shape, y=y_flat, categories=cats,

@@ -1,7 +1,7 @@
 """Bernoulli-logit regression with a normal or a regularized-horseshoe prior (notes, section 6).
 
 The linear predictor is ``mu_i = beta0 + x_i . beta`` (Eq. 24 with ``mu`` linear, the "LR"
-case of Eq. 28), declared as a :class:`~ppl_loo.models.base.GLMStructure` so that the engine
+case of Eq. 28), declared as a :class:`~ppl_loo.model.jax.base.GLMStructure` so that the engine
 uses the exact closed-form Jacobians and the ``O(S n)`` line evaluation of :meth:`logp_line`.
 """
 
@@ -15,35 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.numerics.special import softplus
-from ppl_loo.models.base import GLMStructure, PosteriorModel
-from ppl_loo.models.bijectors import Exp
-from ppl_loo.models.jax_model import ParameterLayout
+from ppl_loo.numerics.data import check_binary_data
+from ppl_loo.model.jax.base import PosteriorModel
+from ppl_loo.model.protocol import GLMStructure
+from ppl_loo.model.jax.bijectors import Exp
+from ppl_loo.model.jax.jax_model import ParameterLayout
 
-__all__ = ["LogisticRegression", "check_binary_data"]
+__all__ = ["LogisticRegression"]
 
 _LOG_2PI = log(2.0 * pi)
-
-
-def check_binary_data(X, y, name: str = "LogisticRegression"):
-    """Validate a design matrix ``(n, p)`` and binary labels ``(n,)``; return float64 copies."""
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y)
-    if X.ndim != 2:
-        raise ValueError(f"{name}: X must be a 2-D array (n, p), got shape {X.shape}.")
-    if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise ValueError(
-            f"{name}: y must be 1-D with one label per row of X ({X.shape[0]}), got shape "
-            f"{y.shape}."
-        )
-    if not np.isfinite(X).all():
-        raise ValueError(
-            f"{name}: X has {int((~np.isfinite(X)).sum())} non-finite entries; impute or drop them "
-            "(ppl_loo.datasets.load_ovarian sets NaN to 0 after standardizing)."
-        )
-    yf = np.asarray(y, dtype=np.float64)
-    if not np.isin(yf, (0.0, 1.0)).all():
-        raise ValueError(f"{name}: y must contain only 0 and 1, got values {np.unique(yf)[:10]}.")
-    return X, yf
 
 
 def _log_half_t(u, nu: float, scale: float):

@@ -5,7 +5,7 @@ parameters, ``mu = X theta[block] + offset`` (for example ``logit_p=b0 + pm.math
 ``p=pm.math.sigmoid(...)``), is the generalized linear model of the notes, section 4: the
 engine then uses the exact closed-form Jacobians of the gradient flows (rank one, Eq. 28), low-rank
 displacements and a line evaluation through the linear predictor
-(:class:`~ppl_loo.models.base.GLMStructure`). This module finds that structure in the PyTensor
+(:class:`~ppl_loo.model.GLMStructure`). This module finds that structure in the PyTensor
 graph and proves it:
 
 - **affinity, symbolically**: the gradient of ``w . mu`` with respect to the value variables
@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ppl_loo.model.pymc.graph import jaxify
 
 __all__ = ["BernoulliGLM", "detect_bernoulli_glm", "value_ancestors", "prior_line", "prior_cache"]
 
@@ -159,7 +161,6 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     """
     import pytensor.tensor as pt
 
-    from ppl_loo.models.pymc_model import _jaxify
 
     if type(obs_rv.owner.op).__name__ != "BernoulliRV":
         return None, "the observed variable is not Bernoulli"
@@ -183,7 +184,7 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     block = np.concatenate([np.arange(adapter.slices[v.name].start, adapter.slices[v.name].stop)
                             for v in value_vars if v in deps])
     d = adapter.dim
-    eta_fn = _jaxify(value_vars, [pt.flatten(eta_v)])
+    eta_fn = jaxify(value_vars, [pt.flatten(eta_v)])
 
     def eta_of(theta):
         return eta_fn(*adapter.split(theta))[0]
@@ -207,7 +208,7 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     others = [rv for rv in model.free_RVs] + [o for o in model.observed_RVs if o is not obs_rv]
     terms = model.logp(vars=others + list(model.potentials), jacobian=True, sum=False)
     prior_graph = pt.sum([pt.sum(t) for t in terms]) if terms else pt.constant(0.0)
-    prior_fn = _jaxify(value_vars, [prior_graph])
+    prior_fn = jaxify(value_vars, [prior_graph])
 
     def prior(theta):
         return prior_fn(*adapter.split(theta))[0]

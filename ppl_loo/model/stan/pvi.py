@@ -33,7 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.numerics.pvi import Terms
-from ppl_loo.workflow.pvi_models import PVIModel, _category_index
+from ppl_loo.model.build import category_index, pvi_model
+from ppl_loo.model.stan.posterior import StanPosterior
+from ppl_loo.stan.model import StanModel
 
 __all__ = ["is_stan_model", "stan_pvi_model"]
 
@@ -42,7 +44,7 @@ _NAME_RE = re.compile(r"^([^.]+)((?:\.\d+)*)$")
 
 def is_stan_model(model) -> bool:
     """A ``pl.StanModel`` (the bridge) or a ``StanPosterior``."""
-    return type(model).__module__.startswith("ppl_loo.stan")
+    return isinstance(model, (StanModel, StanPosterior))
 
 
 def _parts(model):
@@ -137,8 +139,8 @@ def _vjp_callback(host_fn, out_shape_fn):
     return f
 
 
-def stan_pvi_model(model, *, simulator=None, observed=None, categories=None) -> PVIModel:
-    """A :class:`~ppl_loo.workflow.pvi_models.PVIModel` from a ``pl.StanModel`` or ``StanPosterior``."""
+def stan_pvi_model(model, *, simulator=None, observed=None, categories=None):
+    """The :class:`~ppl_loo.model.Model` of a ``pl.StanModel`` or ``StanPosterior`` with its PVI terms."""
     bridge, data, n_key, obs_keys = _parts(model)
     n = int(np.asarray(data[n_key]))
     cls = type(bridge)
@@ -227,7 +229,7 @@ def stan_pvi_model(model, *, simulator=None, observed=None, categories=None) -> 
             notes["quadratic"] = (f"the outcome {observed!r} is not declared int (continuous); the quadratic score is "
                                   "for categorical outcomes")
     if cats is not None:
-        y_index = _category_index(y, cats, f"data[{observed!r}]")
+        y_index = category_index(y, cats, f"data[{observed!r}]")
         as_int = np.all(cats == np.round(cats))
         per_cat = [[instance(_subset(data, n_key, obs_keys, [i],
                                      {observed: np.asarray([int(c) if as_int else float(c)])}),
@@ -342,8 +344,8 @@ def stan_pvi_model(model, *, simulator=None, observed=None, categories=None) -> 
         return bridge.split_constrained(vals, include_tp=True)
 
     var_name = getattr(model, "var_name", None) or (getattr(bridge, "loo_options", None) or {}).get("log_lik") or "log_lik"
-    return PVIModel(
-        kind="Stan", base=model, dim=d, n_obs=n, labels=list(bridge.unconstrained_param_names()), terms=terms,
+    return pvi_model(
+        kind="Stan", source=model, loo_adapter=model if getattr(model, "is_jax", False) else None, dim=d, n_obs=n, labels=list(bridge.unconstrained_param_names()), terms=terms,
         constrain=constrain, unconstrain=lambda post: _unconstrain(model, bridge, post),
         param_names=tuple(dims), param_dims=param_dims, coords={}, var_name=str(var_name),
         obs_dims=(f"{var_name}_dim_0",), obs_shape=(n,), y=y, categories=cats,

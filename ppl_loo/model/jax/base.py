@@ -1,4 +1,4 @@
-"""The posterior-model protocol (DESIGN.md, layer 2).
+"""``PosteriorModel``: the base class of the adapters that turn a model into a :class:`~ppl_loo.model.Model`.
 
 Everything the LOO engine needs from a model, in the unconstrained space. A model supplies
 *per-draw* JAX functions (``logp``, ``loglik``); the batched methods used by the engine
@@ -12,50 +12,13 @@ Backends that cannot be traced by JAX (Stan) override the batched methods direct
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["PosteriorModel", "GLMStructure", "ReluStructure"]
-
-
-@dataclass(frozen=True)
-class GLMStructure:
-    """A Bernoulli-logit linear predictor ``mu_i = X[i] @ theta[beta_index] + offset_i``.
-
-    ``X`` has shape ``(n, q)`` and includes the intercept column when there is one; ``beta_index``
-    must equal the model's ``adapt_index`` (the block the transformations move). ``offset`` is
-    ``None`` (zero) or a data offset of shape ``(n,)``. Declaring it
-    lets the engine use the exact closed-form Jacobian of the gradient transformations (Eq. 28)
-    and evaluate the log density along a line in ``O(S n)`` instead of ``O(S n d)``.
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    beta_index: np.ndarray
-    family: str = "bernoulli_logit"
-    offset: object = None
-
-
-@dataclass(frozen=True)
-class ReluStructure:
-    """One-hidden-layer ReLU net ``mu = W2 . relu(W1 x) + b2`` (notes, section 4).
-
-    ``X`` has shape ``(n, p)`` and already carries a constant-1 column for the first-layer bias.
-    ``w1_index`` (``hidden * p`` entries, unit-major: unit 0's ``p`` weights first), ``w2_index``
-    (``hidden``) and ``b2_index`` (1) locate the blocks in ``theta``.
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    hidden: int
-    w1_index: np.ndarray
-    w2_index: np.ndarray
-    b2_index: int
-    family: str = "bernoulli_logit"
+__all__ = ["PosteriorModel"]
 
 
 class PosteriorModel:
@@ -119,6 +82,10 @@ class PosteriorModel:
     def loo_logp(self, theta, i):
         """Unnormalized log posterior without observation ``i`` at one draw."""
         return self.logp(theta) - self.loglik_i(theta, i)
+
+    def log_prior(self, theta):
+        """Log prior density at one unconstrained draw, log-Jacobian included (``logp - sum(loglik)``)."""
+        return self.logp(theta) - jnp.sum(self.loglik(theta))
 
     def log_var_target(self, theta, i):
         """Log of the variance-descent target ``f_i`` (Eq. 19); ``None`` means ``f = 1``."""

@@ -1,4 +1,4 @@
-"""PyMC adapter: a ``pymc.Model`` as a :class:`~ppl_loo.models.base.PosteriorModel`.
+"""PyMC adapter: a ``pymc.Model`` as a :class:`~ppl_loo.model.jax.base.PosteriorModel`.
 
 The model's PyTensor graphs (joint log density with the log-Jacobians of the value transforms,
 the elementwise log-likelihood of one observed variable, and the forward / backward value
@@ -10,7 +10,7 @@ Conversions between constrained draws and ``theta`` are vectorized over draws wi
 :func:`jax.vmap` (no Python loop over draws).
 
 A Bernoulli observation whose logit is affine in the parameters is recognized in the graph
-(:mod:`ppl_loo.models.pymc_structure`) and handed to the engine as the GLM structure of the closed-form
+(:mod:`ppl_loo.model.pymc.structure`) and handed to the engine as the GLM structure of the closed-form
 models, so a logistic regression written in PyMC runs on the same fast path as
 :class:`~ppl_loo.models.LogisticRegression`.
 """
@@ -26,17 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ppl_loo.models.base import PosteriorModel
-from ppl_loo.models.jax_model import posterior_dataset
+from ppl_loo.model.jax.base import PosteriorModel
+from ppl_loo.model.jax.jax_model import posterior_dataset
+from ppl_loo.model.protocol import GLMStructure
+from ppl_loo.model.pymc.graph import jaxify
+from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
+from ppl_loo.numerics.special import softplus
 
 __all__ = ["PyMCModel"]
-
-
-def _jaxify(inputs, outputs) -> Callable:
-    """Compile a PyTensor graph to a JAX function ``f(*inputs) -> list of outputs``."""
-    from pymc.sampling.jax import get_jaxified_graph
-
-    return get_jaxified_graph(inputs=list(inputs), outputs=list(outputs))
 
 
 class PyMCModel(PosteriorModel):
@@ -59,8 +56,8 @@ class PyMCModel(PosteriorModel):
         of the value transforms is added by the adapter.
     structure : bool, default True
         Look for a Bernoulli observation whose logit is affine in a block of the unconstrained
-        parameters (:mod:`ppl_loo.models.pymc_structure`). When found (and proved), the adapter
-        declares a :class:`~ppl_loo.models.base.GLMStructure` with ``adapt_index`` = that block,
+        parameters (:mod:`ppl_loo.model.pymc.structure`). When found (and proved), the adapter
+        declares a :class:`~ppl_loo.model.GLMStructure` with ``adapt_index`` = that block,
         so the engine uses the exact closed-form Jacobians (Eq. 28) and evaluates lines through
         the linear predictor; the other parameters (for example a hierarchical scale) are held
         fixed by the transformations. ``False`` keeps the generic path (every parameter moves,
@@ -80,7 +77,7 @@ class PyMCModel(PosteriorModel):
     value_names : tuple of str
         Names of the value variables (``sigma_log__`` ...), the blocks of ``theta``.
     structure, adapt_index :
-        The detected :class:`~ppl_loo.models.base.GLMStructure` and its block, or None.
+        The detected :class:`~ppl_loo.model.GLMStructure` and its block, or None.
     structure_note : str
         What was detected, or why nothing was (for example "the logit is not affine ...").
 
@@ -186,10 +183,10 @@ class PyMCModel(PosteriorModel):
         ll_graph = model.logp(vars=[obs_rv], sum=False, jacobian=False)[0]
         jac_graph = logp_graph - model.logp(jacobian=False, sum=True)
         constrained = model.replace_rvs_by_values(self._free_rvs)
-        self._logp_fn = _jaxify(self._value_vars, [logp_graph])
-        self._ll_fn = _jaxify(self._value_vars, [ll_graph])
-        self._jac_fn = _jaxify(self._value_vars, [jac_graph])
-        self._constrain_fn = _jaxify(self._value_vars, constrained)
+        self._logp_fn = jaxify(self._value_vars, [logp_graph])
+        self._ll_fn = jaxify(self._value_vars, [ll_graph])
+        self._jac_fn = jaxify(self._value_vars, [jac_graph])
+        self._constrain_fn = jaxify(self._value_vars, constrained)
 
         # forward transforms on constrained placeholders (parents replaced by their draws)
         import pytensor.tensor as pt
@@ -206,7 +203,7 @@ class PyMCModel(PosteriorModel):
             else:
                 out = tr.forward(holders[rv], *rv.owner.inputs)
                 forwards.append(graph_replace(out, dict(holders), strict=False))
-        self._forward_fn = _jaxify([holders[rv] for rv in self._free_rvs], forwards)
+        self._forward_fn = jaxify([holders[rv] for rv in self._free_rvs], forwards)
 
         # variance-descent target of a Bernoulli observation: the complement probability
         # f_i = p^(1-y) (1-p)^y (paper S.9), i.e. the likelihood of the flipped outcome
@@ -216,7 +213,7 @@ class PyMCModel(PosteriorModel):
             from pymc.logprob.basic import logp as rv_logp
 
             flipped = model.replace_rvs_by_values([rv_logp(obs_rv, 1 - obs_value)])[0]
-            self._lt_fn = _jaxify(self._value_vars, [flipped])
+            self._lt_fn = jaxify(self._value_vars, [flipped])
 
         # observation shape and factorization check
         try:
@@ -262,8 +259,6 @@ class PyMCModel(PosteriorModel):
         self._glm = None
         self.structure_note = "structure detection off" if not structure else ""
         if structure and self.factorizes:
-            from ppl_loo.models.base import GLMStructure
-            from ppl_loo.models.pymc_structure import detect_bernoulli_glm
 
             self._glm, self.structure_note = detect_bernoulli_glm(self, model, obs_rv)
             if self._glm is not None:
@@ -351,7 +346,7 @@ class PyMCModel(PosteriorModel):
                    for rv in self._free_rvs}
         p = pt.broadcast_to(self._obs_rv.owner.inputs[-1], self.obs_shape)
         p = graph_replace(p, dict(holders), strict=False)
-        return _jaxify([holders[rv] for rv in self._free_rvs], [p])
+        return jaxify([holders[rv] for rv in self._free_rvs], [p])
 
     def predicted_probability(self, params) -> np.ndarray:
         """``p(y_i = 1 | theta)`` of a Bernoulli observed variable, shape ``(M, *obs_shape)``.
@@ -371,7 +366,6 @@ class PyMCModel(PosteriorModel):
     # ------------------------------------------------------------------ line evaluations
     @cached_property
     def _glm_cache_fn(self):
-        from ppl_loo.models.pymc_structure import prior_cache
 
         g = self._glm
 
@@ -382,7 +376,7 @@ class PyMCModel(PosteriorModel):
 
     def line_cache(self, theta):
         """For a detected Bernoulli-logit linear predictor: the logit ``(S, n)``, the prior part's
-        per-run quantities (:func:`ppl_loo.models.pymc_structure.prior_cache`) and the data; else None."""
+        per-run quantities (:func:`ppl_loo.model.pymc.structure.prior_cache`) and the data; else None."""
         if self._glm is None:
             return None
         g = self._glm
@@ -397,13 +391,11 @@ class PyMCModel(PosteriorModel):
         Along ``theta + t delta`` the logit is ``mu0 + t X delta_block`` (one ``O(S n q)`` product, or
         ``O(S n r)`` for a rank-``r`` displacement, serves every ``t``) and the log-likelihood is
         ``-softplus(-(2y - 1) mu)``; the prior part comes from the PyMC graph
-        (:func:`ppl_loo.models.pymc_structure.prior_line`). Models without that structure use the
+        (:func:`ppl_loo.model.pymc.structure.prior_line`). Models without that structure use the
         generic evaluation of the full model.
         """
         if self._glm is None:
             return super().line_eval(cache, theta, delta, ts, i)
-        from ppl_loo.models.pymc_structure import prior_line
-        from ppl_loo.numerics.special import softplus
 
         mu0, pcache, Xt, sign = cache
         b = self._bsel

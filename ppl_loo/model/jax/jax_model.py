@@ -3,7 +3,7 @@
 :class:`ParameterLayout` maps named constrained parameters to one flat unconstrained vector
 ``theta`` (the order of the ``params`` dict, each block flattened in C order) and back, vectorized
 over draws. :class:`JaxModel` combines a layout with user log-prior and log-likelihood functions
-into a :class:`~ppl_loo.models.base.PosteriorModel`. The closed-form models
+into a :class:`~ppl_loo.model.jax.base.PosteriorModel`. The closed-form models
 (:class:`~ppl_loo.models.LogisticRegression`, :class:`~ppl_loo.models.ReluNet`) reuse the layout.
 """
 
@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ppl_loo.models.base import PosteriorModel
-from ppl_loo.models.bijectors import Bijector, Identity
+from ppl_loo.model.jax.base import PosteriorModel
+from ppl_loo.model.jax.bijectors import Bijector, Identity
 
 __all__ = ["JaxModel", "ParameterLayout", "posterior_dataset"]
 
@@ -56,7 +56,7 @@ class ParameterLayout:
     ----------
     params : mapping
         ``name -> (shape, bijector or None)``; ``shape`` is the *constrained* shape of one draw
-        (``()`` for a scalar), ``None`` means :class:`~ppl_loo.models.bijectors.Identity`.
+        (``()`` for a scalar), ``None`` means :class:`~ppl_loo.model.jax.bijectors.Identity`.
         ``theta`` holds the blocks in this order, each flattened in C order.
     param_dims : mapping, optional
         ``name -> tuple of dim names`` (without ``chain``/``draw``) used when reading draws from an
@@ -83,7 +83,7 @@ class ParameterLayout:
             bij = Identity() if bij is None else bij
             if not isinstance(bij, Bijector):
                 raise ValueError(
-                    f"params[{name!r}]: {bij!r} is not a ppl_loo.models.bijectors.Bijector."
+                    f"params[{name!r}]: {bij!r} is not a ppl_loo.model.jax.bijectors.Bijector."
                 )
             ushape = bij.unconstrained_shape(shape)
             size = prod(ushape)
@@ -250,7 +250,7 @@ class JaxModel(PosteriorModel):
     ----------
     params : dict
         ``name -> (shape, bijector or None)``: the constrained shape of one draw and the
-        bijector from the unconstrained space (:mod:`ppl_loo.models.bijectors`; ``None`` is the
+        bijector from the unconstrained space (:mod:`ppl_loo.model.jax.bijectors`; ``None`` is the
         identity). ``theta`` is the concatenation of the unconstrained blocks in this order, each
         flattened in C order.
     log_prior : callable
@@ -290,7 +290,7 @@ class JaxModel(PosteriorModel):
     Examples
     --------
     >>> from ppl_loo.models import JaxModel
-    >>> from ppl_loo.models.bijectors import Exp
+    >>> from ppl_loo.model.jax.bijectors import Exp
     >>> import jax.numpy as jnp, jax.scipy.stats as st
     >>> y = jnp.array([0.3, -1.2, 0.8])
     >>> m = JaxModel({"mu": ((), None), "sigma": ((), Exp())},
@@ -377,6 +377,11 @@ class JaxModel(PosteriorModel):
     def logp(self, theta):
         values, logdet = self.layout.constrain_with_logdet(theta)
         return self._log_prior(values) + jnp.sum(self._log_lik(values)) + logdet
+
+    def log_prior(self, theta):
+        """Log prior at one unconstrained draw, log-Jacobian included (the user's ``log_prior``)."""
+        values, logdet = self.layout.constrain_with_logdet(theta)
+        return self._log_prior(values) + logdet
 
     def loglik(self, theta):
         values = self.layout.constrain(theta)

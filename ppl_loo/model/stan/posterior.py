@@ -1,4 +1,4 @@
-"""``StanPosterior``: a compiled Stan program as a :class:`~ppl_loo.models.base.PosteriorModel`.
+"""``StanPosterior``: a compiled Stan program as a :class:`~ppl_loo.model.jax.base.PosteriorModel`.
 
 Exact leave-one-out by data deletion: the same compiled program, instantiated on the data without
 observation ``i``, gives ``log p(theta | D without i)`` exactly (``propto=False``,
@@ -29,17 +29,18 @@ them; any other exception inside Stan, and any error at the posterior draws them
 from __future__ import annotations
 
 import re
+import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo import _config  # noqa: F401  (float64)
-from ppl_loo.models.base import PosteriorModel
+from ppl_loo.model.jax.base import PosteriorModel
 
-from .model import StanDataError, StanEvaluationError, StanModel
+from ppl_loo.stan.model import StanDataError, StanEvaluationError, StanModel
 
-__all__ = ["StanPosterior", "detect_n_obs"]
+__all__ = ["StanPosterior", "detect_n_obs", "loo_adapter"]
 
 _NAME_RE = re.compile(r"^([^.]+)((?:\.\d+)*)$")
 
@@ -102,7 +103,7 @@ class StanPosterior(PosteriorModel):
     """A Stan program plus data for ``pl.loo``, with exact LOO by data deletion.
 
     Users do not build it: ``pl.loo(data, model=pl.StanModel(...))`` does, through
-    :meth:`ppl_loo.StanModel.loo_model`.
+    :func:`loo_adapter`.
 
     Parameters
     ----------
@@ -455,7 +456,7 @@ class StanPosterior(PosteriorModel):
         A program whose parameters are indexed by observation (``loo_extra``) has fewer parameters
         without ``i``; its refit draws would lack the coordinates ``log p(y_i | theta)`` needs, so it
         is refit with NumPyro's NUTS on the deletion density in the full parameter space
-        (:meth:`~ppl_loo.models.base.PosteriorModel.refit_draws`, Stan's gradients).
+        (:meth:`~ppl_loo.model.jax.base.PosteriorModel.refit_draws`, Stan's gradients).
         """
         m, keep = self.deleted_model(int(i))
         if keep is not None:
@@ -464,8 +465,8 @@ class StanPosterior(PosteriorModel):
         import tempfile
         import warnings
 
-        from .cmdstan_csv import from_cmdstan
-        from .sampler import sample_cmdstan_csv
+        from ppl_loo.stan.cmdstan_csv import from_cmdstan
+        from ppl_loo.stan.sampler import sample_cmdstan_csv
 
         sm = StanModel(self.code, self.deleted_data(int(i)), seed=self._seed, sampler=True)
         seed = int(np.random.default_rng(random_seed).integers(2**31))
@@ -543,3 +544,44 @@ class StanPosterior(PosteriorModel):
     def __repr__(self) -> str:
         return (f"StanPosterior({self.bridge.model_name}, dim={self.dim}, n_obs={self.n_obs}, "
                 f"obs_keys={self.obs_keys})")
+
+
+#: one adapter per (program, log-likelihood name), kept while the user's StanModel lives
+_ADAPTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def loo_adapter(stan_model: StanModel, var_name: str | None = None, data=None) -> StanPosterior:
+    """The :class:`StanPosterior` that :func:`ppl_loo.loo` runs on for ``stan_model`` (cached per ``var_name``).
+
+    Parameters
+    ----------
+    stan_model
+        A :class:`~ppl_loo.StanModel` (its LOO options ``n_obs``, ``obs_keys``, ``log_lik``,
+        ``loo_extra`` are used).
+    var_name
+        Name of the log-likelihood variable in the user's DataTree. Default: the ``log_lik``
+        option when the DataTree's ``log_likelihood`` group has it, else that group's only
+        variable, else the ``log_lik`` option.
+    data
+        The user's DataTree (only its ``log_likelihood`` group is looked at).
+    """
+    var_name = resolve_var_name(var_name, data, stan_model.loo_options["log_lik"])
+    per_model = _ADAPTERS.setdefault(stan_model, {})
+    if var_name not in per_model:
+        per_model[var_name] = StanPosterior(stan_model, var_name=var_name)
+    return per_model[var_name]
+
+
+def resolve_var_name(var_name, data, log_lik) -> str:
+    """The DataTree name of the log-likelihood variable (see :func:`loo_adapter`)."""
+    if var_name is not None:
+        return str(var_name)
+    default = log_lik or "log_lik"
+    children = getattr(data, "children", None)
+    if children is not None and "log_likelihood" in children:
+        names = list(data["log_likelihood"].to_dataset().data_vars)
+        if default in names:
+            return default
+        if len(names) == 1:
+            return str(names[0])
+    return default

@@ -1,0 +1,11 @@
+"""The one model protocol (DESIGN.md, layer 2) and its backends.
+
+:class:`Model` is a NamedTuple of pure functions; :func:`as_model` builds it from a ``pymc.Model``
+(:mod:`ppl_loo.model.pymc`), a ``pl.StanModel`` (:mod:`ppl_loo.model.stan`) or JAX functions
+(:mod:`ppl_loo.model.jax`). Every algorithm (LOO, PVI, refits, NUTS) receives a :class:`Model`.
+"""
+
+from ppl_loo.model.dispatch import as_model
+from ppl_loo.model.protocol import GLMStructure, Layout, Model, Observations, ReluStructure
+
+__all__ = ["Model", "Layout", "Observations", "GLMStructure", "ReluStructure", "as_model"]

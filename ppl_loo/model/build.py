@@ -1,0 +1,110 @@
+"""Building a :class:`~ppl_loo.model.protocol.Model` from a backend adapter, and the small pieces
+every backend's PVI terms share."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from ppl_loo.model.protocol import Layout, Model, Observations
+
+__all__ = ["from_adapter", "pvi_model", "batch", "simulate_terms", "category_index"]
+
+
+def _layout(adapter, labels) -> Layout:
+    names = tuple(getattr(adapter, "param_names", None) or ())
+    dims = dict(getattr(adapter, "param_dims", None) or {})
+    return Layout(int(adapter.dim), names, dims, tuple(labels or ()), adapter.constrain, adapter.unconstrain)
+
+
+def from_adapter(adapter, *, kind: str, labels=()) -> Model:
+    """The :class:`Model` of a :class:`~ppl_loo.model.jax.base.PosteriorModel` adapter (the LOO fields).
+
+    The adapter's bound methods become the model's functions; its structure, adapted block and
+    metadata are copied. ``kind`` names the backend in messages (``"JAX"``, ``"PyMC"``, ``"Stan"``).
+    The model is built once per adapter and kept on it (``adapter.protocol_model``), so that the
+    functions compiled for it (``Model.cache``) serve every later call with the same adapter.
+    """
+    model = vars(adapter).get("protocol_model")
+    if model is None or model.kind != kind:
+        model = _from_adapter(adapter, kind, labels)
+        vars(adapter)["protocol_model"] = model
+    return model
+
+
+def _from_adapter(adapter, kind, labels) -> Model:
+    shape = tuple(adapter.obs_shape) if tuple(getattr(adapter, "obs_shape", ())) else (int(adapter.n_obs),)
+    obs = Observations(str(adapter.var_name), tuple(adapter.obs_dims), shape, int(adapter.n_obs),
+                       getattr(adapter, "observed", None))
+    return Model(
+        kind=kind, layout=_layout(adapter, labels), obs=obs, coords=dict(getattr(adapter, "coords", None) or {}),
+        logp=adapter.logp, loglik=adapter.loglik, loglik_i=adapter.loglik_i, loo_logp=adapter.loo_logp,
+        log_var_target=adapter.log_var_target if adapter.has_var_target else None,
+        log_density=adapter.log_density, log_density_and_grad=adapter.log_density_and_grad,
+        log_lik=adapter.log_lik, line_cache=adapter.line_cache, line_eval=adapter.line_eval,
+        refit_draws=adapter.refit_draws, structure=adapter.structure,
+        adapt_index=None if adapter.adapt_index is None else np.asarray(adapter.adapt_index),
+        factorizes=bool(adapter.factorizes), is_jax=bool(adapter.is_jax), has_var_target=bool(adapter.has_var_target),
+        notes={}, source=adapter, cache={},
+    )
+
+
+def pvi_model(*, kind, source, dim, n_obs, labels, terms, constrain, unconstrain, param_names, param_dims, coords,
+              var_name, obs_dims, obs_shape, y=None, categories=None, eval_loglik=None, eval_probs=None,
+              eval_predict=None, notes=None, loo_adapter=None) -> Model:
+    """A :class:`Model` with the PVI fields (``terms``, ``eval_*``) of a backend.
+
+    ``loo_adapter``: the backend's LOO adapter where there is one (the LOO fields come from it, so
+    that ``pl.loo`` can use the same model); models without a likelihood (``SimulatorModel``) or
+    given as a bare Stan program have none.
+    """
+    notes = dict(notes or {})
+    layout = Layout(int(dim), tuple(param_names), dict(param_dims), tuple(labels), constrain, unconstrain)
+    obs = Observations(str(var_name), tuple(obs_dims), tuple(obs_shape), int(n_obs), y,
+                       None if categories is None else np.asarray(categories), notes.get("observed"))
+    # a fresh cache: the PVI terms (simulator, probs, observed) are this call's
+    pvi = dict(kind=kind, layout=layout, obs=obs, coords=dict(coords or {}), terms=terms, eval_loglik=eval_loglik,
+               eval_probs=eval_probs, eval_predict=eval_predict, notes=notes, source=source, cache={})
+    if loo_adapter is not None:
+        return from_adapter(loo_adapter, kind=kind, labels=labels)._replace(**pvi)
+    return Model(**pvi, logp=None if terms.logp is None else _first(terms.logp))
+
+
+def _first(batched):
+    """A per-draw function from a batched one (used only for ``Model.logp`` of PVI-only models)."""
+
+    def one(theta):
+        return batched(theta[None, :])[0]
+
+    return one
+
+
+def batch(fn):
+    """``f(theta (d,)) -> x`` to ``(M, d) -> (M, ...)``."""
+    return jax.vmap(fn)
+
+
+def simulate_terms(sim_one, vector):
+    """``(theta (M, d), key) -> (M, n[, k])`` from a per-draw simulator ``sim_one(theta, key)``."""
+
+    def simulate(theta, key):
+        keys = jax.random.split(key, theta.shape[0])
+        out = jax.vmap(sim_one)(theta, keys)
+        return out.reshape((theta.shape[0], -1, out.shape[-1]) if vector else (theta.shape[0], -1))
+
+    return simulate
+
+
+def category_index(y, categories, what):
+    """Index of every observed value in the sorted ``categories``; raises on a value outside them."""
+    cats = np.asarray(categories)
+    y = np.asarray(y).reshape(-1)
+    idx = np.searchsorted(cats, y)
+    idx = np.clip(idx, 0, len(cats) - 1)
+    bad = cats[idx] != y
+    if bad.any():
+        raise ValueError(
+            f"{what}: {int(bad.sum())} observation(s) take values outside the categories {cats.tolist()} "
+            f"(for example {y[bad][:3].tolist()}); pass categories= with every possible outcome."
+        )
+    return idx

@@ -1,0 +1,1 @@
+"""The jax backend of the model protocol."""

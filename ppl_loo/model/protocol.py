@@ -1,0 +1,174 @@
+"""The one model protocol (DESIGN.md, layer 2): :class:`Model`, a NamedTuple of pure functions.
+
+Every algorithm of the package (the adaptive LOO search, PVI, the refits, NUTS) receives a
+:class:`Model` and never the user's model object, as BlackJAX algorithms receive functions. A
+backend adapter (``ppl_loo.model.jax``, ``ppl_loo.model.pymc``, ``ppl_loo.model.stan``) builds it once
+with :func:`ppl_loo.model.as_model`.
+
+Functions work in the unconstrained space, ``theta`` of shape ``(d,)`` for the per-draw ones and
+``(S, d)`` for the batched ones; the log densities include the log-Jacobian of the constraining
+transforms. A field a backend cannot provide is ``None`` and ``notes`` says why and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["Model", "Layout", "Observations", "GLMStructure", "ReluStructure"]
+
+
+@dataclass(frozen=True)
+class GLMStructure:
+    """A Bernoulli-logit linear predictor ``mu_i = X[i] @ theta[beta_index] + offset_i``.
+
+    ``X`` has shape ``(n, q)`` and includes the intercept column when there is one; ``beta_index``
+    must equal the model's ``adapt_index`` (the block the transformations move). ``offset`` is
+    ``None`` (zero) or a data offset of shape ``(n,)``. Declaring it
+    lets the engine use the exact closed-form Jacobian of the gradient transformations (Eq. 28)
+    and evaluate the log density along a line in ``O(S n)`` instead of ``O(S n d)``.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    beta_index: np.ndarray
+    family: str = "bernoulli_logit"
+    offset: object = None
+
+
+@dataclass(frozen=True)
+class ReluStructure:
+    """One-hidden-layer ReLU net ``mu = W2 . relu(W1 x) + b2`` (notes, section 4).
+
+    ``X`` has shape ``(n, p)`` and already carries a constant-1 column for the first-layer bias.
+    ``w1_index`` (``hidden * p`` entries, unit-major: unit 0's ``p`` weights first), ``w2_index``
+    (``hidden``) and ``b2_index`` (1) locate the blocks in ``theta``.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    hidden: int
+    w1_index: np.ndarray
+    w2_index: np.ndarray
+    b2_index: int
+    family: str = "bernoulli_logit"
+
+
+class Layout(NamedTuple):
+    """The parameters: unconstrained dimension, names and dims of the constrained variables, one
+    label per unconstrained coordinate, and the maps between the two spaces.
+
+    ``constrain(theta (S, d)) -> {name: (S, *shape)}``; ``unconstrain(posterior) -> (S, d)`` reads a
+    posterior Dataset / DataTree / dict of ``(chain, draw, ...)`` arrays.
+    """
+
+    dim: int
+    names: tuple
+    dims: Mapping
+    labels: tuple
+    constrain: Callable
+    unconstrain: Callable
+
+
+class Observations(NamedTuple):
+    """The scored variable: its name, dims, shape and size ``n`` (of the pointwise log-likelihood), the
+    observed values (``shape`` or ``shape + (k,)`` for vector outcomes, ``None`` if unknown) and,
+    for discrete outcomes scored by the quadratic score, the possible categories."""
+
+    var_name: str
+    dims: tuple
+    shape: tuple
+    n: int
+    observed: Any = None
+    categories: Any = None
+    observed_name: str | None = None  # the observed_data entry when it differs from var_name (Stan)
+
+
+class Model(NamedTuple):
+    """Everything an algorithm needs from a model (DESIGN.md, layer 2).
+
+    Per draw (JAX, ``theta`` of shape ``(d,)``; Stan enters through ``jax.pure_callback``):
+
+    - ``logp(theta)``: unnormalized log posterior; ``loglik(theta) -> (n,)``; ``loglik_i(theta, i)``;
+    - ``loo_logp(theta, i)``: exact log posterior without observation ``i`` (data deletion where the
+      likelihood does not factorize, ``factorizes = False``);
+    - ``log_var_target(theta, i)``: log of the variance-descent target ``f_i`` (Eq. 19), used when
+      ``has_var_target``.
+
+    Batched (``theta`` of shape ``(S, d)``): ``log_density``, ``log_density_and_grad``,
+    ``log_lik(theta, obs=None) -> (S, n)``, and the line evaluation of the adaptive search,
+    ``line_cache(theta)`` and ``line_eval(cache, theta, delta, ts, i)`` (two ``(T, S)`` arrays).
+
+    For PVI, ``terms`` (:class:`ppl_loo.numerics.pvi.Terms`: the differentiable per-observation
+    training functions, prior and simulator included) and the evaluation functions
+    ``eval_loglik``, ``eval_probs``, ``eval_predict``; they are built when asked for
+    (``as_model(..., pvi=True)``).
+
+    ``structure`` (:class:`GLMStructure`, :class:`ReluStructure` or None) and ``adapt_index`` (the
+    block of ``theta`` the transformations move, None for all) let the engine use closed forms;
+    ``refit_draws`` is the backend's own sampler without one observation (exact LOO by refitting).
+    ``source`` is the adapter the functions come from (for messages and host errors); ``cache``
+    holds compiled functions of this model (never stored on the user's objects).
+    """
+
+    kind: str
+    layout: Layout
+    obs: Observations
+    coords: Mapping
+    logp: Callable | None = None
+    loglik: Callable | None = None
+    loglik_i: Callable | None = None
+    loo_logp: Callable | None = None
+    log_var_target: Callable | None = None
+    log_density: Callable | None = None
+    log_density_and_grad: Callable | None = None
+    log_lik: Callable | None = None
+    line_cache: Callable | None = None
+    line_eval: Callable | None = None
+    refit_draws: Callable | None = None
+    terms: Any = None
+    eval_loglik: Callable | None = None
+    eval_probs: Callable | None = None
+    eval_predict: Callable | None = None
+    structure: Any = None
+    adapt_index: Any = None
+    factorizes: bool = True
+    is_jax: bool = True
+    has_var_target: bool = False
+    notes: Mapping = {}
+    source: Any = None
+    cache: Any = None
+
+    # read-only shortcuts
+    @property
+    def dim(self) -> int:
+        return self.layout.dim
+
+    @property
+    def n_obs(self) -> int:
+        return self.obs.n
+
+    @property
+    def var_name(self) -> str:
+        return self.obs.var_name
+
+    @property
+    def obs_dims(self) -> tuple:
+        return self.obs.dims
+
+    @property
+    def obs_shape(self) -> tuple:
+        return self.obs.shape
+
+    def constrain(self, theta):
+        return self.layout.constrain(theta)
+
+    def unconstrain(self, posterior):
+        return self.layout.unconstrain(posterior)
+
+    def missing(self, what: str, fix: str) -> ValueError:
+        """The error for a field this backend cannot give."""
+        return ValueError(f"{what} is not available for this {self.kind} model. {fix}")

@@ -1,0 +1,1 @@
+"""The pymc backend of the model protocol."""

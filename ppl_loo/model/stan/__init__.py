@@ -1,0 +1,1 @@
+"""The stan backend of the model protocol."""
