@@ -9,7 +9,8 @@ from ppl_loo import _config  # noqa: F401  (enables float64 in JAX before anythi
 
 from ppl_loo import models
 from ppl_loo.models.jax_model import JaxModel
-from ppl_loo.stan import StanModel, from_cmdstan
+from ppl_loo.io import from_cmdstan
+from ppl_loo.stan import StanModel
 from ppl_loo.workflow.add_loo import add_loo
 from ppl_loo.workflow.expectation import loo_expectation
 from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo

@@ -1,4 +1,4 @@
-"""Tests of the CmdStan CSV reader (ppl_loo.stan.cmdstan_csv) on real CmdStan 2.18 output."""
+"""Tests of the CmdStan CSV reader (ppl_loo.io.cmdstan) on real CmdStan 2.18 output."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppl_loo.stan.cmdstan_csv import from_cmdstan, read_cmdstan_csv, read_rdump
+from ppl_loo.io import from_cmdstan, read_cmdstan_csv, read_rdump
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path("/work/shared/data/cmdstan-eight-schools")

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo import _config  # noqa: F401  (float64)
+from ppl_loo.io import from_cmdstan
 from ppl_loo.models.base import PosteriorModel
 
 from .model import StanDataError, StanEvaluationError, StanModel
@@ -464,7 +465,6 @@ class StanPosterior(PosteriorModel):
         import tempfile
         import warnings
 
-        from .cmdstan_csv import from_cmdstan
         from .sampler import sample_cmdstan_csv
 
         sm = StanModel(self.code, self.deleted_data(int(i)), seed=self._seed, sampler=True)
