@@ -35,7 +35,7 @@ import cmdstanpy
 import numpy as np
 import xarray as xr
 from arviz_base import from_cmdstanpy
-from cmdstanpy.utils import stancsv
+from cmdstanpy.utils import disable_logging, stancsv
 
 from .groups import assemble, requested_names, split_warmup
 from .pystan import from_pystan_fit, is_pystan_fit
@@ -132,8 +132,8 @@ def read_cmdstan_csv(path) -> CmdStanCSV:
     if header is None:
         raise ValueError(f"{path}: no header row; is this a CmdStan CSV file?")
     columns = [h.strip() for h in header.split(",")]
-    draws = stancsv.csv_bytes_list_to_numpy(lines) if lines else np.empty((0, len(columns)))
-    if draws.shape[0] == 0:
+    draws = stancsv.csv_bytes_list_to_numpy(lines)
+    if draws.shape[0] == 0:  # (0, 0) from cmdstanpy
         draws = np.empty((0, len(columns)))
     if draws.shape[1] != len(columns):
         raise ValueError(f"{path}: {draws.shape[1]} values per row but {len(columns)} columns in the header")
@@ -297,4 +297,6 @@ def from_cmdstan(
         return from_pystan_fit(csv_files, **kw)
     paths = expand_paths(csv_files)
     check_same_headers(paths)
-    return from_cmdstanpy_fit(cmdstanpy.from_csv(paths, method="sample"), **kw)
+    with disable_logging():  # its divergence warning points at diagnose(), which needs CmdStan
+        fit = cmdstanpy.from_csv(paths, method="sample")
+    return from_cmdstanpy_fit(fit, **kw)
