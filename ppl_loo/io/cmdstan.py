@@ -40,7 +40,8 @@ from cmdstanpy.utils import disable_logging, stancsv
 from .groups import assemble, requested_names, split_warmup
 from .pystan import from_pystan_fit, is_pystan_fit
 
-__all__ = ["CmdStanCSV", "expand_paths", "from_cmdstan", "read_cmdstan_csv", "read_cmdstan_header"]
+__all__ = ["CmdStanCSV", "check_same_headers", "config_tree", "expand_paths", "from_cmdstan", "from_cmdstanpy_fit",
+           "read_cmdstan_csv", "read_cmdstan_header"]
 
 
 # ---------------------------------------------------------------------------------------- one file
