@@ -102,7 +102,7 @@ def pystan_gradient_seconds(path, data):
     """Stan's "Gradient evaluation took X seconds" from a short PyStan run (4 chains)."""
     import stan
 
-    from ppl_loo.stan.pystan_fit import pystan_messages as _pystan_messages
+    from ppl_loo.io.pystan import pystan_messages as _pystan_messages
 
     payload = {k: np.asarray(v).tolist() for k, v in data.items()}
     posterior = stan.build(Path(path).read_text(), data=payload, random_seed=1)

@@ -8,10 +8,11 @@
 from ppl_loo import _config  # noqa: F401  (enables float64 in JAX before anything is traced)
 
 from ppl_loo import models
+from ppl_loo.io import from_cmdstan
 from ppl_loo.model import Model, as_model
 from ppl_loo.model.jax.jax_model import JaxModel
 from ppl_loo.model.jax.pvi import SimulatorModel
-from ppl_loo.stan import StanModel, from_cmdstan
+from ppl_loo.stan import StanModel
 from ppl_loo.workflow.add_loo import add_loo
 from ppl_loo.workflow.expectation import loo_expectation
 from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo

@@ -1,4 +1,4 @@
-"""Tests of the CmdStan CSV reader (ppl_loo.stan.cmdstan_csv) on real CmdStan 2.18 output."""
+"""Tests of the CmdStan CSV reader (ppl_loo.io.cmdstan) on real CmdStan 2.18 output."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ppl_loo.io import from_cmdstan, read_cmdstan_csv, read_rdump
 from ppl_loo.model.stan.posterior import loo_adapter
-from ppl_loo.stan.cmdstan_csv import from_cmdstan, read_cmdstan_csv, read_rdump
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path("/work/shared/data/cmdstan-eight-schools")
@@ -113,6 +113,30 @@ def test_read_rdump(tmp_path):
     np.testing.assert_array_equal(d["m"], [[1, 3, 5], [2, 4, 6]])  # R is column-major
     assert np.isnan(d["z"][1]) and d["z"][2] == np.inf
     assert d["e"].shape == (0,)
+
+
+
+def test_read_rdump_forms_of_r_dump(tmp_path):
+    """What R's ``dump()`` writes and cmdstanpy's value parser alone does not read: integer arrays
+    as ranges (``structure(1:6, .Dim = 2:3)``), ``NA`` among integers, comments; integers stay integers."""
+    p = tmp_path / "r.data.R"
+    p.write_text('# written by dump()\nm <-\nstructure(1:6, .Dim = 2:3)\nv <- c(1:2, NA) # a comment\n'
+                 "w <- c(2L, 5L)\ns <- -Inf\n")
+    d = read_rdump(p)
+    np.testing.assert_array_equal(d["m"], [[1, 3, 5], [2, 4, 6]])
+    assert d["m"].dtype.kind == "i" and d["w"].dtype.kind == "i"
+    np.testing.assert_array_equal(d["v"][:2], [1, 2])
+    assert np.isnan(d["v"][2]) and d["s"] == -np.inf
+
+
+def test_names_renamed_and_missing(dt):
+    """``{new: stan}`` renames a variable and its dims in both groups; a missing name raises KeyError."""
+    d = from_cmdstan(CSV_FILES, log_likelihood={"y": "log_lik"}, posterior_predictive={"y": "y_hat"})
+    assert d["log_likelihood"]["y"].dims == d["posterior_predictive"]["y"].dims == ("chain", "draw", "y_dim_0")
+    np.testing.assert_array_equal(d["posterior_predictive"]["y"].values, dt["posterior_predictive"]["y_hat"].values)
+    assert set(d["posterior"].data_vars) == {"mu", "tau", "theta_tilde", "theta"}
+    with pytest.raises(KeyError, match="'nope' is not a variable of the CmdStan output"):
+        from_cmdstan(CSV_FILES, posterior_predictive="nope")
 
 
 RELU = ROOT / "stan_models" / "relu_net.stan"

@@ -11,13 +11,12 @@
   of unconstrained draws (one C++ call per batch, optionally threaded). Passed to
   :func:`ppl_loo.loo`, it becomes a :class:`ppl_loo.model.stan.posterior.StanPosterior`
   (:func:`ppl_loo.model.stan.posterior.loo_adapter`): exact LOO by data deletion through ``jax.pure_callback``.
-* :func:`from_cmdstan` (:mod:`.cmdstan_csv`, :mod:`.pystan_fit`): CmdStan CSV files, a cmdstanpy
-  ``CmdStanMCMC`` or a PyStan 3 fit to a DataTree; :func:`read_rdump` for ``.data.R`` files.
+* Readers of CmdStan / PyStan output and of ``.data.R`` files live in :mod:`ppl_loo.io`
+  (:func:`ppl_loo.from_cmdstan`, :func:`ppl_loo.io.read_rdump`).
 * :mod:`.programs`: data of the ``stan_models/`` programs (:func:`horseshoe_data`,
   :func:`relu_data`); :mod:`.sampler`: Stan's NUTS in-process, writing CmdStan-format CSV.
 """
 
-from .cmdstan_csv import from_cmdstan, read_cmdstan_csv, read_rdump
 from .compile import StanCompileError, build_library, cache_dir
 from .model import (
     StanDataError,
@@ -39,9 +38,6 @@ __all__ = [
     "cache_dir",
     "data_to_json",
     "default_threads",
-    "from_cmdstan",
     "horseshoe_data",
-    "read_cmdstan_csv",
-    "read_rdump",
     "relu_data",
 ]

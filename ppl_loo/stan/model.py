@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ppl_loo.io import read_rdump
+
 from .compile import BuildResult, StanCompileError, build_library
 
 __all__ = ["StanCompileError", "StanDataError", "StanEvaluationError", "StanModel", "as_data_dict", "default_threads"]
@@ -130,8 +132,6 @@ def as_data_dict(data) -> dict:
             if not p.exists():
                 raise FileNotFoundError(f"data file {text!r} does not exist")
             if p.suffix.lower() == ".r":
-                from .cmdstan_csv import read_rdump
-
                 return read_rdump(p)
             text = p.read_text()
         try:

@@ -36,9 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo import _config  # noqa: F401  (float64)
+from ppl_loo.io import from_cmdstan
 from ppl_loo.model.jax.base import PosteriorModel
 
 from ppl_loo.stan.model import StanDataError, StanEvaluationError, StanModel
+from ppl_loo.stan.sampler import sample_cmdstan_csv
 
 __all__ = ["StanPosterior", "detect_n_obs", "loo_adapter"]
 
@@ -465,8 +467,6 @@ class StanPosterior(PosteriorModel):
         import tempfile
         import warnings
 
-        from ppl_loo.stan.cmdstan_csv import from_cmdstan
-        from ppl_loo.stan.sampler import sample_cmdstan_csv
 
         sm = StanModel(self.code, self.deleted_data(int(i)), seed=self._seed, sampler=True)
         seed = int(np.random.default_rng(random_seed).integers(2**31))
