@@ -18,10 +18,11 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import xarray as xr
 
 from ppl_loo.numerics import pvi as npvi
-from ppl_loo.numerics.optim import Optimizer, get_optimizer, step_decay
+from ppl_loo.numerics.optim import get_optimizer, step_decay
 from ppl_loo.numerics.variational import Family, flatten_params, get_family
 from ppl_loo.workflow.pvi_eval import training_scores
 from ppl_loo.workflow.pvi_models import as_pvi_model
@@ -130,7 +131,7 @@ def _runner(pm, family_spec, family_options, settings, optimizer, learning_rate,
     cache = pm.__dict__.setdefault("_pvi_runners", {})
     if key not in cache:
         family = get_family(family_spec, **(family_options or {}))
-        if isinstance(optimizer, Optimizer):
+        if isinstance(optimizer, optax.GradientTransformation):
             opt = optimizer
         else:
             lr = DEFAULT_LEARNING_RATE.get(optimizer, 1e-3) if learning_rate is None else learning_rate
@@ -257,12 +258,14 @@ def pvi(
         ``M`` draws from ``q`` per step (CRPS: ``M / 2`` independent pairs; must be even).
     steps : int
         Optimizer steps.
-    optimizer : {"adam", "rmsprop", "sgd"} or Optimizer
-        ``"rmsprop"`` is the paper's (App. D).
+    optimizer : {"adam", "rmsprop", "sgd"} or optax.GradientTransformation
+        ``"rmsprop"`` is the paper's (App. D). The names are optax's optimizers
+        (:func:`ppl_loo.numerics.optim.get_optimizer`); a transformation is used as is (it
+        minimizes ``-J``) and ``learning_rate`` is then ignored.
     learning_rate : float or callable, optional
         Default 1e-2 for Adam, 1e-3 otherwise. A number is used for the first half of the steps and
         multiplied by 0.1 for the second half (the paper's schedule); a callable ``step -> rate``
-        is used as is.
+        (an optax schedule) is used as is.
     random_seed : int, numpy.random.Generator or JAX key
         Required.
     estimator : {"reparam", "rejection"}
