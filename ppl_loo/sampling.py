@@ -98,21 +98,10 @@ def _dataset(arrays: Mapping, dims: Mapping, coords: Mapping, sample_dims=("chai
     return ds.assign_coords(cvals)
 
 
-def sample_nuts(
-    model,
-    *,
-    num_chains: int = 2,
-    num_warmup: int = 500,
-    num_samples: int = 500,
-    random_seed,
-    target_accept: float = 0.8,
-    max_tree_depth: int = 10,
-    init=None,
-    progress_bar: bool = False,
-    numpyro_model: Callable | None = None,
-    chain_method: str = "sequential",
-    dense_mass: bool = False,
-) -> xr.DataTree:
+def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_samples: int = 500, random_seed,
+                target_accept: float = 0.8, max_tree_depth: int = 10, init=None, progress_bar: bool = False,
+                numpyro_model: Callable | None = None, chain_method: str = "sequential",
+                dense_mass: bool = False) -> xr.DataTree:
     """Sample a model's posterior with NumPyro's NUTS.
 
     Parameters
@@ -151,71 +140,73 @@ def sample_nuts(
         ``acceptance_rate``, ``step_size``, ``lp`` = log density of the sampler's
         parameterization). ``posterior.attrs["sampling_time"]`` is the wall time in seconds.
     """
-    from numpyro.infer import MCMC, NUTS
-
     num_chains, num_warmup, num_samples = int(num_chains), int(num_warmup), int(num_samples)
     if num_chains < 1 or num_samples < 1 or num_warmup < 0:
         raise ValueError("num_chains and num_samples must be >= 1 and num_warmup >= 0.")
-    key = _prng_key(random_seed)
-    key_init, key_run = jax.random.split(key)
+    key_init, key_run = jax.random.split(_prng_key(random_seed))
     names, param_dims = _param_names_and_dims(model)
-
-    if numpyro_model is None:
-        init_params = _initial_params(model, init, num_chains, key_init)
-        kernel = NUTS(
-            potential_fn=lambda theta: -model.logp(theta),
-            target_accept_prob=target_accept,
-            max_tree_depth=max_tree_depth,
-            dense_mass=dense_mass,
-        )
-        run_kwargs = {"init_params": init_params}
-    else:
-        kwargs = {} if init is None else {"init_strategy": init}
-        kernel = NUTS(
-            numpyro_model,
-            target_accept_prob=target_accept,
-            max_tree_depth=max_tree_depth,
-            dense_mass=dense_mass,
-            **kwargs,
-        )
-        run_kwargs = {}
-
-    mcmc = MCMC(
-        kernel,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        chain_method=chain_method,
-        progress_bar=progress_bar,
-    )
+    kernel, run_kwargs = _nuts_kernel(model, numpyro_model, init, num_chains, key_init, target_accept,
+                                      max_tree_depth, dense_mass)
+    mcmc = _mcmc(kernel, num_chains, num_warmup, num_samples, chain_method, progress_bar)
     t0 = time.perf_counter()
     mcmc.run(key_run, extra_fields=_EXTRA_FIELDS, **run_kwargs)
     samples = mcmc.get_samples(group_by_chain=True)
     jax.block_until_ready(samples)
     sampling_time = time.perf_counter() - t0
-    extra = mcmc.get_extra_fields(group_by_chain=True)
+    posterior, theta = _posterior_and_theta(model, names, samples, numpyro_model, num_chains, num_samples)
+    attrs = _attrs(sampling_time, num_warmup, target_accept, max_tree_depth, numpyro_model)
+    stats = _sample_stats(mcmc.get_extra_fields(group_by_chain=True))
+    return _datatree(model, posterior, param_dims, theta, stats, attrs)
 
-    C, D = num_chains, num_samples
+
+def _nuts_kernel(model, numpyro_model, init, num_chains, key_init, target_accept, max_tree_depth, dense_mass):
+    """NumPyro's NUTS on ``-model.logp`` (``potential_fn``, unconstrained space) with initial points,
+    or on ``numpyro_model`` with ``init`` as its init strategy; returns ``(kernel, run kwargs)``."""
+    from numpyro.infer import NUTS
+
+    options = {"target_accept_prob": target_accept, "max_tree_depth": max_tree_depth, "dense_mass": dense_mass}
+    if numpyro_model is None:
+        init_params = _initial_params(model, init, num_chains, key_init)
+        kernel = NUTS(potential_fn=lambda theta: -model.logp(theta), **options)
+        return kernel, {"init_params": init_params}
+    if init is not None:
+        options["init_strategy"] = init
+    return NUTS(numpyro_model, **options), {}
+
+
+def _mcmc(kernel, num_chains, num_warmup, num_samples, chain_method, progress_bar):
+    from numpyro.infer import MCMC
+
+    return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method=chain_method, progress_bar=progress_bar)
+
+
+def _posterior_and_theta(model, names, samples, numpyro_model, C, D):
+    """The named constrained draws ``(C, D, ...)`` and the unconstrained draws ``(C * D, dim)``.
+
+    Without ``numpyro_model`` NUTS ran on ``theta`` and ``model.constrain`` names the draws; with
+    it, the model's variables are read from the NumPyro sites and mapped back with
+    ``model.unconstrain``.
+    """
     if numpyro_model is None:
         theta = np.asarray(samples).reshape(C * D, model.dim)
         constrained = model.constrain(theta)
-        posterior = {
-            n: np.asarray(constrained[n]).reshape((C, D) + constrained[n].shape[1:]) for n in names
-        }
-    else:
-        missing = [n for n in names if n not in samples]
-        if missing:
-            raise ValueError(
-                f"numpyro_model has no sample or deterministic site named {missing}; it must "
-                f"produce the model's constrained variables {list(names)}."
-            )
-        posterior = {n: np.asarray(samples[n]) for n in names}
-        theta = model.unconstrain(posterior)
+        posterior = {n: np.asarray(constrained[n]).reshape((C, D) + constrained[n].shape[1:]) for n in names}
+        return posterior, theta
+    missing = [n for n in names if n not in samples]
+    if missing:
+        raise ValueError(
+            f"numpyro_model has no sample or deterministic site named {missing}; it must "
+            f"produce the model's constrained variables {list(names)}."
+        )
+    posterior = {n: np.asarray(samples[n]) for n in names}
+    return posterior, model.unconstrain(posterior)
 
-    loglik = np.asarray(model.log_lik(theta)).reshape((C, D) + tuple(model.obs_shape))
-    coords = dict(getattr(model, "coords", None) or {})
-    obs_dims = tuple(model.obs_dims)
-    attrs = {
+
+def _attrs(sampling_time, num_warmup, target_accept, max_tree_depth, numpyro_model) -> dict:
+    import numpyro
+
+    return {
         "created_at": datetime.now(UTC).isoformat(),
         "inference_library": "numpyro",
         "creation_library": "ppl_loo",
@@ -224,23 +215,12 @@ def sample_nuts(
         "target_accept": float(target_accept),
         "max_tree_depth": int(max_tree_depth),
         "parameterization": "model.logp" if numpyro_model is None else "numpyro_model",
+        "inference_library_version": numpyro.__version__,
     }
-    try:
-        import numpyro
 
-        attrs["inference_library_version"] = numpyro.__version__
-    except Exception:  # pragma: no cover
-        pass
 
-    groups = {
-        "posterior": _dataset(posterior, param_dims, coords),
-        "log_likelihood": _dataset({model.var_name: loglik}, {model.var_name: obs_dims}, coords),
-    }
-    observed = getattr(model, "observed", None)
-    if observed is not None:
-        groups["observed_data"] = _dataset(
-            {model.var_name: np.asarray(observed)}, {model.var_name: obs_dims}, coords, ()
-        )
+def _sample_stats(extra) -> dict:
+    """Stan-named sampler statistics from NumPyro's extra fields (``lp`` = minus the potential)."""
     num_steps = np.asarray(extra["num_steps"]).astype(np.int64)
     # a tree of depth j has at most 2^j - 1 leapfrog steps (Stan's treedepth__)
     depth = np.floor(np.log2(np.maximum(num_steps, 1))) + 1
@@ -254,6 +234,29 @@ def sample_nuts(
     }
     if "adapt_state.step_size" in extra:
         stats["step_size"] = np.asarray(extra["adapt_state.step_size"])
+    return stats
+
+
+def _datatree(model, posterior, param_dims, theta, stats, attrs) -> xr.DataTree:
+    """``posterior``, ``log_likelihood`` (``model.log_lik`` at ``theta``), ``observed_data`` and
+    ``sample_stats``, each with ``attrs``.
+
+    Assembled here rather than by ``arviz_base.from_numpyro``: in the default parameterization NUTS
+    samples a bare ``potential_fn`` (no NumPyro model to trace), the posterior comes from
+    ``model.constrain`` and the pointwise log-likelihood from ``model.log_lik`` under the model's
+    ``var_name`` and observation dims, none of which ``from_numpyro`` can see.
+    """
+    C, D = next(iter(posterior.values())).shape[:2]
+    loglik = np.asarray(model.log_lik(theta)).reshape((C, D) + tuple(model.obs_shape))
+    coords = dict(getattr(model, "coords", None) or {})
+    obs_dims = {model.var_name: tuple(model.obs_dims)}
+    groups = {
+        "posterior": _dataset(posterior, param_dims, coords),
+        "log_likelihood": _dataset({model.var_name: loglik}, obs_dims, coords),
+    }
+    observed = getattr(model, "observed", None)
+    if observed is not None:
+        groups["observed_data"] = _dataset({model.var_name: np.asarray(observed)}, obs_dims, coords, ())
     groups["sample_stats"] = _dataset(stats, {}, {})
     for ds in groups.values():
         ds.attrs.update(attrs)

@@ -13,13 +13,15 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.stats as jst
 import numpy as np
+import optax
 import pytest
 import xarray as xr
 from scipy import stats
 
 import ppl_loo as pl
-from ppl_loo.model.jax.bijectors import Exp
 from ppl_loo.model import as_model
+from ppl_loo.model.jax.bijectors import Exp
+from ppl_loo.numerics.optim import step_decay
 
 Y5 = np.array([-3.0, -1.0, 0.0, 1.0, 3.0])
 TAU = 10.0
@@ -66,6 +68,19 @@ def test_t2_fixed_data_optimum(toy, score, reg, lam, s_expected):
     assert abs(float(g["loc"][0])) < 0.02
     tol = 0.006 if score == "log" else 0.012  # log: O(1/M) bias of estimator (a); CRPS: SGD noise
     assert float(g["sd"][0]) == pytest.approx(s_expected, abs=tol)
+
+
+def test_optax_transformation_as_optimizer(toy):
+    """``optimizer=`` takes an optax transformation: Adam with the default schedule is the default fit."""
+    kw = dict(steps=400, draws_per_step=100, num_draws=50)
+    ref = _fit(toy, **kw)["pvi"]
+    tree = _fit(toy, optimizer=optax.adam(step_decay(1e-2, 200)), **kw)
+    g = tree["pvi"]
+    np.testing.assert_allclose(g["objective"].values, ref["objective"].values, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g["sd"].values, ref["sd"].values, rtol=1e-12)
+    assert g.attrs["optimizer"] == "custom"
+    clipped = _fit(toy, optimizer=optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(1e-2)), **kw)["pvi"]
+    assert np.all(np.isfinite(clipped["objective"].values))
 
 
 def test_t1_population_optimum_log_and_crps():

@@ -14,7 +14,8 @@ Jacobian, the prior and the log joint carry the log-Jacobian of the constraining
 
 The model enters as :class:`Terms`, pure functions of a batch of unconstrained draws; the
 variational family as a :class:`~ppl_loo.numerics.variational.Family`; the optimizer as an
-:class:`~ppl_loo.numerics.optim.Optimizer`. In the BlackJAX style, :func:`init` makes a
+``optax.GradientTransformation`` (:func:`ppl_loo.numerics.optim.get_optimizer` builds one from a
+name). In the BlackJAX style, :func:`init` makes a
 :class:`PVIState`, :func:`build_step` a pure ``step(state, key, hyper) -> (state, info)`` and
 :func:`build_runner` a jit-compiled scan over many steps. ``hyper`` (:class:`Hyper`) holds the
 values that may change between runs without recompiling (``lam``, the learning-rate scale and
@@ -29,6 +30,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from ppl_loo.numerics.scores import (
     crps_pairs,
@@ -148,7 +150,7 @@ class PVIInfo(NamedTuple):
 
 
 def init(params, optimizer) -> PVIState:
-    """Initial state from a family's parameters."""
+    """Initial state from a family's parameters and an ``optax.GradientTransformation``."""
     return PVIState(params, optimizer.init(params), jnp.asarray(0, dtype=jnp.int32), params,
                     jnp.asarray(0, dtype=jnp.int32))
 
@@ -287,11 +289,27 @@ def _rejection_value_and_grad(family, terms, settings):
     return value_and_grad
 
 
+def _where(cond, new, old):
+    """``new`` where ``cond`` else ``old``, leaf by leaf (a pytree such as an optax state)."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(cond, a, b), new, old)
+
+
+def _average(state: PVIState, params, take):
+    """Running (Polyak-Ruppert) average of the iterates: ``avg += (params - avg) / n_avg`` when
+    ``take``; the average is the iterate itself until the first one is taken."""
+    n_avg = state.n_avg + take.astype(state.n_avg.dtype)
+    avg = jax.tree_util.tree_map(
+        lambda a, p: jnp.where(take, a + (p - a) / jnp.maximum(n_avg, 1), a), state.avg, params)
+    return _where(n_avg > 0, avg, params), n_avg
+
+
 def build_step(family, terms: Terms, settings: Settings, optimizer) -> Callable:
     """Pure ``step(state, key, hyper) -> (state, PVIInfo)``: one stochastic-gradient ascent step.
 
-    A step whose objective or gradient is not finite leaves the parameters and the optimizer
-    state unchanged (``info.finite`` is ``False``).
+    ``optimizer`` is an ``optax.GradientTransformation``; it is given the gradient of ``-J`` and
+    its updates are multiplied by ``hyper.lr_scale``. A step whose objective or gradient is not
+    finite leaves the parameters and the optimizer state (its step count included) unchanged
+    (``info.finite`` is ``False``).
     """
     check_settings(settings, terms)
     if settings.estimator == "rejection":
@@ -308,17 +326,14 @@ def build_step(family, terms: Terms, settings: Settings, optimizer) -> Callable:
         value, grad, (score, reg, dropped, viol) = vg(state.params, key, hyper)
         finite = jnp.isfinite(value) & jnp.all(
             jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grad)]))
-        safe_grad = jax.tree_util.tree_map(lambda g: jnp.where(finite, g, 0.0), grad)
-        updates, opt_state = optimizer.update(safe_grad, state.opt_state, state.step, hyper.lr_scale)
-        params = jax.tree_util.tree_map(lambda p, u: jnp.where(finite, p + u, p), state.params, updates)
-        opt_state = jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old), opt_state,
-                                           state.opt_state)
+        # optax minimizes: it gets the gradient of -J (zero at a non-finite step)
+        loss_grad = jax.tree_util.tree_map(lambda g: jnp.where(finite, -g, 0.0), grad)
+        updates, opt_state = optimizer.update(loss_grad, state.opt_state, state.params)
+        updates = jax.tree_util.tree_map(lambda u: hyper.lr_scale * u, updates)
+        params = _where(finite, optax.apply_updates(state.params, updates), state.params)
+        opt_state = _where(finite, opt_state, state.opt_state)
         info = PVIInfo(value, score, reg, finite, dropped, viol)
-        take = finite & (state.step >= hyper.avg_start)
-        n_avg = state.n_avg + take.astype(state.n_avg.dtype)
-        avg = jax.tree_util.tree_map(
-            lambda a, p: jnp.where(take, a + (p - a) / jnp.maximum(n_avg, 1), a), state.avg, params)
-        avg = jax.tree_util.tree_map(lambda a, p: jnp.where(n_avg > 0, a, p), avg, params)
+        avg, n_avg = _average(state, params, finite & (state.step >= hyper.avg_start))
         return PVIState(params, opt_state, state.step + 1, avg, n_avg), info
 
     return step

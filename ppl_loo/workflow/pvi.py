@@ -18,10 +18,11 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import xarray as xr
 
 from ppl_loo.numerics import pvi as npvi
-from ppl_loo.numerics.optim import Optimizer, get_optimizer, step_decay
+from ppl_loo.numerics.optim import get_optimizer, step_decay
 from ppl_loo.numerics.variational import Family, flatten_params, get_family
 from ppl_loo.workflow.pvi_eval import training_scores
 from ppl_loo.model import as_model
@@ -130,7 +131,7 @@ def _runner(pm, family_spec, family_options, settings, optimizer, learning_rate,
     cache = pm.cache.setdefault("pvi_runners", {})
     if key not in cache:
         family = get_family(family_spec, **(family_options or {}))
-        if isinstance(optimizer, Optimizer):
+        if isinstance(optimizer, optax.GradientTransformation):
             opt = optimizer
         else:
             lr = DEFAULT_LEARNING_RATE.get(optimizer, 1e-3) if learning_rate is None else learning_rate
@@ -257,12 +258,14 @@ def pvi(
         ``M`` draws from ``q`` per step (CRPS: ``M / 2`` independent pairs; must be even).
     steps : int
         Optimizer steps.
-    optimizer : {"adam", "rmsprop", "sgd"} or Optimizer
-        ``"rmsprop"`` is the paper's (App. D).
+    optimizer : {"adam", "rmsprop", "sgd"} or optax.GradientTransformation
+        ``"rmsprop"`` is the paper's (App. D). The names are optax's optimizers
+        (:func:`ppl_loo.numerics.optim.get_optimizer`); a transformation is used as is (it
+        minimizes ``-J``) and ``learning_rate`` is then ignored.
     learning_rate : float or callable, optional
         Default 1e-2 for Adam, 1e-3 otherwise. A number is used for the first half of the steps and
         multiplied by 0.1 for the second half (the paper's schedule); a callable ``step -> rate``
-        is used as is.
+        (an optax schedule) is used as is.
     random_seed : int, numpy.random.Generator or JAX key
         Required.
     estimator : {"reparam", "rejection"}
@@ -315,14 +318,7 @@ def pvi(
         heterogeneity table ``pvi_mean``, ``pvi_sd``, ``vi_mean``, ``vi_sd``, ``sd_ratio``, ``flagged``.
     """
     _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold)
-    if data is not None:
-        if not isinstance(data, xr.DataTree):
-            raise TypeError(f"data must be an xarray.DataTree or None, got {type(data).__name__}.")
-        if group in data.children:
-            raise ValueError(
-                f"data already has a {group!r} group (from another fit). pl.pvi writes its draws there: pass "
-                f"group='{group}_pvi' (then pl.loo on this DataTree uses the other draws), or data without it."
-            )
+    _check_data(data, group)
     key = _prng_key(random_seed)
     pm = as_model(model, pvi=True, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
                       categories=categories)
@@ -335,19 +331,14 @@ def pvi(
     avg_start = int(int(steps) * (1.0 - float(average))) if average > 0 else 2**30
     k_pvi, k_vi, k_draw, k_eval, k_draw_vi, k_eval_vi, k_het = jax.random.split(key, 7)
 
-    desc = "PVI" if score is not None else "VI"
-    fit = _fit(pm, family, family_options, settings, optimizer, learning_rate, steps,
-               npvi.Hyper(float(lam), 1.0, log_bound, avg_start), k_pvi, init, init_scale, progressbar, desc)
+    def fit_with(settings_, hyper, key_, desc):
+        return _fit(pm, family, family_options, settings_, optimizer, learning_rate, steps, hyper, key_, init,
+                    init_scale, progressbar, desc)
+
+    fit = fit_with(settings, npvi.Hyper(float(lam), 1.0, log_bound, avg_start), k_pvi,
+                   "PVI" if score is not None else "VI")
     if estimator == "rejection":
-        viol = int(np.sum(fit.info.violations))
-        if viol:
-            raise ValueError(f"log_lik_bound is not an upper bound of log p(y_i | theta): it was exceeded {viol} times "
-                             "during the optimization, so the rejection estimator was invalid. Pass a larger bound.")
-        dropped = int(np.sum(fit.info.dropped))
-        if dropped:
-            warnings.warn(f"rejection estimator: {dropped} observation-steps had no acceptance within max_rounds="
-                          f"{max_rounds} batches and were left out of those steps' gradients (biased); raise "
-                          "max_rounds or draws_per_step.", UserWarning, stacklevel=2)
+        _check_rejection(fit.info, max_rounds)
     vi_fit = None
     if compare_vi and score is not None:
         if pm.terms.logp is None:
@@ -355,32 +346,60 @@ def pvi(
                           "table has PVI values only.", UserWarning, stacklevel=2)
         else:
             vi_settings = npvi.Settings(None, "posterior", "reparam", int(draws_per_step), int(max_rounds))
-            vi_fit = _fit(pm, family, family_options, vi_settings, optimizer, learning_rate, steps,
-                          npvi.Hyper(1.0, 1.0, jnp.zeros(pm.n_obs), avg_start), k_vi, init, init_scale,
-                          progressbar, "VI")
+            vi_fit = fit_with(vi_settings, npvi.Hyper(1.0, 1.0, jnp.zeros(pm.n_obs), avg_start), k_vi, "VI")
 
-    # ------------------------------------------------------------------ draws from q
-    d = pm.dim
-    eps = jax.random.normal(k_draw, (int(num_draws), d))
-    theta, log_q = fit.family.sample_and_log_q(fit.params, eps)
-    theta, log_q = np.asarray(theta), np.asarray(log_q)
-    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(log_q))):
-        raise ValueError("the draws from the fitted q are not finite; the optimization diverged (lower learning_rate).")
-    scores = training_scores(pm, theta, k_eval)
-    vi_scores, vi_theta = {}, None
+    theta, log_q, scores = _draws_and_scores(pm, fit, int(num_draws), k_draw, k_eval)
+    vi_scores = {}
     if vi_fit is not None:
-        vi_theta = np.asarray(vi_fit.family.sample(vi_fit.params, jax.random.normal(k_draw_vi, (int(num_draws), d))))
-        vi_scores = training_scores(pm, vi_theta, k_eval_vi)
+        vi_scores = _draws_and_scores(pm, vi_fit, int(num_draws), k_draw_vi, k_eval_vi, log_q=False)[2]
+    attrs = dict(score=score, family=fit.family.name, family_options=json.dumps(family_options or {}),
+                 reg=str(reg), lam=float(lam), estimator=estimator, draws_per_step=int(draws_per_step),
+                 steps=int(steps), optimizer=optimizer if isinstance(optimizer, str) else "custom",
+                 learning_rate=str(learning_rate if learning_rate is not None else
+                                   DEFAULT_LEARNING_RATE.get(optimizer, "custom")),
+                 average=float(average), random_seed=str(random_seed), num_draws=int(num_draws),
+                 init_scale=str(init_scale), init=type(init).__name__ if init is not None else "zeros")
+    return _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het, heterogeneity_threshold,
+                     attrs)
 
-    tree = _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het, heterogeneity_threshold,
-                     dict(score=score, family=fit.family.name, family_options=json.dumps(family_options or {}),
-                          reg=str(reg), lam=float(lam), estimator=estimator, draws_per_step=int(draws_per_step),
-                          steps=int(steps), optimizer=optimizer if isinstance(optimizer, str) else "custom",
-                          learning_rate=str(learning_rate if learning_rate is not None else
-                                            DEFAULT_LEARNING_RATE.get(optimizer, "custom")),
-                          average=float(average), random_seed=str(random_seed), num_draws=int(num_draws),
-                          init_scale=str(init_scale), init=type(init).__name__ if init is not None else "zeros"))
-    return tree
+
+def _check_data(data, group):
+    """``data`` is ``None`` or a DataTree without the group PVI writes."""
+    if data is None:
+        return
+    if not isinstance(data, xr.DataTree):
+        raise TypeError(f"data must be an xarray.DataTree or None, got {type(data).__name__}.")
+    if group in data.children:
+        raise ValueError(
+            f"data already has a {group!r} group (from another fit). pl.pvi writes its draws there: pass "
+            f"group='{group}_pvi' (then pl.loo on this DataTree uses the other draws), or data without it."
+        )
+
+
+def _check_rejection(info, max_rounds):
+    """Raise if the bound ``log C_i`` was exceeded (Appendix B); warn about dropped observations."""
+    viol = int(np.sum(info.violations))
+    if viol:
+        raise ValueError(f"log_lik_bound is not an upper bound of log p(y_i | theta): it was exceeded {viol} times "
+                         "during the optimization, so the rejection estimator was invalid. Pass a larger bound.")
+    dropped = int(np.sum(info.dropped))
+    if dropped:
+        warnings.warn(f"rejection estimator: {dropped} observation-steps had no acceptance within max_rounds="
+                      f"{max_rounds} batches and were left out of those steps' gradients (biased); raise "
+                      "max_rounds or draws_per_step.", UserWarning, stacklevel=3)
+
+
+def _draws_and_scores(pm, fit, num_draws, k_draw, k_eval, log_q=True):
+    """Draws from the fitted ``q`` (unconstrained), their ``log q`` and the training scores."""
+    eps = jax.random.normal(k_draw, (num_draws, pm.dim))
+    if not log_q:
+        theta = np.asarray(fit.family.sample(fit.params, eps))
+        return theta, None, training_scores(pm, theta, k_eval)
+    theta, lq = fit.family.sample_and_log_q(fit.params, eps)
+    theta, lq = np.asarray(theta), np.asarray(lq)
+    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(lq))):
+        raise ValueError("the draws from the fitted q are not finite; the optimization diverged (lower learning_rate).")
+    return theta, lq, training_scores(pm, theta, k_eval)
 
 
 def _marginals(fit, key, d):
