@@ -86,7 +86,22 @@ def observation_result(sc: SearchContext, ll0, tab: CandidateTable, is_mixture) 
 
 
 def search_observation(sc: SearchContext, i, ll0) -> ObsResult:
-    """Every candidate of observation ``i`` (log-likelihood ``ll0`` at the draws), checked and selected."""
+    """Every candidate of observation ``i``, checked and selected (001 section 3.6, "AdaptiveIS(i)").
+
+    Parameters
+    ----------
+    sc : SearchContext
+        The draws, their block statistics and the static pieces of the search.
+    i : int or jax.Array
+        Flat index of the observation (traced under :func:`mapped_search`).
+    ll0 : jax.Array, shape ``(S,)``
+        ``log l_i`` at the draws.
+
+    Returns
+    -------
+    ObsResult
+        Every candidate's scores and checks, the chosen one's weights and whether it is trusted.
+    """
     tab, is_mixture = candidate_table(sc, i, ll0)
     return observation_result(sc, ll0, tab, is_mixture)
 

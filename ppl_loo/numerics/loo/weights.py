@@ -47,8 +47,29 @@ def raw_weights(sc: SearchContext, prop: Proposal, steps, i, ll0, mixture, lines
 
     Plain transformed IS (Eq. 10/13) gives ``S`` weighted points (the images ``phi``); the
     deterministic mixture ``q = (p + T#p) / 2`` gives ``2S`` (the draws and their images).
-    ``lines``: the model along the proposal's lines, ``(lp, ll_phi)``, where already evaluated.
-    Returns ``(log_w, ll_pool, applicable, n_bad)`` of shapes ``(T, L)``, ``(T, L)``, ``(T,)``, ``(T,)``.
+
+    Parameters
+    ----------
+    sc : SearchContext
+    prop : Proposal
+        The map's line ``theta + t delta`` and its log|det J| per step.
+    steps : jax.Array, shape ``(T,)``
+    i : int or jax.Array
+    ll0 : jax.Array, shape ``(S,)``
+        ``log l_i`` at the draws.
+    mixture : bool
+        Static: weight the deterministic mixture (``2S`` points) instead of the images (``S``).
+    lines : tuple, optional
+        The model along the proposal's lines, ``(lp, ll_phi)`` of shape ``(T, S)``, where already
+        evaluated (shared between a transformation and its ``_mix`` variant).
+
+    Returns
+    -------
+    log_w, ll_pool : jax.Array, shape ``(T, L)``
+        Raw log weights (``-inf`` where not finite) and ``log l_i`` at the points, ``L = S`` or ``2S``.
+    applicable : jax.Array, shape ``(T,)``
+    n_bad : jax.Array, shape ``(T,)``
+        Draws at which the map is not invertible (signed det <= 0).
     """
     S = sc.theta.shape[0]
     T = steps.shape[0]
