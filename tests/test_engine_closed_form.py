@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ppl_loo.models import LogisticRegression, ReluNet
-from ppl_loo.numerics.adaptive import EngineConfig, EngineData, build_engine, mapped_search
+from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
 
 HBAR = tuple(4.0 ** -np.arange(0, 6))
 

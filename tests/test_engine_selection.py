@@ -1,8 +1,9 @@
 """How the engine chooses among candidates and when it vouches for one (docs/method.md, sections 4-5).
 
-Known answers on constructed candidate tables (``_select``, ``_checks``) and, end to end, on a
-model whose draws cannot support any adaptation (prior draws: every observation doubtful, with
-the plain PSIS values kept), plus the printed summary of what doubtful observations carry.
+Known answers on constructed candidate tables (``select_candidate``, ``candidate_checks``) and, end
+to end, on a model whose draws cannot support any adaptation (prior draws: every observation
+doubtful, with the plain PSIS values kept), plus the printed summary of what doubtful observations
+carry.
 """
 
 import warnings
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import ppl_loo as pl
-from ppl_loo.numerics.adaptive import PLAIN_LIKE_TV, _checks, _select
+from ppl_loo.numerics.loo import PLAIN_LIKE_TV, candidate_checks, select_candidate
 from gaussian_models import leverage_regression
 
 # three candidates of group 0 (moments), two of group 1 (gradient flows), one of group 2 (Newton)
@@ -25,8 +26,9 @@ def _sel(elpd, se, ok=None, k=None, dev=None, tv=None):
     ok = np.ones(n, bool) if ok is None else np.asarray(ok)
     k = np.full(n, 0.3) if k is None else np.asarray(k, float)
     dev = np.zeros(n) if dev is None else np.asarray(dev, float)
-    best, trusted, se_best = _select(jnp.asarray(ok), jnp.asarray(ok), jnp.asarray(k), jnp.asarray(elpd, float),
-                                     jnp.asarray(se, float), jnp.asarray(dev), GROUP, jnp.asarray(tv))
+    best, trusted, se_best = select_candidate(jnp.asarray(ok), jnp.asarray(ok), jnp.asarray(k),
+                                              jnp.asarray(elpd, float), jnp.asarray(se, float), jnp.asarray(dev),
+                                              GROUP, jnp.asarray(tv))
     return int(best), bool(trusted), float(se_best)
 
 
@@ -67,7 +69,7 @@ def test_checks_normalizer_and_in_sample_bound():
     se_dev = jnp.array([0.01, 0.01, 0.02, 0.01])
     elpd = jnp.array([np.log(0.4), np.log(0.4), np.log(0.4), np.log(0.6)])
     mcse = jnp.full(4, 0.01)
-    ok = np.asarray(_checks(dev, se_dev, elpd, mcse, ll0))
+    ok = np.asarray(candidate_checks(dev, se_dev, elpd, mcse, ll0))
     # 5 SE off the exact normalizer fails, 2.5 SE passes; elpd above lpd = log 0.5 fails
     assert ok.tolist() == [True, False, True, False]
 

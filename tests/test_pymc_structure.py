@@ -22,7 +22,7 @@ pt = pytest.importorskip("pytensor.tensor")
 
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.numerics.adaptive import EngineConfig, EngineData, build_engine, mapped_search
+from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
 from ppl_loo.numerics.transforms import DiagAffine, LowRank
 
 N, G = 18, 3

@@ -20,7 +20,7 @@ The Jacobian determinant of each map is returned for every ``t`` together with i
 signed determinant ``<= 0`` means the map is not invertible at that draw (notes 4, pitfall 1).
 
 All functions here are pure and jit-able; the model enters only through per-draw JAX functions
-passed in by :mod:`ppl_loo.numerics.adaptive`.
+passed in by the adaptive search, :mod:`ppl_loo.numerics.loo`.
 """
 
 from ppl_loo import _config  # noqa: F401

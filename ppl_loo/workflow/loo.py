@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ppl_loo.numerics.adaptive import (
+from ppl_loo.numerics.loo import (
     AGREE_Z,
     PLAIN_LIKE_TV,
     PLAIN_VOUCH_K,

@@ -1,0 +1,87 @@
+"""Building each transformation's :class:`~ppl_loo.numerics.transforms.Proposal` for one observation.
+
+Moment matching (PMM1, PMM2 with 001 Eq. 15; MM1-MM3 of Paananen et al. 2021), the gradient flows
+(:mod:`ppl_loo.numerics.loo.flows`) and the Newton step (this project). A proposal is a line
+``theta + t delta`` through every draw with the log|det J| of every step ``t``.
+"""
+
+from ppl_loo import _config  # noqa: F401
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from ppl_loo.numerics.loo.config import split_name, steps_of
+from ppl_loo.numerics.loo.context import SearchContext, line, loglik_i
+from ppl_loo.numerics.loo.flows import gradient_proposal
+from ppl_loo.numerics.loo.predictor import glm_offset, has_closed_form, is_glm
+from ppl_loo.numerics.transforms import ObsContext, Proposal, mm3, newton, not_applicable, pmm1, pmm2
+
+__all__ = ["make_proposal", "base_proposal", "newton_proposal", "glm_newton_proposal"]
+
+
+def glm_newton_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
+    """The Newton step of a Bernoulli-logit GLM: its curvature is rank one along the design row."""
+    struct = sc.model.structure
+    y = jnp.asarray(struct.y, dtype=sc.theta.dtype)[i]
+    x = jnp.asarray(struct.X, dtype=sc.theta.dtype)[i]
+    mu = sc.stats.theta_b @ x + glm_offset(struct, i, sc.theta.dtype)
+    sig = jax.nn.sigmoid(mu)
+    g_bar = jnp.mean(y - sig) * x
+    nx = jnp.linalg.norm(x)
+    V = (x / nx)[:, None]
+    D = jnp.atleast_1d(-jnp.mean(sig * (1 - sig)) * nx**2)
+    return newton(ctx, steps, g_bar, V, D)
+
+
+def newton_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
+    """The Newton step: expected gradient of ``log l_i`` and its Hessian at the posterior mean."""
+    struct = sc.model.structure
+    if is_glm(struct) and has_closed_form(struct):
+        return glm_newton_proposal(sc, i, ctx, steps)
+    if sc.block.shape[0] > sc.cfg.newton_max_dim:
+        return not_applicable(ctx, steps)
+    ll_i = partial(loglik_i, sc)
+    grad_ll = jax.vmap(jax.grad(ll_i), in_axes=(0, None))(sc.theta, i)[:, sc.bidx]
+    g_bar = jnp.mean(grad_ll, axis=0)
+    mean_full = jnp.mean(sc.theta, axis=0)
+    H = jax.hessian(ll_i)(mean_full, i)[jnp.ix_(sc.block, sc.block)]
+    D, V = jnp.linalg.eigh(0.5 * (H + H.T))
+    return newton(ctx, steps, g_bar, V, D)
+
+
+def base_proposal(sc: SearchContext, name, i, ll0, ctx: ObsContext, steps) -> Proposal:
+    """The proposal of a transformation name without its ``_mix`` suffix."""
+    if name in ("pmm1", "mm1"):
+        prop = pmm1(ctx, steps)
+    elif name in ("pmm2", "mm2"):
+        prop = pmm2(ctx, steps)
+    elif name == "mm3":
+        prop = mm3(ctx, steps)
+    elif name in ("kl", "var", "ll"):
+        prop = gradient_proposal(sc, name, i, ll0, steps)
+    elif name == "newton":
+        prop = newton_proposal(sc, i, ctx, steps)
+    else:  # pragma: no cover - validated by the caller
+        raise ValueError(name)
+    return prop
+
+
+def make_proposal(sc: SearchContext, full_name, i, ll0, ctx: ObsContext, steps, memo=None):
+    """The proposal of ``full_name``; ``memo`` shares it, and the model along its lines, between a
+    transformation and its mixture (``pmm1`` and ``pmm1_mix``: the same map over the same steps),
+    so that each is traced, compiled and evaluated once. Returns ``(prop, mixture, lines)``."""
+    name, mixture = split_name(full_name)
+    key = (name, steps_of(full_name, sc.cfg.hbar))
+    if memo is not None and key in memo:
+        prop, lines = memo[key]
+    else:
+        prop = base_proposal(sc, name, i, ll0, ctx, steps)
+        lines = None
+        if memo is not None:
+            lines = line(sc, prop.delta, steps, i) if prop.applicable is not False else None
+            memo[key] = (prop, lines)
+    if mixture and not sc.posterior_draws and sc.log_q_fn is None:
+        prop = prop._replace(applicable=False)
+    return prop, mixture, lines
