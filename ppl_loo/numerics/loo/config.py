@@ -16,7 +16,7 @@ __all__ = ["NEWTON_STEPS", "MM_ITERATIONS", "TRANSFORMS", "TRANSFORM_GROUP", "En
 #: name -> its step grid: "grid" = the hbar grid, "unit" = hbar 1 only, "damped" = NEWTON_STEPS
 NEWTON_STEPS = (1.0, 0.5, 0.25)
 #: iterations of the iterated moment matching ("mm_iter"); its "step" is the iteration count
-MM_ITERATIONS = (1.0, 2.0, 3.0, 5.0)
+MM_ITERATIONS = (1.0, 2.0, 3.0, 4.0)
 TRANSFORMS = {
     "pmm1": "grid",
     "pmm2": "grid",
