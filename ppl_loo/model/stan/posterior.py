@@ -29,7 +29,6 @@ them; any other exception inside Stan, and any error at the posterior draws them
 from __future__ import annotations
 
 import re
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -546,8 +545,6 @@ class StanPosterior(PosteriorModel):
                 f"obs_keys={self.obs_keys})")
 
 
-#: one adapter per (program, log-likelihood name), kept while the user's StanModel lives
-_ADAPTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def loo_adapter(stan_model: StanModel, var_name: str | None = None, data=None) -> StanPosterior:
@@ -566,7 +563,9 @@ def loo_adapter(stan_model: StanModel, var_name: str | None = None, data=None) -
         The user's DataTree (only its ``log_likelihood`` group is looked at).
     """
     var_name = resolve_var_name(var_name, data, stan_model.loo_options["log_lik"])
-    per_model = _ADAPTERS.setdefault(stan_model, {})
+    # kept on the StanModel (a ppl_loo object; the adapter references it, so a module-level map would
+    # keep every program alive): the adapter and its compiled functions go with the StanModel
+    per_model = vars(stan_model).setdefault("loo_adapters", {})
     if var_name not in per_model:
         per_model[var_name] = StanPosterior(stan_model, var_name=var_name)
     return per_model[var_name]
