@@ -20,9 +20,9 @@ def _flat(a):
 
 def _adapter(problem, data):
     """The posterior-model adapter ppl_loo builds from the problem's model (unconstrained space)."""
-    from ppl_loo.workflow.loo import _as_model
+    from ppl_loo.workflow.loo import as_model
 
-    return _as_model(problem.model(data), None, data)
+    return as_model(problem.model(data), None, data)
 
 
 def plain(problem, data):
