@@ -5,8 +5,6 @@
 >>> data = pl.add_loo(data, res)       # doctest: +SKIP
 """
 
-from ppl_loo import _config  # noqa: F401  (enables float64 in JAX before anything is traced)
-
 from ppl_loo import models
 from ppl_loo.models.jax_model import JaxModel
 from ppl_loo.stan import StanModel, from_cmdstan

@@ -1,7 +1,5 @@
 """Closed-form Jacobian determinants (ppl_loo.numerics.structured) against autodiff + slogdet."""
 
-from ppl_loo import _config  # noqa: F401
-
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -19,6 +19,7 @@ import xarray as xr
 
 from ppl_loo.models.base import PosteriorModel
 from ppl_loo.models.bijectors import Bijector, Identity
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["JaxModel", "ParameterLayout", "posterior_dataset"]
 
@@ -300,6 +301,7 @@ class JaxModel(PosteriorModel):
     (2, 3)
     """
 
+    @uses_x64
     def __init__(
         self,
         params: Mapping,

@@ -18,6 +18,7 @@ from ppl_loo.numerics.special import softplus
 from ppl_loo.models.base import GLMStructure, PosteriorModel
 from ppl_loo.models.bijectors import Exp
 from ppl_loo.models.jax_model import ParameterLayout
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["LogisticRegression", "check_binary_data"]
 
@@ -119,6 +120,7 @@ class LogisticRegression(PosteriorModel):
     ``lam`` (dim ``feature``), ``tau``, ``caux``.
     """
 
+    @uses_x64
     def __init__(
         self,
         X,

@@ -28,6 +28,7 @@ import xarray as xr
 
 from ppl_loo.models.base import PosteriorModel
 from ppl_loo.models.jax_model import posterior_dataset
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["PyMCModel"]
 
@@ -111,6 +112,7 @@ class PyMCModel(PosteriorModel):
     (2, 3, ('mu', 'sigma_log__'))
     """
 
+    @uses_x64
     def __init__(self, model, var_name: str | None = None, *, loo_log_density: Callable | None = None,
                  structure: bool = True):
         import pymc as pm

@@ -17,6 +17,7 @@ from ppl_loo.numerics.special import softplus
 from ppl_loo.models.base import PosteriorModel, ReluStructure
 from ppl_loo.models.jax_model import ParameterLayout
 from ppl_loo.models.logistic import check_binary_data
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["ReluNet"]
 
@@ -47,6 +48,7 @@ class ReluNet(PosteriorModel):
     different (equivalent) modes; that is a property of the model, not of the sampler.
     """
 
+    @uses_x64
     def __init__(
         self,
         X,

@@ -10,8 +10,6 @@ This module only sees a model through the protocol of :mod:`ppl_loo.models.base`
 functions and the batched line evaluation), so it sits below the adapters in the layering.
 """
 
-from ppl_loo import _config  # noqa: F401
-
 from typing import NamedTuple
 
 import jax

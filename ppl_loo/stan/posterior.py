@@ -34,10 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo import _config  # noqa: F401  (float64)
 from ppl_loo.models.base import PosteriorModel
 
 from .model import StanDataError, StanEvaluationError, StanModel
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["StanPosterior", "detect_n_obs"]
 
@@ -134,6 +134,7 @@ class StanPosterior(PosteriorModel):
     is_jax = True
     factorizes = False
 
+    @uses_x64
     def __init__(
         self,
         stan_file_or_code,

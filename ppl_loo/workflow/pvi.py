@@ -25,6 +25,7 @@ from ppl_loo.numerics.optim import Optimizer, get_optimizer, step_decay
 from ppl_loo.numerics.variational import Family, flatten_params, get_family
 from ppl_loo.workflow.pvi_eval import training_scores
 from ppl_loo.workflow.pvi_models import as_pvi_model
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["DEFAULT_LEARNING_RATE", "pvi", "pvi_log_q"]
 
@@ -196,6 +197,7 @@ def _initial_params(family, pm, init, init_scale):
     return family.init(pm.dim, loc=loc, scale=scale)
 
 
+@uses_x64
 def pvi(
     model,
     data=None,

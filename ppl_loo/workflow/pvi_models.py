@@ -34,6 +34,7 @@ import numpy as np
 from ppl_loo.models.base import PosteriorModel
 from ppl_loo.models.jax_model import JaxModel, ParameterLayout
 from ppl_loo.numerics.pvi import Terms
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["PVIModel", "SimulatorModel", "as_pvi_model"]
 
@@ -102,6 +103,7 @@ class SimulatorModel:
     regularizer need the likelihood (notes, section 4).
     """
 
+    @uses_x64
     def __init__(self, params: Mapping, simulate: Callable, observed, *, log_prior: Callable | None = None,
                  vector: bool = False, var_name: str = "y", obs_dims: tuple | None = None,
                  param_dims: Mapping | None = None, coords: Mapping | None = None):
