@@ -26,6 +26,8 @@ from ppl_loo.numerics.variational import (
     meanfield,
 )
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 Y = jnp.array([1.7])
 LOG_C = -0.5 * math.log(2 * math.pi)  # sup_theta N(y | theta, 1)
 

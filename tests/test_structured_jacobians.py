@@ -17,6 +17,8 @@ from ppl_loo.numerics.structured import (
     relu_unflatten,
 )
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 RTOL = 1e-10
 ATOL = 1e-11
 
