@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import ppl_loo  # noqa: F401  (float64)
 from ppl_loo.numerics import pvi as P
 from ppl_loo.numerics import scores as S
 from ppl_loo.numerics.optim import adam, rmsprop, sgd, step_decay, warmup_cosine

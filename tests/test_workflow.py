@@ -207,3 +207,25 @@ def test_jax_model_with_constrained_parameter():
     w = np.exp(lp - lp.max())
     exact = np.log(np.sum(w * stats.norm.pdf(y[-1], M, s)) / np.sum(w))
     assert abs(res.elpd_i.values[-1] - exact) < 4 * res.mcse_elpd_i.values[-1] + 0.02
+
+
+def test_compiled_engine_cache_is_not_on_the_model_and_goes_with_it():
+    """Repeated calls reuse one compiled engine per (model, settings); nothing is stored on the
+    user's model, and the cache does not keep the model alive."""
+    import gc
+    import weakref
+
+    from gaussian_models import normal_mean_model
+    from ppl_loo.numerics.adaptive import EngineConfig
+    from ppl_loo.workflow.engine import compiled_engine
+
+    model = normal_mean_model(np.arange(5.0))
+    cfg = EngineConfig(("pmm1",), (1.0, 0.5), 1.0)
+    first = compiled_engine(model, cfg, True, 2)
+    assert compiled_engine(model, cfg, True, 2) is first
+    assert compiled_engine(model, cfg, True, 1) is not first
+    assert not any("engine" in key for key in vars(model))
+    ref = weakref.ref(model)
+    del model, first
+    gc.collect()
+    assert ref() is None

@@ -405,9 +405,22 @@ def loo(
 
 # ----------------------------------------------------------------------------- helpers
 def as_model(model, var_name, data=None):
-    """Wrap a ``pymc.Model`` in the PyMC adapter and a ``pl.StanModel`` in the Stan adapter
-    (:meth:`ppl_loo.stan.StanModel.loo_model`, which names the log-likelihood after ``data``'s
-    ``log_likelihood`` group); other models pass through."""
+    """The ppl_loo model adapter of what the user passed as ``model``.
+
+    Parameters
+    ----------
+    model : pymc.Model, StanModel or PosteriorModel
+        A ``pymc.Model`` is wrapped in the PyMC adapter, a ``pl.StanModel`` in the Stan adapter
+        (:meth:`ppl_loo.stan.StanModel.loo_model`, which names the log-likelihood after ``data``'s
+        ``log_likelihood`` group); other models pass through.
+    var_name : str or None
+        The log-likelihood variable.
+    data : xarray.DataTree, optional
+
+    Returns
+    -------
+    PosteriorModel
+    """
     if type(model).__module__.startswith("pymc"):
         import pymc as pm
 
