@@ -5,7 +5,7 @@
 - ppl_loo enables float64 around its own entry points only. Test modules that call its low-level
   numerics or model methods directly on JAX arrays are the user's own JAX code: they carry
   ``pytestmark = pytest.mark.x64``, which runs the module (its module-scoped fixtures included) with
-  ``jax_enable_x64``, as such a user would.
+  ``jax_enable_x64`` set process-wide, as such a user would (``jax.config.update``), and restores it.
 """
 
 import os
@@ -22,9 +22,13 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="module", autouse=True)
 def x64_for_marked_modules(request):
-    """``jax.enable_x64`` for the whole of a module marked ``x64``; nothing otherwise."""
+    """``jax_enable_x64`` for the whole of a module marked ``x64``; nothing otherwise."""
     if request.node.get_closest_marker("x64") is None:
         yield
         return
-    with jax.enable_x64(True):
+    before = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", True)
+    try:
         yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
