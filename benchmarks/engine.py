@@ -25,6 +25,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import jax
+
+# this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
+jax.config.update("jax_enable_x64", True)
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,6 +10,10 @@ import json
 import sys
 import time
 from pathlib import Path
+import jax
+
+# this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
+jax.config.update("jax_enable_x64", True)
 
 
 

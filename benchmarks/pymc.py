@@ -27,6 +27,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import jax
+
+# this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
+jax.config.update("jax_enable_x64", True)
 
 # this file is named pymc.py: keep its folder off the import path so `import pymc` finds PyMC
 _here = str(Path(__file__).resolve().parent)

@@ -37,6 +37,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import jax
+
+# this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
+jax.config.update("jax_enable_x64", True)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "stan_models"

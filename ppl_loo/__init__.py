@@ -5,8 +5,6 @@
 >>> data = pl.add_loo(data, res)       # doctest: +SKIP
 """
 
-from ppl_loo import _config  # noqa: F401  (enables float64 in JAX before anything is traced)
-
 from ppl_loo import models
 from ppl_loo.io import from_cmdstan
 from ppl_loo.model import Model, as_model

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.jax_settings import uses_x64
+
 __all__ = ["sample_nuts", "nuts_draws"]
 
 _EXTRA_FIELDS = (
@@ -98,6 +100,7 @@ def _dataset(arrays: Mapping, dims: Mapping, coords: Mapping, sample_dims=("chai
     return ds.assign_coords(cvals)
 
 
+@uses_x64
 def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_samples: int = 500, random_seed,
                 target_accept: float = 0.8, max_tree_depth: int = 10, init=None, progress_bar: bool = False,
                 numpyro_model: Callable | None = None, chain_method: str = "sequential",
@@ -263,6 +266,7 @@ def _datatree(model, posterior, param_dims, theta, stats, attrs) -> xr.DataTree:
     return xr.DataTree.from_dict(groups)
 
 
+@uses_x64
 def nuts_draws(log_density, init, *, num_warmup, num_samples, random_seed, target_accept=0.8, max_tree_depth=10,
                chain_method="sequential"):
     """NumPyro's NUTS on a JAX log density of the unconstrained vector; draws ``(chains, draws, dim)``.

@@ -15,6 +15,8 @@ import pytest
 from ppl_loo.models import LogisticRegression, ReluNet
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 HBAR = tuple(4.0 ** -np.arange(0, 6))
 
 

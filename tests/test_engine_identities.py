@@ -11,6 +11,8 @@ import ppl_loo as pl
 from ppl_loo.numerics.psis import psislw
 from gaussian_models import leverage_regression
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 
 @pytest.fixture(scope="module")
 def setup():

@@ -9,6 +9,8 @@ import pytest
 import ppl_loo as pl
 from gaussian_models import leverage_regression, normal_mean_model
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 
 @pytest.fixture(scope="module")
 def leverage():

@@ -16,6 +16,8 @@ import ppl_loo as pl
 from ppl_loo.numerics.loo import PLAIN_LIKE_TV, candidate_checks, select_candidate
 from gaussian_models import leverage_regression
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 # three candidates of group 0 (moments), two of group 1 (gradient flows), one of group 2 (Newton)
 GROUP = np.array([0, 0, 0, 1, 1, 2])
 

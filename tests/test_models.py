@@ -15,7 +15,6 @@ import pytest
 import xarray as xr
 from scipy import special, stats
 
-import ppl_loo  # noqa: F401  (float64)
 from ppl_loo.datasets import load_ovarian
 from ppl_loo.models import JaxModel, LogisticRegression, PosteriorModel, ReluNet
 from ppl_loo.model.jax.bijectors import (
@@ -28,6 +27,8 @@ from ppl_loo.model.jax.bijectors import (
     UpperBound,
 )
 from ppl_loo.sampling import sample_nuts
+
+pytestmark = pytest.mark.x64  # calls the models' and bijectors' JAX functions directly: the user's own JAX code (conftest.py)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "ovarian"
 

@@ -17,6 +17,8 @@ arviz_base = pytest.importorskip("arviz_base")
 arviz_stats = pytest.importorskip("arviz_stats")
 from arviz_stats.base import array_stats  # noqa: E402
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 ATOL = 1e-8
 
 

@@ -16,7 +16,6 @@ import optax
 import pytest
 from scipy import stats
 
-import ppl_loo  # noqa: F401  (float64)
 from ppl_loo.numerics import pvi as P
 from ppl_loo.numerics import scores as S
 from ppl_loo.numerics.optim import get_optimizer, step_decay
@@ -26,6 +25,8 @@ from ppl_loo.numerics.variational import (
     get_family,
     meanfield,
 )
+
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
 
 Y = jnp.array([1.7])
 LOG_C = -0.5 * math.log(2 * math.pi)  # sup_theta N(y | theta, 1)

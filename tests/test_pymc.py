@@ -214,7 +214,7 @@ def test_loo_expectation_predicted_probability(logistic_fit, logistic_loo):
     def prob(p):
         return expit(np.asarray(p["beta0"])[:, None] + np.asarray(p["b"]) @ X.T)
 
-    e = pl.loo_expectation(idata, res, prob)
+    e = pl.loo_expectation(idata, res, prob, model=m)
     vals = np.asarray(e.values)
     assert e.dims == res.elpd_i.dims
     assert np.all((vals > 0) & (vals < 1))
@@ -258,10 +258,10 @@ def test_loo_roc_auc_pr():
     # the adapter's own p(y = 1 | theta), read from the graph, equals the hand-written one
     pts = m.constrain(jnp.asarray(rng.normal(size=(20, m.dim))))
     np.testing.assert_allclose(m.predicted_probability(pts), prob(pts), rtol=1e-12)
-    roc = pl.loo_roc(idata, res)
+    roc = pl.loo_roc(idata, res, model=m)
     p = np.asarray(roc.probability.values)
     assert roc.probability.dims == ("obs_id",)
-    np.testing.assert_allclose(p, np.asarray(pl.loo_expectation(idata, res, prob).values), rtol=1e-12)
+    np.testing.assert_allclose(p, np.asarray(pl.loo_expectation(idata, res, prob, model=m).values), rtol=1e-12)
     np.testing.assert_array_equal(roc.y, y)
     # AUC: every (positive, negative) pair, ties count 1/2
     pos, neg = p[y == 1], p[y == 0]
@@ -280,7 +280,7 @@ def test_loo_roc_auc_pr():
           f"precision {roc.average_precision:.4f}; adapted {int(np.sum(res.transform.values != 'psis'))}")
     assert np.sum(res.transform.values != "psis") >= 1  # adapted weights enter the curve
     with pytest.raises(ValueError, match="labels must be 0 or 1"):
-        pl.loo_roc(idata, res, y=np.arange(n))
+        pl.loo_roc(idata, res, y=np.arange(n), model=m)
 
 
 def test_roc_pr_functions_with_ties():

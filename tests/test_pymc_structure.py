@@ -25,6 +25,8 @@ from ppl_loo.model.pymc.adapter import PyMCModel
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
 from ppl_loo.numerics.transforms import DiagAffine, LowRank
 
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
+
 N, G = 18, 3
 
 

@@ -27,6 +27,8 @@ import ppl_loo as pl
 from ppl_loo.model.stan.posterior import StanPosterior, loo_adapter
 from ppl_loo.workflow.inputs import stack_draws
 
+pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "stan_models"
 ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools",

@@ -34,6 +34,8 @@ import ppl_loo as pl
 from ppl_loo.model.stan.posterior import loo_adapter
 from ppl_loo.stan import horseshoe_data
 
+pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 HORSESHOE = ROOT / "stan_models" / "logistic_horseshoe.stan"
 RELU = ROOT / "stan_models" / "relu_net.stan"

@@ -1,7 +1,5 @@
 """Closed-form Jacobian determinants (ppl_loo.numerics.structured) against autodiff + slogdet."""
 
-from ppl_loo import _config  # noqa: F401
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +16,8 @@ from ppl_loo.numerics.structured import (
     relu_param_dim,
     relu_unflatten,
 )
+
+pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
 
 RTOL = 1e-10
 ATOL = 1e-11

@@ -53,7 +53,7 @@ def test_jax_model_gives_the_same_answer(lev):
 
 def test_loo_expectation_of_linear_predictor(lev):
     model, data, res = lev
-    got = pl.loo_expectation(data, res, lambda p: np.asarray(p["beta"]) @ model.X.T)
+    got = pl.loo_expectation(data, res, lambda p: np.asarray(p["beta"]) @ model.X.T, model=model)
     exact = np.array([model.X[i] @ model.posterior(drop=i)[0] for i in range(model.n_obs)])
     # posterior sd of x_i beta under the LOO posterior sets the Monte Carlo scale
     sd = np.array([np.sqrt(model.X[i] @ model.posterior(drop=i)[1] @ model.X[i]) for i in range(model.n_obs)])
@@ -124,6 +124,59 @@ def test_add_loo_writes_group(lev):
     np.testing.assert_allclose(g["pareto_k_psis"].values, res.pareto_k_psis.values)
 
 
+def _assert_same_result(got, res):
+    """Every field of two LOO results: numbers, strings, DataArrays and the candidates' table."""
+    import dataclasses
+
+    for f in dataclasses.fields(res):
+        a, b = getattr(got, f.name), getattr(res, f.name)
+        if isinstance(b, xr.DataArray):
+            assert a.dims == b.dims, f.name
+            if b.dtype.kind in "US":
+                np.testing.assert_array_equal(a.values, b.values, err_msg=f.name)
+            else:
+                np.testing.assert_array_equal(np.asarray(a.values, b.dtype), b.values, err_msg=f.name)
+            for name, coord in b.coords.items():
+                np.testing.assert_array_equal(np.asarray(a.coords[name].values), coord.values, err_msg=name)
+        elif f.name == "candidates":
+            assert a["labels"] == b["labels"] and set(a) == set(b)
+            for key in b:
+                if key != "labels":
+                    np.testing.assert_array_equal(a[key], np.asarray(b[key]), err_msg=key)
+        elif isinstance(b, float) and np.isnan(b):
+            assert np.isnan(a), f.name
+        else:
+            assert a == b, f.name
+
+
+def test_result_is_plain_data_pickle_and_netcdf(lev, tmp_path):
+    """The result pickles, and add_loo's group written to netCDF and read back rebuilds it field by
+    field: the same printout, compare table and LOO expectations (with model=)."""
+    import pickle
+
+    import arviz_stats as azs
+
+    model, data, res = lev
+    assert res.adapted_log_weights.sizes["adapted"] > 0  # adapted weights are part of the round trip
+    _assert_same_result(pickle.loads(pickle.dumps(res)), res)
+    path = tmp_path / "fit.nc"
+    pl.add_loo(data, res).to_netcdf(path)
+    back = xr.open_datatree(path).load()
+    got = pl.LooResult.from_datatree(back)
+    _assert_same_result(got, res)
+    assert str(got) == str(res) and got.trust_lines() == res.trust_lines()
+    assert got.summary_table().equals(res.summary_table())
+    plain = azs.loo(data, pointwise=True)
+    table = azs.compare({"adaptive": res, "other": plain})
+    table2 = azs.compare({"adaptive": got, "other": plain})
+    assert table.drop(columns=["elpd_i"], errors="ignore").equals(table2.drop(columns=["elpd_i"], errors="ignore"))
+    f = lambda p: np.asarray(p["beta"]) @ model.X.T  # noqa: E731
+    np.testing.assert_allclose(pl.loo_expectation(back, got, f, model=model).values,
+                               pl.loo_expectation(data, res, f, model=model).values, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="needs model="):
+        pl.loo_expectation(data, got, f)
+
+
 def test_jax_model_with_constrained_parameter():
     """Unknown noise scale behind an Exp bijector: the engine works in the unconstrained space."""
     rng = np.random.default_rng(0)
@@ -154,3 +207,25 @@ def test_jax_model_with_constrained_parameter():
     w = np.exp(lp - lp.max())
     exact = np.log(np.sum(w * stats.norm.pdf(y[-1], M, s)) / np.sum(w))
     assert abs(res.elpd_i.values[-1] - exact) < 4 * res.mcse_elpd_i.values[-1] + 0.02
+
+
+def test_compiled_engine_cache_is_per_model_and_goes_with_it():
+    """Repeated calls reuse one compiled engine per (model, settings), also through a new
+    ``as_model`` of the same adapter; no module-level cache keeps the model alive."""
+    import gc
+    import weakref
+
+    from gaussian_models import normal_mean_model
+    from ppl_loo.model import as_model
+    from ppl_loo.numerics.loo import EngineConfig
+    from ppl_loo.workflow.engine import compiled_engine
+
+    model = normal_mean_model(np.arange(5.0))
+    cfg = EngineConfig(("pmm1",), (1.0, 0.5), 1.0)
+    first = compiled_engine(as_model(model), cfg, True, 2)
+    assert compiled_engine(as_model(model), cfg, True, 2) is first
+    assert compiled_engine(as_model(model), cfg, True, 1) is not first
+    ref = weakref.ref(model)
+    del model, first
+    gc.collect()
+    assert ref() is None

@@ -24,6 +24,10 @@ import numpy as np  # noqa: E402
 
 import common  # noqa: E402
 from common import MODELS, cache_dir, load_data, log, save_json, settings  # noqa: E402
+import jax
+
+# this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
+jax.config.update("jax_enable_x64", True)
 
 STAGES = ("mcmc", "advi", "table1", "peers", "refits", "roc", "report")
 SEEDS = {"logistic": 1, "relu": 2}

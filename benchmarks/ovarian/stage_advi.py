@@ -25,6 +25,7 @@ import warnings
 import numpy as np
 
 from common import jax_model, log, save_json
+from diagnose import engine_arrays
 
 SEED = {"logistic": 11, "relu": 12}
 
@@ -136,8 +137,8 @@ def run(cfg, cdir, out, logfile, models):
             warnings.simplefilter("ignore")
             res = pl.loo(data, model, log_q=log_q, progressbar=False, transforms=cfg["advi"]["transforms"])
         wall = time.perf_counter() - t0
-        eng = res._engine
-        elpd_plain = logsumexp(eng.lw_psis + eng.ll.T, axis=1)  # Eq. 13 with the identity map
+        _, ll_eng, lw_psis = engine_arrays(res, data, model)
+        elpd_plain = logsumexp(lw_psis + ll_eng.T, axis=1)  # Eq. 13 with the identity map
         k = np.asarray(res.pareto_k).ravel()
         k_psis = np.asarray(res.pareto_k_psis).ravel()
         # the authors' "variational=True" mode trusts q as the posterior; its identity-map version is

@@ -46,11 +46,12 @@ def identities(pl, data, model, ppl, plain):
     predictive probability of ``pl.loo_expectation`` vs ``exp(elpd_i)``."""
     import jax
 
-    res = ppl["_res"]
-    ll_engine = res._engine.ll
+    from diagnose import engine_arrays
     from scipy.special import logsumexp
 
-    elpd_psis_engine = logsumexp(res._engine.lw_psis + ll_engine.T, axis=1)
+    res = ppl["_res"]
+    _, ll_engine, lw_psis = engine_arrays(res, data, model)
+    elpd_psis_engine = logsumexp(lw_psis + ll_engine.T, axis=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain_pl = pl.loo(data)  # model=None: plain PSIS from the log_likelihood group
@@ -61,7 +62,7 @@ def identities(pl, data, model, ppl, plain):
         theta = model_theta(model, params)
         return np.asarray(jax.nn.sigmoid(jax.vmap(model.linear_predictor)(theta)))
 
-    p_exp = np.asarray(pl.loo_expectation(data, res, prob)).ravel()
+    p_exp = np.asarray(pl.loo_expectation(data, res, prob, model=model)).ravel()
     p_from_elpd = np.where(y == 1, np.exp(res.elpd_i.values.ravel()), 1 - np.exp(res.elpd_i.values.ravel()))
     k_eng = np.asarray(res.pareto_k_psis).ravel()
     k_pl = np.asarray(plain_pl.pareto_k).ravel()
@@ -94,7 +95,7 @@ def _run_ppl_loo(pl, peers, why_failed, rec, data, model, todo):
     k_psis = np.asarray(plain["k"])
     rec["ppl_loo"] = _summary(ppl, k_psis)
     failed = [i for i, t in enumerate(rec["ppl_loo"]["transform"]) if t == "failed"]
-    rec["ppl_loo_failed_diagnosis"] = why_failed(ppl["_res"], model, failed, ppl["_res"].good_k)
+    rec["ppl_loo_failed_diagnosis"] = why_failed(ppl["_res"], model, failed, ppl["_res"].good_k, data=data)
     if "ppl_loo_papers7" in todo:
         rec["ppl_loo_papers7"] = _summary(
             peers.run_ppl_loo(pl, data, model, PAPERS_SEVEN, "ppl_loo (papers' seven)"), k_psis)

@@ -79,18 +79,19 @@ def one_resampling(pl, draws, model, idx):
         "engine_final_above": int(np.sum(np.asarray(res.pareto_k).ravel() > THRESHOLD)),
         "engine_final_failed": int(np.sum(np.asarray(res.transform).ravel() == "failed")),
         "engine_final_doubtful": int(np.sum(np.asarray(res.doubtful).ravel())),
-        "elpd_psis": float(np.sum(_psis_elpd(res))),
+        "elpd_psis": float(np.sum(_psis_elpd(res, data, model))),
         "elpd_adaptive": float(res.elpd),
         "transform_used": [str(t) for t in np.asarray(res.transform).ravel()],
     }
 
 
-def _psis_elpd(res):
-    """Plain-PSIS elpd_i recomputed from the engine's stored PSIS weights and log-likelihood."""
+def _psis_elpd(res, data, model):
+    """Plain-PSIS elpd_i recomputed from the result's stored PSIS weights and the model's log-likelihood."""
+    from diagnose import engine_arrays
     from scipy.special import logsumexp
 
-    eng = res._engine
-    return logsumexp(eng.lw_psis + eng.ll.T, axis=1)
+    _, ll, lw_psis = engine_arrays(res, data, model)
+    return logsumexp(lw_psis + ll.T, axis=1)
 
 
 def run(cfg, cdir, out, logfile, models):

@@ -44,7 +44,12 @@ sys.path.insert(0, str(HERE.parents[1]))
 from models import MODELS, PAPER, build, load, split, subset
 
 import ppl_loo as pl
+import jax
+
 from ppl_loo.model import as_model
+
+# this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
+jax.config.update("jax_enable_x64", True)
 
 GRIDS = {
     "full": [(None, 0.0), ("prior", 0.01), ("prior", 0.1), ("prior", 1.0), ("posterior", 0.01), ("posterior", 0.1),

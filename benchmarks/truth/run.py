@@ -35,6 +35,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import DEFAULT_CACHE, RESULTS, cache_dir, floats, load_json, log, machine_info, save_json  # noqa: E402
+import jax
+
+# this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
+jax.config.update("jax_enable_x64", True)
 
 #: MCMC settings of the main fit and of every refit (the refits use the main fit's settings, as a
 #: user's brute-force check would); seeds: main fit SEED, refit of i SEED + 1000 + i

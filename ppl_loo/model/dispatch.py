@@ -19,6 +19,7 @@ What each backend provides:
 
 from __future__ import annotations
 
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.build import from_adapter
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.pvi import SimulatorModel, jax_pvi_model, layout_labels, no_user_fns, simulator_pvi_model
@@ -44,6 +45,7 @@ def _is_pymc_model(obj) -> bool:
     return isinstance(obj, pm.Model)
 
 
+@uses_x64
 def as_model(obj, *, var_name=None, data=None, pvi=False, simulator=None, probs=None, observed=None,
              categories=None) -> Model:
     """The :class:`~ppl_loo.model.Model` of a PyMC, Stan or JAX model (or of a :class:`SimulatorModel`).

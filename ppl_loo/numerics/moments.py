@@ -4,8 +4,6 @@ Pure array functions (no model): everything takes draws ``theta`` of shape ``(S,
 normalized log weights ``lw`` of shape ``(S,)``.
 """
 
-from ppl_loo import _config  # noqa: F401
-
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 

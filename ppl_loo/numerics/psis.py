@@ -66,8 +66,6 @@ References
    leave-one-out cross-validation and WAIC. *Statistics and Computing*, 27(5), 1413-1432.
 """
 
-from ppl_loo import _config  # noqa: F401  (float64 in JAX before anything is traced)
-
 import math
 from functools import partial
 

@@ -9,8 +9,6 @@ The derivative is given explicitly (``sigmoid``), so gradients and Hessians are 
 including ``x = 0``.
 """
 
-from ppl_loo import _config  # noqa: F401
-
 import jax
 import jax.numpy as jnp
 

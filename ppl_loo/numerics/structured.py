@@ -36,8 +36,6 @@ locally invertible at that draw; the sign is returned so the caller can flag it 
 
 from __future__ import annotations
 
-from ppl_loo import _config  # noqa: F401  (float64 before anything is traced)
-
 import jax
 import jax.numpy as jnp
 

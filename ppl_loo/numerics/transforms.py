@@ -23,8 +23,6 @@ All functions here are pure and jit-able; the model enters only through per-draw
 passed in by the adaptive search, :mod:`ppl_loo.numerics.loo`.
 """
 
-from ppl_loo import _config  # noqa: F401
-
 from typing import NamedTuple
 
 import jax

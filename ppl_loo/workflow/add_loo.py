@@ -2,47 +2,35 @@
 
 from __future__ import annotations
 
-import numpy as np
-import xarray as xr
-
 from ppl_loo.workflow.inputs import check_datatree
+from ppl_loo.workflow.result import loo_datatree
 
 __all__ = ["add_loo"]
 
-_POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
-              "influence", "doubtful")
-
 
 def add_loo(data, res, group="loo"):
-    """Return a copy of ``data`` with the pointwise LOO results as group ``group``.
+    """Return a copy of ``data`` with the LOO result as group ``group``.
 
-    The variables (``elpd_i``, ``p_loo_i``, ``pareto_k``, ``pareto_k_psis``, ``transform``,
-    ``hbar_used``, ``mcse_elpd_i``, ``n_eff_i``, ``influence``, ``doubtful``) have the observation dims of the
-    log-likelihood variable; the summary (``elpd``, ``se``, ``p``, ``good_k``, ``n_samples``,
-    ``n_data_points``, ``warning``, ``var_name``) is stored in the group's attrs.
+    The group holds the pointwise results (``elpd_i``, ``p_loo_i``, ``pareto_k``, ``pareto_k_psis``,
+    ``transform``, ``hbar_used``, ``mcse_elpd_i``, ``n_eff_i``, ``influence``, ``doubtful``, ...) over
+    the observation dims of the log-likelihood variable, the weights ``loo_expectation`` needs, and
+    the summary (``elpd``, ``se``, ``p``, ``good_k``, ``n_samples``, ``n_data_points``, ``warning``,
+    ``var_name``, ...) in its attrs: everything :meth:`ppl_loo.LooResult.from_datatree` needs to
+    rebuild the result (:func:`ppl_loo.workflow.result.loo_datatree` lists it).
+
+    Parameters
+    ----------
+    data : xarray.DataTree
+    res : LooResult or arviz_stats.utils.ELPDData
+    group : str
+
+    Returns
+    -------
+    xarray.DataTree
+        A copy of ``data``; ``data`` itself is not modified.
     """
     data = check_datatree(data)
-    if getattr(res, "elpd_i", None) is None:
-        raise ValueError("`res` has no pointwise results: compute it with pointwise=True.")
-    variables = {}
-    for name in _POINTWISE:
-        val = getattr(res, name, None)
-        if val is None:
-            continue
-        da = val if isinstance(val, xr.DataArray) else xr.DataArray(np.asarray(val))
-        variables[name] = da.rename(name)
-    ds = xr.Dataset(variables)
-    ds.attrs.update(
-        elpd=float(res.elpd),
-        se=float(res.se),
-        p=float(res.p),
-        good_k=float(res.good_k),
-        n_samples=int(res.n_samples),
-        n_data_points=int(res.n_data_points),
-        warning=int(bool(res.warning)),
-        var_name=str(getattr(res, "var_name", "") or ""),
-        method="ppl_loo adaptive importance sampling",
-    )
+    node = loo_datatree(res)
     out = data.copy()
-    out[group] = xr.DataTree(ds)
+    out[group] = node
     return out

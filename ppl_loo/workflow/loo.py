@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +23,7 @@ from ppl_loo.numerics.loo import (
     TRANSFORMS,
     EngineConfig,
     EngineData,
-    build_engine,
     candidate_labels,
-    mapped_search,
     psis_identity,
 )
 from ppl_loo.model import as_model
@@ -41,7 +38,9 @@ from ppl_loo.workflow.inputs import (
     r_eff_of,
     stack_draws,
 )
+from ppl_loo.workflow.engine import adapted_weights_array, compiled_engine, config_to_plain, draws_array
 from ppl_loo.workflow.result import LooResult
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS"]
 
@@ -57,24 +56,7 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
                       "pmm2_mix")
 
 
-@dataclass
-class _EngineState:
-    """What :func:`ppl_loo.loo_expectation` needs to rebuild the chosen proposals."""
-
-    model: object
-    theta: np.ndarray
-    config: EngineConfig
-    labels: list
-    obs_idx: np.ndarray  # flat indices of adapted observations
-    best: np.ndarray  # chosen candidate per adapted observation
-    lw: np.ndarray  # (n_adapted, S) smoothed log weights of the chosen candidate
-    lw_psis: np.ndarray  # (n, S) plain PSIS log weights
-    use_adapted: np.ndarray  # (n,) bool
-    ll: np.ndarray  # (S, n) log-likelihood at the draws
-    points: object = None  # ``points(data, i, ll0, name, step)`` rebuilds a candidate's draws
-    edata: object = None
-
-
+@uses_x64
 def loo(
     data,
     model=None,
@@ -268,7 +250,7 @@ def loo(
     edata = EngineData(theta_j, logp0, log_q0, grad_logp0, model.line_cache(theta_j))
     batch_size = _auto_batch_size(batch_size, S, d, n, len(obs_idx), structured=model.structure is not None,
                                   n_steps=len(hbar))
-    search, points, mapped, prepare = _compiled_engine(model, cfg, not approx, batch_size, log_q_fn)
+    search, points, mapped, prepare = compiled_engine(model, cfg, not approx, batch_size, log_q_fn)
     edata = prepare(edata)  # per-run statistics of the draws, shared by every observation
     if len(obs_idx):
         source = model.source
@@ -380,8 +362,12 @@ def loo(
         )
 
     da = _pointwise_factory(data, var_name, model, n)
-    engine = _EngineState(model, theta, cfg, labels, obs_idx, best_all, lw_adapted, lw_psis, use_adapted, ll,
-                          points, edata)
+    used = use_adapted[obs_idx]  # the plain data loo_expectation needs to rebuild the weighted points
+    weights = dict(log_weights=draws_array(data, lw_psis.T, da(k_psis, None), "log_weights"),
+                   adapted_log_weights=adapted_weights_array(obs_idx[used], [labels[b] for b in best_all[used]],
+                                                             lw_adapted[used]),
+                   log_q=draws_array(data, np.asarray(log_q0), None, "log_q") if approx else None,
+                   engine_config=config_to_plain(cfg, not approx), searched=da(flagged, "searched"))
     return LooResult(
         elpd=float(np.sum(elpd_i)),
         se=se,
@@ -410,7 +396,7 @@ def loo(
         var_name=var_name,
         max_rhat=max_rhat,
         max_rhat_var=rhat_where,
-        _engine=engine,
+        **weights,
     )
 
 
@@ -439,20 +425,6 @@ def _refit_converged(rec):
     """A refit is vouched for when its draws converged: R-hat of every unconstrained parameter and of
     ``log p(y_i | theta)`` at most :data:`RHAT_VOUCH`, as the main fit's draws."""
     return bool(rec["rhat_loglik"] <= RHAT_VOUCH and rec.get("rhat_max", 1.0) <= RHAT_VOUCH)
-
-
-def _compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
-    """Build (or reuse) the jit-compiled search for this model and configuration.
-
-    Cached on the model object, so repeated LOO runs on new draws of the same shape (resamplings,
-    refits, benchmarks) compile once.
-    """
-    cache = model.cache.setdefault("engines", {})
-    key = (cfg, bool(posterior_draws), int(batch_size), log_q_fn)
-    if key not in cache:
-        search, points = build_engine(model, cfg, posterior_draws=posterior_draws, log_q_fn=log_q_fn)
-        cache[key] = (search, points, mapped_search(search, batch_size), jax.jit(search.prepare))
-    return cache[key]
 
 
 def _auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11):

@@ -1,6 +1,6 @@
 """LOO predictive classification metrics: LOO predicted probabilities, ROC and PR curves, AUC.
 
-``pl.loo_roc(data, res)`` turns an adaptive LOO result of a binary model into the LOO predicted
+``pl.loo_roc(data, res, model=model)`` turns an adaptive LOO result of a binary model into the LOO predicted
 probability of every observation, ``E_{-i}[p(y_i = 1 | theta)]`` (a LOO expectation with each
 observation's adapted weights, :func:`ppl_loo.loo_expectation`; paper Eq. 8), and scores those
 out-of-sample probabilities against the labels: the ROC curve and its area (AUC), the
@@ -21,7 +21,8 @@ import numpy as np
 import xarray as xr
 from scipy.stats import rankdata
 
-from ppl_loo.workflow.expectation import loo_expectation
+from ppl_loo.workflow.expectation import checked_model, loo_expectation
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["loo_roc", "LooROC", "roc_curve", "roc_auc", "precision_recall_curve", "average_precision"]
 
@@ -134,7 +135,8 @@ class LooROC:
                 f"LOO average precision={self.average_precision:.4f})")
 
 
-def loo_roc(data, res, probability=None, *, y=None) -> LooROC:
+@uses_x64
+def loo_roc(data, res, probability=None, *, y=None, model=None) -> LooROC:
     """LOO predicted probabilities, ROC and PR curves and AUC of a binary-outcome model.
 
     Parameters
@@ -150,6 +152,8 @@ def loo_roc(data, res, probability=None, *, y=None) -> LooROC:
         observed variable).
     y : array, optional
         The labels; default ``observed_data[var_name]`` of ``data``, else the model's observed data.
+    model : pymc.Model, StanModel or PosteriorModel
+        The model the result was computed with (as passed to :func:`ppl_loo.loo`).
 
     Returns
     -------
@@ -158,13 +162,10 @@ def loo_roc(data, res, probability=None, *, y=None) -> LooROC:
     Raises
     ------
     ValueError
-        No probability function is available, the labels are missing, not binary, of the wrong
+        ``model`` is missing, no probability function is available, the labels are missing, not binary, of the wrong
         size or of one class only, or the probabilities leave [0, 1].
     """
-    eng = getattr(res, "_engine", None)
-    if eng is None:
-        raise ValueError("`res` carries no model: loo_roc needs a result of ppl_loo.loo(data, model=...).")
-    model = eng.model
+    model = checked_model(data, res, model, "loo_roc")
     if probability is None:
         probability = getattr(model.source, "predicted_probability", None)
         if probability is None:
@@ -172,7 +173,7 @@ def loo_roc(data, res, probability=None, *, y=None) -> LooROC:
                 f"the model ({type(model).__name__}) does not define predicted_probability; pass "
                 "probability=callable(params) -> array (M, *obs_shape) of p(y_i = 1 | theta)."
             )
-    prob = loo_expectation(data, res, probability)
+    prob = loo_expectation(data, res, probability, model=model)
     p = np.asarray(prob.values, dtype=np.float64).reshape(-1)
     if np.any((p < 0) | (p > 1)):
         raise ValueError("the LOO expectations of `probability` are not in [0, 1]: is it a probability?")

@@ -25,6 +25,7 @@ from ppl_loo.numerics import pvi as npvi
 from ppl_loo.numerics.optim import get_optimizer, step_decay
 from ppl_loo.numerics.variational import Family, flatten_params, get_family
 from ppl_loo.workflow.pvi_eval import training_scores
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 
 __all__ = ["DEFAULT_LEARNING_RATE", "pvi", "pvi_log_q"]
@@ -197,6 +198,7 @@ def _initial_params(family, pm, init, init_scale):
     return family.init(pm.dim, loc=loc, scale=scale)
 
 
+@uses_x64
 def pvi(
     model,
     data=None,

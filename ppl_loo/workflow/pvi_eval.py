@@ -24,6 +24,7 @@ from ppl_loo.numerics.scores import (
     log_score_eval,
     quadratic_score_eval,
 )
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 
 __all__ = ["predictive_scores", "training_scores"]
@@ -60,6 +61,7 @@ def training_scores(pm, theta, key) -> dict:
     return out
 
 
+@uses_x64
 def predictive_scores(data, model, *, scores="auto", group="posterior", random_seed=0, var_name=None,
                       simulator=None, probs=None, observed=None, categories=None):
     """Score the predictive of the draws in ``data[group]`` on the data ``model`` holds (a test split).

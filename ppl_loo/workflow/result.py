@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import xarray as xr
 from arviz_stats.utils import ELPDDataLOO
 from xarray import DataArray
 
 from ppl_loo.workflow.inputs import RHAT_VOUCH
 
-__all__ = ["LooResult"]
+__all__ = ["LooResult", "loo_datatree"]
+
+#: DataArrays over the observation dims, written as variables of the result's node
+POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
+             "influence", "doubtful", "refit", "searched", "influence_pareto_k")
+#: DataArrays over other dims (draws, adapted observations)
+WEIGHTS = ("log_weights", "log_q", "adapted_log_weights")
+#: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
+SUMMARY = {"elpd": float, "se": float, "p": float, "good_k": float, "n_samples": int, "n_data_points": int,
+           "warning": bool, "scale": str, "approx_posterior": bool, "max_rhat": float, "max_rhat_var": str,
+           "var_name": str}
 
 
 @dataclass(kw_only=True, repr=False)
@@ -41,7 +53,19 @@ class LooResult(ELPDDataLOO):
       draws of an approximation) and ``max_rhat_var``, where it is;
     - ``refit``: True where ``elpd_i`` comes from refitting the model without the observation
       (``pl.loo(..., refit=...)``); ``refit_info`` has each refit's sampler, divergences, R-hat
-      of ``log p(y_i | theta)`` and wall time.
+      of ``log p(y_i | theta)`` and wall time;
+    - ``searched``: True where the adaptive search examined the observation;
+    - ``log_weights``: the plain-PSIS smoothed log weights over ``(chain, draw, *obs dims)`` (as
+      ``arviz_stats.loo``); ``adapted_log_weights``: for each observation whose ``elpd_i`` uses an
+      adapted proposal (coordinate ``adapted``: its flat index; ``adapted_transform``,
+      ``adapted_hbar``: the proposal), its smoothed log weights over the ``2 S`` pooled points
+      ``[draws; images]``; ``log_q``: the approximation's log density at the draws (draws of an
+      approximation only); ``engine_config``: the search's settings as plain values. With the model,
+      these rebuild the weighted points (:func:`ppl_loo.loo_expectation`, :func:`ppl_loo.loo_roc`).
+
+    The result is plain data: it pickles, and :meth:`to_datatree` / :meth:`from_datatree` write and
+    read it as a DataTree node (``pl.add_loo`` stores that node as group ``loo``), e.g. in a netCDF
+    file.
     """
 
     pareto_k_psis: DataArray = None
@@ -56,7 +80,10 @@ class LooResult(ELPDDataLOO):
     max_rhat: float = float("nan")
     max_rhat_var: str | None = None
     var_name: str | None = None
-    _engine: Any = field(default=None, compare=False)
+    searched: DataArray = None
+    adapted_log_weights: DataArray = None
+    log_q: DataArray = None
+    engine_config: dict | None = None
 
     _display_kind = "loo"
 
@@ -111,3 +138,136 @@ class LooResult(ELPDDataLOO):
             df = df[(df["transform"] != "psis") | df["doubtful"]]
         df.attrs["summary"] = self.trust_lines()
         return df
+
+    def to_datatree(self):
+        """The result as a DataTree node of plain variables and attrs (see :func:`loo_datatree`)."""
+        return loo_datatree(self)
+
+    @classmethod
+    def from_datatree(cls, data, group="loo"):
+        """Rebuild a result written by :meth:`to_datatree` or :func:`ppl_loo.add_loo`.
+
+        Parameters
+        ----------
+        data : xarray.DataTree or xarray.Dataset
+            The node itself, or a tree with the node as child ``group`` (what ``pl.add_loo``
+            returns, e.g. after ``DataTree.to_netcdf`` and ``xarray.open_datatree``).
+        group : str
+            The child to read when ``data`` is a tree holding it.
+
+        Returns
+        -------
+        LooResult
+        """
+        ds = _node_dataset(data, group)
+        attrs = ds.attrs
+        kwargs = {name: _decode_array(ds[name]) for name in POINTWISE + WEIGHTS if name in ds.variables}
+        for name, kind in SUMMARY.items():
+            if name in attrs:
+                value = attrs[name]
+                kwargs[name] = (None if kind is str and name != "scale" and value == "" else
+                                kind(np.asarray(value).item()))
+        for name in ("engine_config", "refit_info"):
+            if name in attrs:
+                kwargs[name] = json.loads(attrs[name])
+        if kwargs.get("refit_info") is not None:
+            kwargs["refit_info"] = {int(k): v for k, v in kwargs["refit_info"].items()}
+        kwargs["candidates"] = _decode_candidates(ds)
+        kwargs.setdefault("scale", "log")
+        return cls(**kwargs)
+
+
+def loo_datatree(res):
+    """A LOO result as a DataTree node of plain data, enough to rebuild it.
+
+    Variables: the pointwise results over the observation dims (``elpd_i``, ``pareto_k``,
+    ``transform``, ...), the plain-PSIS ``log_weights`` over ``(chain, draw, *obs dims)``,
+    ``adapted_log_weights`` (with coordinates ``adapted``, ``adapted_transform``,
+    ``adapted_hbar``), ``log_q`` for draws of an approximation, and the candidates' table as
+    ``cand_*`` over ``(cand_obs, cand)``. Attrs: ``elpd``, ``se``, ``p``, ``good_k``,
+    ``n_samples``, ``n_data_points``, ``warning`` (0/1), ``scale``, ``approx_posterior`` (0/1),
+    ``max_rhat``, ``max_rhat_var``, ``var_name`` (``""`` for none), ``engine_config`` and
+    ``refit_info`` (JSON). Works for an ``arviz_stats`` LOO result too (the fields it has).
+
+    Parameters
+    ----------
+    res : LooResult or arviz_stats.utils.ELPDData
+
+    Returns
+    -------
+    xarray.DataTree
+    """
+    if getattr(res, "elpd_i", None) is None:
+        raise ValueError("`res` has no pointwise results: compute it with pointwise=True.")
+    variables = {}
+    for name in POINTWISE + WEIGHTS:
+        val = getattr(res, name, None)
+        if val is not None:
+            variables[name] = (val if isinstance(val, xr.DataArray) else xr.DataArray(np.asarray(val))).rename(name)
+    ds = xr.Dataset(variables).merge(_encode_candidates(getattr(res, "candidates", None)))
+    for name, kind in SUMMARY.items():
+        value = getattr(res, name, None)
+        if value is not None or kind is str:
+            ds.attrs[name] = int(value) if kind is bool else ("" if value is None else kind(value))
+    for name in ("engine_config", "refit_info"):
+        value = getattr(res, name, None)
+        if value is not None:
+            ds.attrs[name] = json.dumps(value, default=_plain)
+    ds.attrs["method"] = "ppl_loo adaptive importance sampling"
+    return xr.DataTree(ds)
+
+
+def _plain(value):
+    """JSON fallback for NumPy scalars and arrays (``json.dumps(default=...)``)."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"cannot store {type(value).__name__} in a LOO result: use numbers, strings or arrays.")
+
+
+def _decode_array(da):
+    """A stored variable as the result holds it: strings as ``str``, not ``object``."""
+    da = da.copy()
+    if da.dtype == object:
+        da = da.astype(str)
+    for name, coord in da.coords.items():
+        if coord.dtype == object:
+            da = da.assign_coords({name: coord.astype(str)})
+    da.encoding = {}
+    return da
+
+
+def _encode_candidates(candidates):
+    """The per-observation candidates' table as ``cand_*`` variables over ``(cand_obs, cand)``."""
+    if not candidates:
+        return xr.Dataset()
+    labels = list(candidates["labels"])
+    coords = {"cand_transform": ("cand", np.asarray([str(t) for t, _ in labels], dtype=str)),
+              "cand_hbar": ("cand", np.asarray([float(h) for _, h in labels], dtype=float))}
+    dims = ("cand_obs", "cand", "cand_chain")
+    out = {f"cand_{key}": (dims[:np.ndim(val)], np.asarray(val)) for key, val in candidates.items() if key != "labels"}
+    return xr.Dataset(out, coords=coords)
+
+
+def _decode_candidates(ds):
+    """The inverse of :func:`_encode_candidates` (None when the node has no candidates)."""
+    if "cand_transform" not in ds.variables:
+        return None
+    names = np.asarray(ds["cand_transform"].values).astype(str)
+    steps = np.asarray(ds["cand_hbar"].values, dtype=float)
+    out = {"labels": [(str(t), float(h)) for t, h in zip(names, steps)]}
+    for name in ds.data_vars:
+        if name.startswith("cand_"):
+            out[name[len("cand_"):]] = np.asarray(ds[name].values)
+    return out
+
+
+def _node_dataset(data, group):
+    """The result's Dataset from its node, from a tree holding it as ``group``, or a Dataset."""
+    if isinstance(data, xr.Dataset):
+        return data
+    if isinstance(data, xr.DataTree):
+        node = data[group] if group in data.children and "elpd" not in data.attrs else data
+        if "elpd" in node.attrs:
+            return node.to_dataset()
+    raise ValueError(f"no LOO result here: pass the node written by LooResult.to_datatree or pl.add_loo, or a tree "
+                     f"with it as group {group!r} (e.g. xarray.open_datatree(path)).")

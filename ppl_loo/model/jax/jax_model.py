@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.bijectors import Bijector, Identity
 
@@ -300,6 +301,7 @@ class JaxModel(PosteriorModel):
     (2, 3)
     """
 
+    @uses_x64
     def __init__(
         self,
         params: Mapping,

@@ -15,11 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.numerics.special import softplus
-from ppl_loo.numerics.data import check_binary_data
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.jax.bijectors import Exp
 from ppl_loo.model.jax.jax_model import ParameterLayout
+from ppl_loo.model.protocol import GLMStructure
+from ppl_loo.numerics.data import check_binary_data
 
 __all__ = ["LogisticRegression"]
 
@@ -99,6 +100,7 @@ class LogisticRegression(PosteriorModel):
     ``lam`` (dim ``feature``), ``tau``, ``caux``.
     """
 
+    @uses_x64
     def __init__(
         self,
         X,

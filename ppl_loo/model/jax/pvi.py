@@ -18,6 +18,7 @@ import numpy as np
 from ppl_loo.model.build import batch, category_index, pvi_model, simulate_terms
 from ppl_loo.model.jax.jax_model import ParameterLayout
 from ppl_loo.numerics.pvi import Terms
+from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["SimulatorModel", "jax_pvi_model", "simulator_pvi_model", "layout_labels", "no_user_fns"]
 
@@ -52,6 +53,7 @@ class SimulatorModel:
     regularizer need the likelihood (notes, section 4).
     """
 
+    @uses_x64
     def __init__(self, params: Mapping, simulate: Callable, observed, *, log_prior: Callable | None = None,
                  vector: bool = False, var_name: str = "y", obs_dims: tuple | None = None,
                  param_dims: Mapping | None = None, coords: Mapping | None = None):

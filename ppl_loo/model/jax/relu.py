@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.numerics.special import softplus
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.model.jax.jax_model import ParameterLayout
+from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.data import check_binary_data
 
 __all__ = ["ReluNet"]
@@ -48,6 +49,7 @@ class ReluNet(PosteriorModel):
     different (equivalent) modes; that is a property of the model, not of the sampler.
     """
 
+    @uses_x64
     def __init__(
         self,
         X,

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.jax_model import posterior_dataset
 from ppl_loo.model.protocol import GLMStructure
@@ -108,6 +109,7 @@ class PyMCModel(PosteriorModel):
     (2, 3, ('mu', 'sigma_log__'))
     """
 
+    @uses_x64
     def __init__(self, model, var_name: str | None = None, *, loo_log_density: Callable | None = None,
                  structure: bool = True):
         import pymc as pm

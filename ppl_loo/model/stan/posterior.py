@@ -34,10 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo import _config  # noqa: F401  (float64)
 from ppl_loo.io import from_cmdstan
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
-
 from ppl_loo.stan.model import StanDataError, StanEvaluationError, StanModel
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 
@@ -136,6 +135,7 @@ class StanPosterior(PosteriorModel):
     is_jax = True
     factorizes = False
 
+    @uses_x64
     def __init__(
         self,
         stan_file_or_code,

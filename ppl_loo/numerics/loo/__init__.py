@@ -18,7 +18,6 @@ Monte Carlo errors, the candidate reported) and :mod:`.search` (``build_engine``
 layering.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from ppl_loo.numerics.loo.checks import LOG_MARKOV_ALPHA, NORMALIZER_TOL, NORMALIZER_Z, candidate_checks
 from ppl_loo.numerics.loo.config import (

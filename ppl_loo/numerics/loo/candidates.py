@@ -7,7 +7,6 @@ pooled by the number of weighted points (``S`` or ``2S``) and each pool is Paret
 batched call; the table comes back in the order of :func:`~ppl_loo.numerics.loo.config.candidate_labels`.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from typing import NamedTuple
 

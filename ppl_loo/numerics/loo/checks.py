@@ -4,7 +4,6 @@ The change-of-variables check, the normalizer and in-sample-bound checks, the de
 standard errors and the per-chain estimates whose spread is part of the reported SE.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 import jax.numpy as jnp
 import numpy as np

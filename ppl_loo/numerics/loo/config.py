@@ -4,7 +4,6 @@ Everything here is a Python constant or a function of :class:`EngineConfig` (has
 the jit cache), so none of it is traced.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from typing import NamedTuple
 

@@ -9,7 +9,6 @@ The model is used only through ``adapt_index``, ``structure``, ``factorizes``, `
 ``loglik_i``, ``loo_logp``, ``has_var_target``, ``log_var_target`` and ``line_eval``.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from typing import NamedTuple
 

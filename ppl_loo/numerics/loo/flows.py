@@ -7,7 +7,6 @@ taken from the autodiff Jacobian of ``Q``: exactly (``slogdet``) on small blocks
 (Eq. 22) on large ones.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from functools import partial
 

@@ -9,7 +9,6 @@ iterate is scored as the deterministic mixture ``(q + T#q) / 2`` with the draws'
 normalizer and the draws the elpd numerator.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from functools import partial
 

@@ -6,7 +6,6 @@ family``). With ``family == "bernoulli_logit"`` the gradient flows have closed-f
 (001 Eq. 28 for the GLM, Eq. 29-32 for the ReLU net; :mod:`ppl_loo.numerics.structured`).
 """
 
-from ppl_loo import _config  # noqa: F401
 
 import jax.numpy as jnp
 import numpy as np

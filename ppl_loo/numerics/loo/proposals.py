@@ -5,7 +5,6 @@ Moment matching (PMM1, PMM2 with 001 Eq. 15; MM1-MM3 of Paananen et al. 2021), t
 ``theta + t delta`` through every draw with the log|det J| of every step ``t``.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from functools import partial
 

@@ -7,7 +7,6 @@ one observation (:mod:`ppl_loo.numerics.loo.candidates`), runs the known-answer 
 over the flagged observations in vectorized chunks.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from typing import NamedTuple
 

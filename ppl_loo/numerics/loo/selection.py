@@ -4,7 +4,6 @@
 transformations, the lowest of the confirmed group representatives, and its standard error.
 """
 
-from ppl_loo import _config  # noqa: F401
 
 import jax.numpy as jnp
 import numpy as np

@@ -6,7 +6,6 @@ points, the images ``phi``; the deterministic mixture ``q = (p + T#p) / 2`` (thi
 batched PSIS call (:func:`scores`).
 """
 
-from ppl_loo import _config  # noqa: F401
 
 from functools import partial
 
