@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.protocol import Layout, Model, Observations
 
 __all__ = ["from_adapter", "pvi_model", "batch", "simulate_terms", "category_index"]
@@ -52,7 +53,8 @@ def _from_adapter(adapter, kind, labels) -> Model:
 def pvi_model(*, kind, source, dim, n_obs, labels, terms, constrain, unconstrain, param_names, param_dims, coords,
               var_name, obs_dims, obs_shape, y=None, categories=None, eval_loglik=None, eval_probs=None,
               eval_predict=None, notes=None, loo_adapter=None) -> Model:
-    """A :class:`Model` with the PVI fields (``terms``, ``eval_*``) of a backend.
+    """A :class:`Model` with the PVI fields (``terms``, ``eval_*``) of a backend (the ``eval_*``
+    functions hand arrays to the caller, so they run in float64 whoever calls them).
 
     ``loo_adapter``: the backend's LOO adapter where there is one (the LOO fields come from it, so
     that ``pl.loo`` can use the same model); models without a likelihood (``SimulatorModel``) or
@@ -63,8 +65,10 @@ def pvi_model(*, kind, source, dim, n_obs, labels, terms, constrain, unconstrain
     obs = Observations(str(var_name), tuple(obs_dims), tuple(obs_shape), int(n_obs), y,
                        None if categories is None else np.asarray(categories), notes.get("observed"))
     # a fresh cache: the PVI terms (simulator, probs, observed) are this call's
-    pvi = dict(kind=kind, layout=layout, obs=obs, coords=dict(coords or {}), terms=terms, eval_loglik=eval_loglik,
-               eval_probs=eval_probs, eval_predict=eval_predict, notes=notes, source=source, cache={})
+    evals = {name: None if fn is None else uses_x64(fn) for name, fn in
+             (("eval_loglik", eval_loglik), ("eval_probs", eval_probs), ("eval_predict", eval_predict))}
+    pvi = dict(kind=kind, layout=layout, obs=obs, coords=dict(coords or {}), terms=terms, notes=notes, source=source,
+               cache={}, **evals)
     if loo_adapter is not None:
         return from_adapter(loo_adapter, kind=kind, labels=labels)._replace(**pvi)
     return Model(**pvi, logp=None if terms.logp is None else _first(terms.logp))

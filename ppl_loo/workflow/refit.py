@@ -19,10 +19,13 @@ import math
 import time
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ppl_loo.numerics.bridge import bridge_log_ratio
+from ppl_loo.workflow.inputs import RHAT_VOUCH, rank_rhat
+from ppl_loo.workflow.messages import warn_refit_budget, warn_refits_not_converged
 
-__all__ = ["refit_targets", "refit_settings", "run_refits"]
+__all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "apply_refits", "refit_converged"]
 
 
 def refit_targets(refit, *, doubtful, flagged, k_final, n):
@@ -90,9 +93,6 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
     ``theta`` ``(S, d)`` and ``ll`` ``(S, n)`` are the full-data draws (chain-major) and their
     log-likelihood; the bridge pairs the refit's ``log p(y_i | theta)`` with ``ll[:, i]``.
     """
-    from ppl_loo.workflow.inputs import rank_rhat
-    from tqdm.auto import tqdm
-
     if random_seed is None:
         raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
     ss = np.random.SeedSequence(int(random_seed) if np.ndim(random_seed) == 0 else random_seed)
@@ -127,3 +127,43 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         bar.update(1)
     bar.close()
     return records, skipped
+
+
+def check_refit_args(refit, refit_kwargs, random_seed, data, n):
+    """Bad refit arguments fail before the search, not after it."""
+    if refit is None:
+        return
+    refit_targets(refit, doubtful=np.zeros(n, bool), flagged=np.zeros(n, bool), k_final=np.zeros(n), n=n)
+    refit_settings(data, refit_kwargs)
+    if random_seed is None:
+        raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
+
+
+def refit_converged(rec):
+    """A refit is vouched for when its draws converged: R-hat of every unconstrained parameter and of
+    ``log p(y_i | theta)`` at most :data:`~ppl_loo.workflow.inputs.RHAT_VOUCH`, as the main fit's draws."""
+    return bool(rec["rhat_loglik"] <= RHAT_VOUCH and rec.get("rhat_max", 1.0) <= RHAT_VOUCH)
+
+
+def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar):
+    """Run the requested refits and put their exact ``elpd_i`` into ``pw`` (a
+    :class:`~ppl_loo.workflow.adapt.Pointwise`); returns the refit records (``res.refit_info``)."""
+    if refit is None:
+        return {}
+    targets, budget = refit_targets(refit, doubtful=pw.doubtful, flagged=flagged, k_final=pw.k, n=draws.ll.shape[1])
+    if not targets:
+        return {}
+    records, skipped = run_refits(model, draws.theta, draws.ll, targets, refit_settings(data, refit_kwargs),
+                                  random_seed=random_seed, budget_s=budget, progressbar=progressbar)
+    bad = [i for i, r in records.items() if not refit_converged(r)]
+    if bad:
+        worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))
+        warn_refits_not_converged(bad, worst)
+    for i, rec in records.items():
+        pw.elpd[i], pw.mcse[i] = rec["elpd_i"], rec["mcse"]
+        pw.transform[i], pw.hbar[i], pw.k[i] = "refit", np.nan, 0.0
+        pw.refit[i] = True
+        pw.doubtful[i] = not refit_converged(rec)
+    if skipped:
+        warn_refit_budget(skipped)
+    return records

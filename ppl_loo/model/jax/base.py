@@ -18,7 +18,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["PosteriorModel"]
+from ppl_loo.jax_settings import uses_x64
+
+__all__ = ["PosteriorModel", "HOST_METHODS"]
+
+#: the methods that hand arrays to the caller: they run in float64 (:func:`ppl_loo.jax_settings.x64`)
+#: whoever calls them, as the entry points do, without changing the caller's own JAX setting
+HOST_METHODS = ("unconstrain", "constrain", "log_density", "log_density_and_grad", "log_lik", "line_cache",
+                "predicted_probability", "refit_draws")
+
+
+def _host_in_x64(cls):
+    """Wrap the :data:`HOST_METHODS` that ``cls`` defines itself in :func:`ppl_loo.jax_settings.uses_x64`."""
+    for name in HOST_METHODS:
+        fn = cls.__dict__.get(name)
+        if callable(fn) and not getattr(fn, "runs_in_x64", False):
+            wrapped = uses_x64(fn)
+            wrapped.runs_in_x64 = True
+            setattr(cls, name, wrapped)
 
 
 class PosteriorModel:
@@ -67,6 +84,10 @@ class PosteriorModel:
     #: backends that call host code from JAX (``pure_callback``) store the exception raised there, so
     #: that the workflow re-raises it as itself instead of a ``JaxRuntimeError``
     last_callback_error: BaseException | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _host_in_x64(cls)
 
     # ------------------------------------------------------------------ per-draw (JAX) API
     def logp(self, theta):  # pragma: no cover - abstract
@@ -190,3 +211,6 @@ class PosteriorModel:
         else:
             f = jax.vmap(lambda th: self.loo_logp(th, i))
         return jax.vmap(lambda t: f(theta + t * delta))(ts)
+
+
+_host_in_x64(PosteriorModel)

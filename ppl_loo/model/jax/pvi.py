@@ -88,9 +88,11 @@ class SimulatorModel:
     def param_dims(self):
         return self.layout.param_dims
 
+    @uses_x64
     def constrain(self, theta):
         return self.layout.constrain(theta)
 
+    @uses_x64
     def unconstrain(self, posterior):
         return self.layout.unconstrain(posterior)
 

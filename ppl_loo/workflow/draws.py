@@ -1,0 +1,105 @@
+"""The draws ``pl.loo`` works on: the model's unconstrained draws, log density, gradient and pointwise
+log-likelihood at them, and the density ``q`` they come from (the posterior, or an approximation)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ppl_loo.workflow.inputs import check_finite, get_log_likelihood, r_eff_of, stack_draws
+from ppl_loo.workflow.stored_q import pvi_log_q
+
+__all__ = ["LooDraws", "loo_draws", "compare_log_lik"]
+
+_OFF_MODEL = "The draws may be outside the model's support or from a different model."
+
+
+class LooDraws(NamedTuple):
+    """Everything the search reads about the draws (``S`` draws, ``d`` parameters, ``n`` observations)."""
+
+    theta: np.ndarray  # (S, d) unconstrained draws, chain-major
+    logp0: Any  # (S,) log posterior at the draws (JAX)
+    grad_logp0: Any  # (S, d) its gradient (JAX)
+    ll: np.ndarray  # (S, n) pointwise log-likelihood
+    log_q0: Any  # (S,) log density of the draws' distribution (``logp0`` for MCMC; Eq. 13 otherwise)
+    log_q_fn: Any  # ``log q(theta)`` of one draw (JAX), or None
+    approx: bool  # draws from an approximation
+    r_eff: float
+    n_chains: int
+    var_name: str
+
+
+def loo_draws(data, model, var_name, log_q) -> LooDraws:
+    """:class:`LooDraws` of ``data``'s posterior under ``model`` (a :class:`~ppl_loo.model.Model`).
+
+    ``log_q``: None (MCMC draws, or the ``q`` a ``pl.pvi`` DataTree stores), an array of one value
+    per draw, or a JAX function of one unconstrained draw.
+    """
+    var_name = var_name or model.var_name
+    theta = np.asarray(model.unconstrain(data["posterior"].to_dataset()), dtype=np.float64)
+    check_finite(theta, "the unconstrained posterior draws", "Check the posterior group for NaN/inf draws.")
+    S = theta.shape[0]
+    if S < 10:
+        raise ValueError(f"only {S} posterior draws: PSIS needs at least 10 (use hundreds).")
+    theta_j = jnp.asarray(theta)
+    logp0, grad_logp0 = model.log_density_and_grad(theta_j)
+    ll = np.asarray(model.log_lik(theta_j))  # (S, n)
+    check_finite(np.asarray(logp0), "the model's log density at the posterior draws", _OFF_MODEL)
+    check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws", _OFF_MODEL)
+    compare_log_lik(data, var_name, ll, joint_ok=not model.factorizes)
+    log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, log_q)
+    r_eff = 1.0 if approx else r_eff_of(data, S)
+    n_chains = int(data["posterior"].sizes.get("chain", 1))
+    return LooDraws(theta, logp0, grad_logp0, ll, log_q0, log_q_fn, approx, r_eff, n_chains, var_name)
+
+
+def _draws_density(data, theta, logp0, log_q):
+    """``(log_q0, log_q_fn, approx)``: the density of the draws at the draws (Eq. 13 for an approximation)."""
+    if log_q is None:  # draws written by pl.pvi come with their q (Eq. 13); None for other draws
+        log_q = pvi_log_q(data, theta)
+    if log_q is None:
+        return logp0, None, False
+    log_q_fn = None
+    if callable(log_q):
+        log_q_fn = log_q
+        log_q = jax.vmap(log_q)(jnp.asarray(theta))
+    log_q0 = jnp.asarray(np.asarray(log_q, dtype=np.float64).reshape(-1))
+    if log_q0.shape[0] != theta.shape[0]:
+        raise ValueError(f"log_q must have one value per draw ({theta.shape[0]}); got shape {np.shape(log_q)}.")
+    check_finite(np.asarray(log_q0), "log_q", "Pass the log density of the approximation at each draw.")
+    return log_q0, log_q_fn, True
+
+
+def compare_log_lik(data, var_name, ll, joint_ok=False):
+    """Warn when a stored log_likelihood group disagrees with the model at the same draws.
+
+    ``joint_ok``: the model does not factorize, and a stored group with one joint term per draw
+    (what PyMC writes for, e.g., one ``pm.MvNormal`` over all observations) is not compared.
+    """
+    try:
+        stored = get_log_likelihood(data, var_name)
+    except ValueError:
+        return
+    if stored is None:
+        return
+    arr = stack_draws(stored)
+    if joint_ok and arr.shape[1] == 1 and ll.shape[1] != 1:
+        return
+    if arr.shape != ll.shape:
+        raise ValueError(
+            f"log_likelihood[{var_name!r}] has {arr.shape[1]} observations x {arr.shape[0]} draws but "
+            f"the model gives {ll.shape[1]} x {ll.shape[0]}: the data or the draws do not match the model."
+        )
+    diff = np.nanmax(np.abs(arr - ll))
+    if diff > 1e-6 * (1.0 + np.nanmax(np.abs(ll))):
+        warnings.warn(
+            f"the stored log_likelihood[{var_name!r}] differs from the model's by up to {diff:.3g} at "
+            "the same draws; ppl_loo uses the model's values. Check that the model and its data are "
+            "the ones that produced the draws.",
+            UserWarning,
+            stacklevel=4,
+        )

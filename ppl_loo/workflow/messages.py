@@ -1,0 +1,64 @@
+"""What ``pl.loo`` tells the user when it cannot vouch for an estimate, and what to do next."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ppl_loo.workflow.inputs import RHAT_VOUCH
+
+__all__ = ["warn_unconverged", "warn_doubtful", "warn_identity", "warn_refits_not_converged", "warn_refit_budget"]
+
+_REFIT = "pl.loo(data, model, refit='doubtful', random_seed=...)"
+
+
+def _warn(message, stacklevel=4):
+    warnings.warn(message, UserWarning, stacklevel=stacklevel)
+
+
+def warn_unconverged(max_rhat, where, n_doubtful):
+    """The draws have not converged: every observation not refit is doubtful."""
+    _warn(f"The posterior draws have not converged: R-hat {max_rhat:.3f} for {where} (above "
+          f"{RHAT_VOUCH}, Vehtari et al. 2021). Importance sampling from them, plain PSIS and every adapted "
+          f"proposal alike, can be off by more than its Monte Carlo error whatever its k-hat, so all "
+          f"{n_doubtful} observation(s) not refit are doubtful (res.doubtful); the estimates are unchanged. "
+          f"Run longer or more chains (or reparameterize) and call pl.loo again, or refit: {_REFIT}.")
+
+
+def warn_doubtful(pw, k_threshold):
+    """Observations without a proposal the engine can vouch for."""
+    doubtful = pw.doubtful
+    n_failed = int(np.sum((pw.transform == "failed") & doubtful))
+    _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful): the adaptive search found no "
+          f"proposal it can vouch for ({n_failed} where no candidate passed every check with Pareto k at most "
+          f"{k_threshold:.2f}, the others without an independent confirmation), so they keep their plain PSIS "
+          f"elpd_i, which can be off by more than its Monte Carlo error. Together they carry "
+          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo. Exact LOO: {_REFIT} refits the model without "
+          "each of them.")
+
+
+def warn_identity(n_identity, n_searched, worst):
+    """Candidate maps that moved draws to a density ratio the posterior cannot give (change of variables)."""
+    _warn(f"The posterior draws fail the change-of-variables check for {n_identity} of {n_searched} adapted "
+          f"observation(s): moving the draws by a candidate map raised the posterior density ratio "
+          f"p(T theta)|J|/p(theta) of a draw to exp({worst:.0f}), which has probability below 1e-6 for draws "
+          "from this model's posterior (its mean must be 1). The draws do not represent the posterior in "
+          "those directions (unconverged or stuck chains, a multimodal posterior, or draws of another "
+          "model), so importance sampling from them, plain PSIS included, can be off by more than its "
+          "k-hat suggests. Those candidates were not used and the observations are marked doubtful "
+          "(res.doubtful). Check R-hat and ESS, run longer or more chains, or refit without them.")
+
+
+def warn_refits_not_converged(bad, worst):
+    """Refits whose draws did not converge stay doubtful."""
+    _warn(f"refit: the refits of observation(s) {bad} did not converge (R-hat of a parameter or of "
+          f"log p(y_i | theta) above {RHAT_VOUCH}, up to {worst:.3f}); they stay doubtful. Pass "
+          "refit_kwargs with more draws or warmup.")
+
+
+def warn_refit_budget(skipped):
+    """The refit time budget ran out."""
+    _warn(f"refit: the time budget was spent before {len(skipped)} doubtful observation(s) "
+          f"{skipped[:10]}{' ...' if len(skipped) > 10 else ''} could be refit; they keep "
+          "their importance-sampling estimate (res.doubtful).")
