@@ -23,6 +23,8 @@ from ppl_loo.model import as_model
 from ppl_loo.model.jax.bijectors import Exp
 from ppl_loo.numerics.optim import step_decay
 
+pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
+
 Y5 = np.array([-3.0, -1.0, 0.0, 1.0, 3.0])
 TAU = 10.0
 

@@ -20,6 +20,8 @@ from ppl_loo.models import LogisticRegression
 from ppl_loo.model.pymc.adapter import PyMCModel
 from ppl_loo.workflow.loo import DEFAULT_TRANSFORMS
 
+pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
+
 SAMPLE = {
     "draws": 500,
     "tune": 500,

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:  # the annotation only
+    from ppl_loo.numerics.pvi import Terms
 
 __all__ = ["Model", "Layout", "Observations", "GLMStructure", "ReluStructure"]
 
@@ -122,53 +125,37 @@ class Model(NamedTuple):
     loglik: Callable | None = None
     loglik_i: Callable | None = None
     loo_logp: Callable | None = None
+    adapt_index: np.ndarray | None = None
     log_var_target: Callable | None = None
     log_density: Callable | None = None
     log_density_and_grad: Callable | None = None
     log_lik: Callable | None = None
+    notes: Mapping = {}  # read only: what a backend cannot give, and how to get it
     line_cache: Callable | None = None
     line_eval: Callable | None = None
     refit_draws: Callable | None = None
-    terms: Any = None
+    terms: "Terms | None" = None
     eval_loglik: Callable | None = None
     eval_probs: Callable | None = None
     eval_predict: Callable | None = None
-    structure: Any = None
-    adapt_index: Any = None
+    structure: "GLMStructure | ReluStructure | None" = None
     factorizes: bool = True
     is_jax: bool = True
     has_var_target: bool = False
-    notes: Mapping = {}
     source: Any = None
-    cache: Any = None
+    cache: dict | None = None
 
     # read-only shortcuts
-    @property
-    def dim(self) -> int:
-        return self.layout.dim
-
-    @property
-    def n_obs(self) -> int:
-        return self.obs.n
-
-    @property
-    def var_name(self) -> str:
-        return self.obs.var_name
-
-    @property
-    def obs_dims(self) -> tuple:
-        return self.obs.dims
-
-    @property
-    def obs_shape(self) -> tuple:
-        return self.obs.shape
+    dim = property(lambda self: self.layout.dim, doc="The unconstrained dimension ``d``.")
+    n_obs = property(lambda self: self.obs.n, doc="The number of observations ``n``.")
+    var_name = property(lambda self: self.obs.var_name, doc="The scored (log-likelihood) variable.")
+    obs_dims = property(lambda self: self.obs.dims, doc="Its dims.")
+    obs_shape = property(lambda self: self.obs.shape, doc="Its shape.")
 
     def constrain(self, theta):
+        """``layout.constrain``: constrained values ``{name: (S, *shape)}`` of ``theta`` ``(S, d)``."""
         return self.layout.constrain(theta)
 
     def unconstrain(self, posterior):
+        """``layout.unconstrain``: the ``(S, d)`` unconstrained draws of a posterior group."""
         return self.layout.unconstrain(posterior)
-
-    def missing(self, what: str, fix: str) -> ValueError:
-        """The error for a field this backend cannot give."""
-        return ValueError(f"{what} is not available for this {self.kind} model. {fix}")

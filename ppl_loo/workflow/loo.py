@@ -35,26 +35,9 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 
 
 @uses_x64
-def loo(
-    data,
-    model=None,
-    *,
-    var_name=None,
-    transforms="all",
-    hbar=None,
-    k_threshold=None,
-    pointwise=True,
-    progressbar=True,
-    random_seed=None,
-    log_q=None,
-    influence_threshold=None,
-    jacobian="auto",
-    batch_size="auto",
-    min_ess=None,
-    refit=None,
-    refit_kwargs=None,
-    adapt="auto",
-):
+def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
+        progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
+        min_ess=None, refit=None, refit_kwargs=None, adapt="auto"):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
