@@ -442,6 +442,7 @@ class StanPosterior(PosteriorModel):
         return unconstrain_draws(self.bridge, posterior)
 
     def constrain(self, theta) -> dict:
+        """``{name: (S, *shape)}`` of the parameters and transformed parameters at unconstrained draws."""
         return constrain_draws(self.bridge, theta)
 
     def __repr__(self) -> str:

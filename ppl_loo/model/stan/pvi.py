@@ -76,6 +76,7 @@ def _declared_int(code, name) -> bool:
 
 
 def _host_density(model, x, grad):
+    """Log density ``(M,)`` of ``model`` at the draws ``x`` (with ``grad``: and its gradient ``(M, d)``)."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     if grad:
         lp, g = model.log_density_gradient(x)
@@ -89,13 +90,29 @@ def _host_value_and_grad(model, x):
 
 
 def _vjp_bwd(jac, ct):
+    """Cotangent ``(M, d)`` of ``theta`` from the Jacobian residual and the output cotangent."""
     axes = tuple(range(1, ct.ndim))
     return (jnp.einsum("m...,m...d->md", ct, jac) if axes else ct[:, None] * jac,)
 
 
 def _vjp_callback(host_fn, out_shape_fn, *args):
-    """A JAX function ``theta (M, d) -> out`` from ``host_fn(x, *args) -> (value, jacobian)`` with a
-    custom VJP (``jacobian``: ``(*value.shape, d)``; ``args`` are not differentiated)."""
+    """A JAX function ``theta (M, d) -> value`` of a host function, with a custom VJP.
+
+    Parameters
+    ----------
+    host_fn : callable
+        ``host_fn(x, *args) -> (value, jacobian)`` on NumPy arrays, ``jacobian`` of shape
+        ``(*value.shape, d)``.
+    out_shape_fn : callable
+        ``M -> value.shape``.
+    *args
+        Further (JAX) arguments of ``host_fn``, not differentiated (a seed).
+
+    Returns
+    -------
+    callable
+        ``theta -> value``, differentiable in reverse mode through ``jacobian``.
+    """
 
     def both(theta):
         out = out_shape_fn(theta.shape[0])
@@ -278,6 +295,7 @@ def _host_sim(bridge, idx, x, s):
 
 
 def _seed_of(key):
+    """The bridge's RNG seed drawn from a JAX key."""
     return jax.random.randint(key, (), 0, 2**31 - 1)
 
 
