@@ -17,17 +17,16 @@ models, so a logistic regression written in PyMC runs on the same fast path as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import cached_property
 from math import prod
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
 
 from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.jax_model import posterior_dataset
+from ppl_loo.model.jax.jax_model import read_draws
 from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.pymc.graph import jaxify
 from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
@@ -476,21 +475,8 @@ class PyMCModel(PosteriorModel):
         ValueError
             A free variable is missing, has the wrong shape, or has draws outside its support.
         """
-        post = posterior_dataset(posterior)
-        arrays = []
-        n_draws = None
-        for name in self.param_names:
-            vals = self._draws_of(post, name)
-            if n_draws is None:
-                n_draws = vals.shape[0]
-            elif vals.shape[0] != n_draws:
-                raise ValueError(
-                    f"posterior variable {name!r} has {vals.shape[0]} draws but "
-                    f"{self.param_names[0]!r} has {n_draws}."
-                )
-            if not np.isfinite(vals).all():
-                raise ValueError(f"posterior variable {name!r} has non-finite draws (NaN or inf).")
-            arrays.append(jnp.asarray(vals))
+        draws, n_draws = read_draws(posterior, self.shapes, self.param_dims, convert=_finite_draws)
+        arrays = [jnp.asarray(vals) for vals in draws]
         outs = self._jitted["unconstrain"](*arrays)
         blocks = []
         for name, v, u in zip(self.param_names, self._value_vars, outs):
@@ -506,43 +492,9 @@ class PyMCModel(PosteriorModel):
             blocks.append(u)
         return np.concatenate(blocks, axis=1)
 
-    def _draws_of(self, post, name) -> np.ndarray:
-        shape = self.shapes[name]
-        if isinstance(post, xr.Dataset):
-            if name not in post.data_vars:
-                raise ValueError(
-                    f"posterior variable {name!r} is missing; the posterior has "
-                    f"{sorted(map(str, post.data_vars))}. Pass the posterior of this model's fit."
-                )
-            da = post[name]
-            if "chain" not in da.dims or "draw" not in da.dims:
-                raise ValueError(
-                    f"posterior variable {name!r} has dims {da.dims}; expected ('chain', 'draw', ...)."
-                )
-            event = [d for d in da.dims if d not in ("chain", "draw")]
-            want = list(self.param_dims[name])
-            if set(event) == set(want):
-                event = want
-            vals = np.asarray(da.transpose("chain", "draw", *event).values, dtype=np.float64)
-            if vals.shape[2:] != shape:
-                raise ValueError(
-                    f"posterior variable {name!r} has per-draw shape {vals.shape[2:]} but the model "
-                    f"declares shape {shape}; build the model with the same data and coords as the fit."
-                )
-            return vals.reshape((-1,) + shape)
-        if isinstance(post, Mapping):
-            if name not in post:
-                raise ValueError(f"posterior variable {name!r} is missing; got {sorted(map(str, post))}.")
-            vals = np.asarray(post[name], dtype=np.float64)
-            if vals.shape[1:] == shape:
-                return vals
-            if vals.ndim == len(shape) + 2 and vals.shape[2:] == shape:
-                return vals.reshape((-1,) + shape)
-            raise ValueError(
-                f"posterior variable {name!r} has shape {vals.shape}; expected (S, *{shape}) or "
-                f"(chain, draw, *{shape})."
-            )
-        raise TypeError(
-            "posterior must be an xarray.DataTree, an xarray.Dataset or a dict of arrays, got "
-            f"{type(post).__name__}."
-        )
+
+def _finite_draws(name, vals, n_draws) -> np.ndarray:
+    """The draws of one free variable, checked to be finite (:func:`read_draws`'s ``convert``)."""
+    if not np.isfinite(vals).all():
+        raise ValueError(f"posterior variable {name!r} has non-finite draws (NaN or inf).")
+    return vals
