@@ -149,7 +149,7 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     Parameters
     ----------
     adapter : PyMCModel
-        Provides the layout of ``theta`` (``split``, ``slices``, ``_value_vars``), ``logp`` and
+        Provides the layout of ``theta`` (``split``, ``slices``, ``value_vars``), ``logp`` and
         ``observed``.
     model : pymc.Model
     obs_rv : TensorVariable
@@ -172,7 +172,7 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     eta = _sigmoid_input(obs_rv.owner.inputs[-1])
     if eta is None:
         return None, "the Bernoulli probability is not sigmoid(logit)"
-    value_vars = list(adapter._value_vars)
+    value_vars = list(adapter.value_vars)
     eta_v = model.replace_rvs_by_values([eta])[0]
     eta_v = pt.broadcast_to(eta_v, tuple(adapter.observed.shape))
     deps = value_ancestors([eta_v], value_vars)
