@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo.model.build import batch, category_index, pvi_model, simulate_terms
+from ppl_loo.model.build import batch, category_index, coordinate_labels, pvi_model, simulate_terms
 from ppl_loo.model.jax.jax_model import ParameterLayout
 from ppl_loo.numerics.pvi import Terms
 from ppl_loo.jax_settings import uses_x64
@@ -99,16 +99,13 @@ class SimulatorModel:
 
 # ----------------------------------------------------------------------------- helpers
 def layout_labels(layout: ParameterLayout) -> list:
-    out = []
-    for name in layout.names:
-        bij = type(layout.bijectors[name]).__name__
-        base = name if bij == "Identity" else f"{name}_{_TAGS.get(bij, bij.lower())}__"
-        ushape = layout.ushapes[name]
-        if ushape == ():
-            out.append(base)
-        else:
-            out.extend(f"{base}[{','.join(map(str, idx))}]" for idx in np.ndindex(*ushape))
-    return out
+    """One label per unconstrained coordinate of a layout (``"sigma_log__"``, ``"beta[0,1]"``)."""
+    return coordinate_labels((_block_label(layout, name), layout.ushapes[name]) for name in layout.names)
+
+
+def _block_label(layout, name) -> str:
+    bij = type(layout.bijectors[name]).__name__
+    return name if bij == "Identity" else f"{name}_{_TAGS.get(bij, bij.lower())}__"
 
 
 def no_user_fns(simulator, probs, kind, why):
