@@ -20,7 +20,7 @@ import xarray as xr
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.bijectors import Bijector, Identity
 
-__all__ = ["JaxModel", "ParameterLayout", "posterior_dataset"]
+__all__ = ["JaxModel", "LayoutMixin", "ParameterLayout", "posterior_dataset"]
 
 
 def _as_shape(shape, name) -> tuple:
@@ -243,7 +243,43 @@ class ParameterLayout:
         )
 
 
-class JaxModel(PosteriorModel):
+class LayoutMixin:
+    """Dimension, parameter metadata and (un)constraining of a model that owns a layout.
+
+    For the adapters that hold a :class:`ParameterLayout` as ``self.layout``
+    (:class:`JaxModel`, :class:`~ppl_loo.models.LogisticRegression`,
+    :class:`~ppl_loo.models.ReluNet`, :class:`~ppl_loo.model.jax.pvi.SimulatorModel`): every
+    name, dim and transform comes from the layout, so it is written once here. List it before
+    :class:`~ppl_loo.model.jax.base.PosteriorModel` among the bases.
+    """
+
+    layout: ParameterLayout
+
+    @property
+    def dim(self) -> int:
+        """Unconstrained dimension (the length of ``theta``)."""
+        return self.layout.dim
+
+    @property
+    def param_names(self) -> tuple:
+        """Names of the constrained parameters, in the order of ``theta``."""
+        return self.layout.names
+
+    @property
+    def param_dims(self) -> dict:
+        """``name -> dims`` of each constrained parameter (without chain/draw)."""
+        return self.layout.param_dims
+
+    def constrain(self, theta) -> dict:
+        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
+        return self.layout.constrain(theta)
+
+    def unconstrain(self, posterior) -> np.ndarray:
+        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
+        return self.layout.unconstrain(posterior)
+
+
+class JaxModel(LayoutMixin, PosteriorModel):
     """A posterior model from JAX functions of named, constrained parameters.
 
     Parameters
@@ -317,7 +353,6 @@ class JaxModel(PosteriorModel):
         observed=None,
     ):
         self.layout = ParameterLayout(params, param_dims)
-        self.dim = self.layout.dim
         self._log_prior = log_prior
         self._log_lik = log_lik
         self._loo_log_density = loo_log_density
@@ -353,25 +388,6 @@ class JaxModel(PosteriorModel):
             raise ValueError(
                 f"observed has shape {self.observed.shape} but log_lik returns {self.obs_shape}."
             )
-
-    # ------------------------------------------------------------------ layout
-    @property
-    def param_names(self) -> tuple:
-        """Names of the constrained parameters, in the order of ``theta``."""
-        return self.layout.names
-
-    @property
-    def param_dims(self) -> dict:
-        """``name -> dims`` of each constrained parameter (without chain/draw)."""
-        return self.layout.param_dims
-
-    def constrain(self, theta) -> dict:
-        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
-        return self.layout.constrain(theta)
-
-    def unconstrain(self, posterior) -> np.ndarray:
-        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
-        return self.layout.unconstrain(posterior)
 
     # ------------------------------------------------------------------ per-draw
     def logp(self, theta):

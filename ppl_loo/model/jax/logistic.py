@@ -19,7 +19,7 @@ from ppl_loo.numerics.data import check_binary_data
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.jax.bijectors import Exp
-from ppl_loo.model.jax.jax_model import ParameterLayout
+from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 
 __all__ = ["LogisticRegression"]
 
@@ -47,7 +47,7 @@ def _log_inv_gamma(u, a: float, b: float):
     return a * log(b) - lgamma(a) - (a + 1.0) * u - b * jnp.exp(-u) + u
 
 
-class LogisticRegression(PosteriorModel):
+class LogisticRegression(LayoutMixin, PosteriorModel):
     r"""Bernoulli-logit regression ``y_i ~ Bernoulli(sigmoid(beta0 + x_i . beta))``.
 
     Parameters
@@ -164,7 +164,6 @@ class LogisticRegression(PosteriorModel):
             params["tau"] = ((), Exp())
             params["caux"] = ((), Exp())
         self.layout = ParameterLayout(params, {"beta": ("feature",), "lam": ("feature",)})
-        self.dim = self.layout.dim
         self.n_obs = n
         self.var_name = str(var_name)
         self.obs_dims = (str(obs_dim),)
@@ -175,25 +174,6 @@ class LogisticRegression(PosteriorModel):
         beta_index = np.arange(self.q)
         self.structure = GLMStructure(X=Xt, y=yf, beta_index=beta_index)
         self.adapt_index = beta_index
-
-    # ------------------------------------------------------------------ layout
-    @property
-    def param_names(self) -> tuple:
-        """Names of the constrained parameters, in the order of ``theta``."""
-        return self.layout.names
-
-    @property
-    def param_dims(self) -> dict:
-        """``name -> dims`` of each constrained parameter (without chain/draw)."""
-        return self.layout.param_dims
-
-    def constrain(self, theta) -> dict:
-        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
-        return self.layout.constrain(theta)
-
-    def unconstrain(self, posterior) -> np.ndarray:
-        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
-        return self.layout.unconstrain(posterior)
 
     # ------------------------------------------------------------------ prior pieces
     def _log_sd(self, theta):

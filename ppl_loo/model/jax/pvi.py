@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.model.build import batch, category_index, pvi_model, simulate_terms
-from ppl_loo.model.jax.jax_model import ParameterLayout
+from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.numerics.pvi import Terms
 
 __all__ = ["SimulatorModel", "jax_pvi_model", "simulator_pvi_model", "layout_labels", "no_user_fns"]
@@ -26,7 +26,7 @@ _TAGS = {"Exp": "log", "LowerBound": "lowerbound", "UpperBound": "upperbound", "
 
 
 # ----------------------------------------------------------------------------- likelihood-free
-class SimulatorModel:
+class SimulatorModel(LayoutMixin):
     """A likelihood-free model: a differentiable JAX simulator and, optionally, a log prior.
 
     Parameters
@@ -56,7 +56,6 @@ class SimulatorModel:
                  vector: bool = False, var_name: str = "y", obs_dims: tuple | None = None,
                  param_dims: Mapping | None = None, coords: Mapping | None = None):
         self.layout = ParameterLayout(params, param_dims)
-        self.dim = self.layout.dim
         self.simulate = simulate
         self.log_prior = log_prior
         self.observed = np.asarray(observed, dtype=np.float64)
@@ -77,20 +76,6 @@ class SimulatorModel:
             raise ValueError(f"simulate could not be evaluated on parameters of the declared shapes: {err}") from err
         if tuple(out.shape) != self.observed.shape:
             raise ValueError(f"simulate returns shape {tuple(out.shape)} but observed has shape {self.observed.shape}.")
-
-    @property
-    def param_names(self):
-        return self.layout.names
-
-    @property
-    def param_dims(self):
-        return self.layout.param_dims
-
-    def constrain(self, theta):
-        return self.layout.constrain(theta)
-
-    def unconstrain(self, posterior):
-        return self.layout.unconstrain(posterior)
 
 
 # ----------------------------------------------------------------------------- helpers
