@@ -5,6 +5,7 @@
 over draws. :class:`JaxModel` combines a layout with user log-prior and log-likelihood functions
 into a :class:`~ppl_loo.model.jax.base.PosteriorModel`. The closed-form models
 (:class:`~ppl_loo.models.LogisticRegression`, :class:`~ppl_loo.models.ReluNet`) reuse the layout.
+The draws are read by :mod:`ppl_loo.numerics.draws` (``posterior_dataset`` is re-exported here).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from math import prod
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
 
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.bijectors import Bijector, Identity
+from ppl_loo.numerics.draws import named_draws, posterior_dataset
 
 __all__ = ["JaxModel", "LayoutMixin", "ParameterLayout", "posterior_dataset"]
 
@@ -35,18 +36,6 @@ def _as_shape(shape, name) -> tuple:
     if any(s < 0 for s in shape):
         raise ValueError(f"params[{name!r}]: negative size in shape {shape}.")
     return shape
-
-
-def posterior_dataset(posterior):
-    """Return the ``posterior`` group of a DataTree as a Dataset, or the input unchanged.
-
-    Accepts an ``xarray.DataTree`` (its ``posterior`` child when it has one, else the node
-    itself), an ``xarray.Dataset``, or a mapping of arrays (returned unchanged).
-    """
-    if isinstance(posterior, xr.DataTree):
-        node = posterior["posterior"] if "posterior" in posterior.children else posterior
-        return node.to_dataset()
-    return posterior
 
 
 class ParameterLayout:
@@ -162,18 +151,9 @@ class ParameterLayout:
             A variable is missing, has the wrong per-draw shape, has non-finite draws, or has
             draws outside the support of its bijector.
         """
-        post = posterior_dataset(posterior)
         blocks = []
-        n_draws = None
-        for name in self.names:
-            vals = self._draws_of(post, name)
-            if n_draws is None:
-                n_draws = vals.shape[0]
-            elif vals.shape[0] != n_draws:
-                raise ValueError(
-                    f"posterior variable {name!r} has {vals.shape[0]} draws but "
-                    f"{self.names[0]!r} has {n_draws}; all variables need the same draws."
-                )
+        for name, vals in named_draws(posterior, self.shapes, self.param_dims).items():
+            n_draws = vals.shape[0]
             finite = np.isfinite(vals)
             if not finite.all():
                 bad = int((~finite).reshape(n_draws, -1).any(axis=1).sum())
@@ -194,53 +174,6 @@ class ParameterLayout:
                 )
             blocks.append(u.reshape(n_draws, -1))
         return np.concatenate(blocks, axis=1)
-
-    def _draws_of(self, post, name) -> np.ndarray:
-        shape = self.shapes[name]
-        if isinstance(post, xr.Dataset):
-            if name not in post.data_vars:
-                raise ValueError(
-                    f"posterior variable {name!r} is missing; the posterior has "
-                    f"{sorted(map(str, post.data_vars))}. Name the model's parameters like the "
-                    "fitted model's variables."
-                )
-            da = post[name]
-            if "chain" not in da.dims or "draw" not in da.dims:
-                raise ValueError(
-                    f"posterior variable {name!r} has dims {da.dims}; expected ('chain', 'draw', "
-                    "...). Use arviz_base.convert_to_datatree or pass a dict of (S, ...) arrays."
-                )
-            event = [d for d in da.dims if d not in ("chain", "draw")]
-            want = list(self.param_dims[name])
-            if set(event) == set(want):
-                event = want
-            da = da.transpose("chain", "draw", *event)
-            vals = np.asarray(da.values, dtype=np.float64)
-            if vals.shape[2:] != shape:
-                raise ValueError(
-                    f"posterior variable {name!r} has per-draw shape {vals.shape[2:]} (dims "
-                    f"{tuple(event)}) but the model declares shape {shape}; build the model with "
-                    "the same data and dimensions as the fit."
-                )
-            return vals.reshape((-1,) + shape)
-        if isinstance(post, Mapping):
-            if name not in post:
-                raise ValueError(
-                    f"posterior variable {name!r} is missing; got {sorted(map(str, post))}."
-                )
-            vals = np.asarray(post[name], dtype=np.float64)
-            if vals.shape[1:] == shape:
-                return vals
-            if vals.ndim == len(shape) + 2 and vals.shape[2:] == shape:
-                return vals.reshape((-1,) + shape)
-            raise ValueError(
-                f"posterior variable {name!r} has shape {vals.shape}; expected (S, *{shape}) or "
-                f"(chain, draw, *{shape}) as the model declares shape {shape}."
-            )
-        raise TypeError(
-            "posterior must be an xarray.DataTree, an xarray.Dataset or a dict of arrays, got "
-            f"{type(post).__name__}."
-        )
 
 
 class LayoutMixin:
