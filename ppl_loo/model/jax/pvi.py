@@ -17,6 +17,7 @@ import numpy as np
 
 from ppl_loo.model.build import batch, category_index, pvi_model, simulate_terms
 from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
+from ppl_loo.numerics.draws import index_labels
 from ppl_loo.numerics.pvi import Terms
 
 __all__ = ["SimulatorModel", "jax_pvi_model", "simulator_pvi_model", "layout_labels", "no_user_fns"]
@@ -84,11 +85,7 @@ def layout_labels(layout: ParameterLayout) -> list:
     for name in layout.names:
         bij = type(layout.bijectors[name]).__name__
         base = name if bij == "Identity" else f"{name}_{_TAGS.get(bij, bij.lower())}__"
-        ushape = layout.ushapes[name]
-        if ushape == ():
-            out.append(base)
-        else:
-            out.extend(f"{base}[{','.join(map(str, idx))}]" for idx in np.ndindex(*ushape))
+        out.extend(index_labels(base, layout.ushapes[name]))
     return out
 
 
