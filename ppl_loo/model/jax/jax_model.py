@@ -290,6 +290,8 @@ class JaxModel(LayoutMixin, PosteriorModel):
         self._log_lik = log_lik
         self._loo_log_density = loo_log_density
         self._log_var_target = log_var_target
+        if log_var_target is not None:
+            self.var_target_fn = self._var_target_on_theta
         self.var_name = str(var_name)
         self.structure = structure
         self.adapt_index = None if adapt_index is None else np.asarray(adapt_index, dtype=int)
@@ -342,11 +344,6 @@ class JaxModel(LayoutMixin, PosteriorModel):
         values, logdet = self.layout.constrain_with_logdet(theta)
         return self._loo_log_density(values, i) + logdet
 
-    @property
-    def has_var_target(self):
-        return self._log_var_target is not None
-
-    def log_var_target(self, theta, i):
-        if self._log_var_target is None:
-            return None
+    def _var_target_on_theta(self, theta, i):
+        """The user's ``log_var_target`` at one unconstrained draw (the ``var_target_fn``)."""
         return self._log_var_target(self.layout.constrain(theta), i)
