@@ -21,7 +21,7 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.bijectors import Bijector, Identity
 
-__all__ = ["JaxModel", "ParameterLayout", "posterior_dataset", "read_draws"]
+__all__ = ["JaxModel", "LayoutMixin", "ParameterLayout", "posterior_dataset", "read_draws"]
 
 
 def _as_shape(shape, name) -> tuple:
@@ -314,7 +314,45 @@ class ParameterLayout:
         return u.reshape(n_draws, -1)
 
 
-class JaxModel(PosteriorModel):
+class LayoutMixin:
+    """Dimension, parameter metadata and (un)constraining of a model that owns a layout.
+
+    For the adapters that hold a :class:`ParameterLayout` as ``self.layout``
+    (:class:`JaxModel`, :class:`~ppl_loo.models.LogisticRegression`,
+    :class:`~ppl_loo.models.ReluNet`, :class:`~ppl_loo.model.jax.pvi.SimulatorModel`): every
+    name, dim and transform comes from the layout, so it is written once here. List it before
+    :class:`~ppl_loo.model.jax.base.PosteriorModel` among the bases.
+    """
+
+    layout: ParameterLayout
+
+    @property
+    def dim(self) -> int:
+        """Unconstrained dimension (the length of ``theta``)."""
+        return self.layout.dim
+
+    @property
+    def param_names(self) -> tuple:
+        """Names of the constrained parameters, in the order of ``theta``."""
+        return self.layout.names
+
+    @property
+    def param_dims(self) -> dict:
+        """``name -> dims`` of each constrained parameter (without chain/draw)."""
+        return self.layout.param_dims
+
+    @uses_x64
+    def constrain(self, theta) -> dict:
+        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
+        return self.layout.constrain(theta)
+
+    @uses_x64
+    def unconstrain(self, posterior) -> np.ndarray:
+        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
+        return self.layout.unconstrain(posterior)
+
+
+class JaxModel(LayoutMixin, PosteriorModel):
     """A posterior model from JAX functions of named, constrained parameters.
 
     Parameters
@@ -389,11 +427,12 @@ class JaxModel(PosteriorModel):
         observed=None,
     ):
         self.layout = ParameterLayout(params, param_dims)
-        self.dim = self.layout.dim
         self._log_prior = log_prior
         self._log_lik = log_lik
         self._loo_log_density = loo_log_density
         self._log_var_target = log_var_target
+        if log_var_target is not None:
+            self.var_target_fn = self._var_target_on_theta
         self.var_name = str(var_name)
         self.structure = structure
         self.adapt_index = None if adapt_index is None else np.asarray(adapt_index, dtype=int)
@@ -426,25 +465,6 @@ class JaxModel(PosteriorModel):
                 f"observed has shape {self.observed.shape} but log_lik returns {self.obs_shape}."
             )
 
-    # ------------------------------------------------------------------ layout
-    @property
-    def param_names(self) -> tuple:
-        """Names of the constrained parameters, in the order of ``theta``."""
-        return self.layout.names
-
-    @property
-    def param_dims(self) -> dict:
-        """``name -> dims`` of each constrained parameter (without chain/draw)."""
-        return self.layout.param_dims
-
-    def constrain(self, theta) -> dict:
-        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
-        return self.layout.constrain(theta)
-
-    def unconstrain(self, posterior) -> np.ndarray:
-        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
-        return self.layout.unconstrain(posterior)
-
     # ------------------------------------------------------------------ per-draw
     def logp(self, theta):
         values, logdet = self.layout.constrain_with_logdet(theta)
@@ -465,11 +485,6 @@ class JaxModel(PosteriorModel):
         values, logdet = self.layout.constrain_with_logdet(theta)
         return self._loo_log_density(values, i) + logdet
 
-    @property
-    def has_var_target(self):
-        return self._log_var_target is not None
-
-    def log_var_target(self, theta, i):
-        if self._log_var_target is None:
-            return None
+    def _var_target_on_theta(self, theta, i):
+        """The user's ``log_var_target`` at one unconstrained draw (the ``var_target_fn``)."""
         return self._log_var_target(self.layout.constrain(theta), i)
