@@ -17,6 +17,7 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.numerics.random import prng_key
 
 __all__ = ["sample_nuts", "nuts_draws"]
 
@@ -28,22 +29,6 @@ _EXTRA_FIELDS = (
     "potential_energy",
     "adapt_state.step_size",
 )
-
-
-def _prng_key(random_seed):
-    """A raw JAX PRNG key from an int, a ``numpy.random.Generator`` or a JAX key."""
-    if isinstance(random_seed, np.random.Generator):
-        return jax.random.PRNGKey(int(random_seed.integers(2**63 - 1)))
-    if isinstance(random_seed, (int, np.integer)):
-        return jax.random.PRNGKey(int(random_seed))
-    if isinstance(random_seed, jax.Array):
-        if jnp.issubdtype(random_seed.dtype, jax.dtypes.prng_key):
-            return jax.random.key_data(random_seed)
-        return random_seed
-    raise TypeError(
-        "random_seed must be an int, a numpy.random.Generator or a JAX PRNG key, got "
-        f"{type(random_seed).__name__}; sampling needs an explicit seed."
-    )
 
 
 def _param_names_and_dims(model) -> tuple[tuple, dict]:
@@ -146,7 +131,7 @@ def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_sample
     num_chains, num_warmup, num_samples = int(num_chains), int(num_warmup), int(num_samples)
     if num_chains < 1 or num_samples < 1 or num_warmup < 0:
         raise ValueError("num_chains and num_samples must be >= 1 and num_warmup >= 0.")
-    key_init, key_run = jax.random.split(_prng_key(random_seed))
+    key_init, key_run = jax.random.split(prng_key(random_seed))
     names, param_dims = _param_names_and_dims(model)
     kernel, run_kwargs = _nuts_kernel(model, numpyro_model, init, num_chains, key_init, target_accept,
                                       max_tree_depth, dense_mass)
@@ -294,7 +279,7 @@ def nuts_draws(log_density, init, *, num_warmup, num_samples, random_seed, targe
                   max_tree_depth=int(max_tree_depth))
     mcmc = MCMC(kernel, num_warmup=int(num_warmup), num_samples=int(num_samples), num_chains=chains,
                 chain_method=chain_method, progress_bar=False)
-    mcmc.run(_prng_key(random_seed), init_params=init if chains > 1 else init[0], extra_fields=("diverging",))
+    mcmc.run(prng_key(random_seed), init_params=init if chains > 1 else init[0], extra_fields=("diverging",))
     draws = np.asarray(mcmc.get_samples(group_by_chain=True)).reshape(chains, int(num_samples), -1)
     div = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["diverging"]).reshape(chains, -1)
     return draws, div

@@ -87,12 +87,12 @@ def test_design_and_offset_recovered(kind):
     np.testing.assert_allclose(m.structure.offset, off, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(m.structure.y, y)
     assert m.structure.family == "bernoulli_logit"
-    assert m._glm.quadratic == (kind != "student")
-    assert m._glm.constant_hessian == (kind in ("normal", "sigmoid", "mvn"))  # the prior scale s varies in "hier"
+    assert m.glm.quadratic == (kind != "student")
+    assert m.glm.constant_hessian == (kind in ("normal", "sigmoid", "mvn"))  # the prior scale s varies in "hier"
     if kind in ("normal", "sigmoid"):  # N(0, 2.5^2), N(0, 1) x 2, N(0, 1) x 3: -1 / variance
-        np.testing.assert_allclose(m._glm.hessian_diag, -1.0 / np.array([6.25, 1, 1, 1, 1, 1]), rtol=1e-12)
+        np.testing.assert_allclose(m.glm.hessian_diag, -1.0 / np.array([6.25, 1, 1, 1, 1, 1]), rtol=1e-12)
     else:
-        assert m._glm.hessian_diag is None
+        assert m.glm.hessian_diag is None
     if kind == "hier":
         assert m.dim == block.size + 1  # s_log__ is held fixed by the transformations
 

@@ -9,7 +9,7 @@ import numpy as np
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.protocol import Layout, Model, Observations
 
-__all__ = ["from_adapter", "pvi_model", "batch", "simulate_terms", "category_index"]
+__all__ = ["from_adapter", "pvi_model", "batch", "simulate_terms", "category_index", "coordinate_labels"]
 
 
 def _layout(adapter, labels) -> Layout:
@@ -112,3 +112,26 @@ def category_index(y, categories, what):
             f"(for example {y[bad][:3].tolist()}); pass categories= with every possible outcome."
         )
     return idx
+
+
+def coordinate_labels(blocks) -> list:
+    """One label per coordinate of the unconstrained vector ``theta``.
+
+    Parameters
+    ----------
+    blocks : iterable of (str, tuple)
+        ``(label, unconstrained shape)`` of each block of ``theta``, in order.
+
+    Returns
+    -------
+    list of str
+        The label of a scalar block (``"sigma_log__"``), else one ``"beta[0,1]"`` per element in
+        C order.
+    """
+    out = []
+    for label, shape in blocks:
+        if shape == ():
+            out.append(label)
+        else:
+            out.extend(f"{label}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape))
+    return out

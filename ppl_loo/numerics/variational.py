@@ -164,34 +164,42 @@ def _gather(a, k):
     return jnp.take_along_axis(a, k[..., None], axis=-1)[..., 0]
 
 
-def _rq_forward(x, xk, yk, deriv, bound):
-    """Elementwise spline ``y = g(x)`` and ``log g'(x)``; identity outside ``[-bound, bound]``."""
-    inside = jnp.abs(x) < bound
-    xc = jnp.clip(x, -bound + 1e-9, bound - 1e-9)
-    k = jnp.clip(jnp.sum(xc[..., None] >= xk[..., 1:-1], axis=-1), 0, xk.shape[-1] - 2)
+def _rq_bin(v, knots, xk, yk, deriv, bound):
+    """The spline bin of each ``v`` and its pieces, shared by :func:`_rq_forward` and :func:`_rq_inverse`.
+
+    ``knots`` is ``xk`` to locate an input of the forward map, ``yk`` to locate an output (the
+    inverse). Returns ``inside`` (``|v| < bound``), ``v`` clipped into the interval, and the bin's
+    left knot ``(x0, y0)``, end derivatives ``d0, d1``, width ``wk``, height ``hk`` and slope
+    ``s = hk / wk``.
+    """
+    inside = jnp.abs(v) < bound
+    vc = jnp.clip(v, -bound + 1e-9, bound - 1e-9)
+    k = jnp.clip(jnp.sum(vc[..., None] >= knots[..., 1:-1], axis=-1), 0, knots.shape[-1] - 2)
     x0, x1 = _gather(xk, k), _gather(xk, k + 1)
     y0, y1 = _gather(yk, k), _gather(yk, k + 1)
     d0, d1 = _gather(deriv, k), _gather(deriv, k + 1)
     wk, hk = x1 - x0, y1 - y0
-    s = hk / wk
+    return inside, vc, x0, y0, d0, d1, wk, hk, hk / wk
+
+
+def _rq_log_slope(xi, om, s, d0, d1, den):
+    """``log g'(x)`` at ``xi`` in ``[0, 1]`` within the bin, ``om = xi (1 - xi)`` (Durkan et al. 2019, Eq. 5)."""
+    return jnp.log(s**2 * (d1 * xi**2 + 2.0 * s * om + d0 * (1.0 - xi) ** 2) / den**2)
+
+
+def _rq_forward(x, xk, yk, deriv, bound):
+    """Elementwise spline ``y = g(x)`` and ``log g'(x)``; identity outside ``[-bound, bound]``."""
+    inside, xc, x0, y0, d0, d1, wk, hk, s = _rq_bin(x, xk, xk, yk, deriv, bound)
     xi = (xc - x0) / wk
     om = xi * (1.0 - xi)
     den = s + (d1 + d0 - 2.0 * s) * om
     y = y0 + hk * (s * xi**2 + d0 * om) / den
-    dydx = s**2 * (d1 * xi**2 + 2.0 * s * om + d0 * (1.0 - xi) ** 2) / den**2
-    return jnp.where(inside, y, x), jnp.where(inside, jnp.log(dydx), 0.0)
+    return jnp.where(inside, y, x), jnp.where(inside, _rq_log_slope(xi, om, s, d0, d1, den), 0.0)
 
 
 def _rq_inverse(y, xk, yk, deriv, bound):
     """Inverse of :func:`_rq_forward`: ``x = g^{-1}(y)`` and ``log g'(x)`` (forward log-slope)."""
-    inside = jnp.abs(y) < bound
-    yc = jnp.clip(y, -bound + 1e-9, bound - 1e-9)
-    k = jnp.clip(jnp.sum(yc[..., None] >= yk[..., 1:-1], axis=-1), 0, yk.shape[-1] - 2)
-    x0, x1 = _gather(xk, k), _gather(xk, k + 1)
-    y0, y1 = _gather(yk, k), _gather(yk, k + 1)
-    d0, d1 = _gather(deriv, k), _gather(deriv, k + 1)
-    wk, hk = x1 - x0, y1 - y0
-    s = hk / wk
+    inside, yc, x0, y0, d0, d1, wk, hk, s = _rq_bin(y, yk, xk, yk, deriv, bound)
     dy = yc - y0
     c2 = d1 + d0 - 2.0 * s
     a = hk * (s - d0) + dy * c2
@@ -202,8 +210,7 @@ def _rq_inverse(y, xk, yk, deriv, bound):
     x = x0 + xi * wk
     om = xi * (1.0 - xi)
     den = s + c2 * om
-    dydx = s**2 * (d1 * xi**2 + 2.0 * s * om + d0 * (1.0 - xi) ** 2) / den**2
-    return jnp.where(inside, x, y), jnp.where(inside, jnp.log(dydx), 0.0)
+    return jnp.where(inside, x, y), jnp.where(inside, _rq_log_slope(xi, om, s, d0, d1, den), 0.0)
 
 
 def _cond_mask(d, layer):
@@ -211,6 +218,55 @@ def _cond_mask(d, layer):
     if d == 1:
         return np.zeros(1, bool)  # one coordinate: every layer is an unconditional spline
     return (np.arange(d) % 2) == (layer % 2)
+
+
+def _flow_init_layers(key, d, n_layers, hidden, n_raw):
+    """Conditioner weights of ``n_layers`` coupling layers; the zero output layer makes each the identity."""
+    layers = []
+    for _ in range(n_layers):
+        key, k1 = jax.random.split(key)
+        layers.append({
+            "w1": jax.random.normal(k1, (d, hidden)) / math.sqrt(max(d, 1)),
+            "b1": jnp.zeros(hidden),
+            "w2": jnp.zeros((hidden, d * n_raw)),
+            "b2": jnp.zeros(d * n_raw),
+        })
+    return layers
+
+
+def _coupling(params, x, logdet, layers, spline, n_bins, bound):
+    """Apply the coupling ``layers`` (indices, in that order) of a flow to ``x``.
+
+    Parameters
+    ----------
+    params : dict
+        The flow's parameters (``params["layers"]``, see :func:`flow`).
+    x : array, shape (..., d)
+    logdet : array
+        Starting value of the accumulated log-slope, shape ``x.shape[:-1]`` or broadcastable.
+    layers : iterable of int
+    spline : callable
+        :func:`_rq_forward` (forward pass) or :func:`_rq_inverse` (inverse pass, layers reversed).
+    n_bins : int
+    bound : float
+
+    Returns
+    -------
+    (x, logdet)
+        The mapped coordinates and ``logdet`` plus the forward log-slopes of the moved coordinates.
+    """
+    d = x.shape[-1]
+    n_raw = 3 * n_bins - 1
+    for layer in layers:
+        lp = params["layers"][layer]
+        cond = jnp.asarray(_cond_mask(d, layer), dtype=x.dtype)
+        h = jnp.tanh((x * cond) @ lp["w1"] + lp["b1"])
+        raw = (h @ lp["w2"] + lp["b2"]).reshape(x.shape[:-1] + (d, n_raw))
+        xk, yk, dv = _rq_params(raw, n_bins, bound)
+        y, ld = spline(x, xk, yk, dv, bound)
+        x = jnp.where(cond > 0, x, y)
+        logdet = logdet + jnp.sum(jnp.where(cond > 0, 0.0, ld), axis=-1)
+    return x, logdet
 
 
 def flow(n_layers: int = 4, hidden: int = 16, n_bins: int = 8, bound: float = 4.0) -> Family:
@@ -234,58 +290,26 @@ def flow(n_layers: int = 4, hidden: int = 16, n_bins: int = 8, bound: float = 4.
     n_layers, hidden, n_bins, bound = int(n_layers), int(hidden), int(n_bins), float(bound)
     if n_layers < 1 or hidden < 1 or n_bins < 2 or not bound > 0:
         raise ValueError("flow needs n_layers >= 1, hidden >= 1, n_bins >= 2 and bound > 0.")
-    n_raw = 3 * n_bins - 1
 
     def init(dim, loc=None, scale=0.1, key=None):
         m, ls = _init_loc_scale(dim, loc, scale)
-        d = m.shape[0]
         key = jax.random.PRNGKey(0) if key is None else key
-        layers = []
-        for layer in range(n_layers):
-            key, k1 = jax.random.split(key)
-            layers.append({
-                "w1": jax.random.normal(k1, (d, hidden)) / math.sqrt(max(d, 1)),
-                "b1": jnp.zeros(hidden),
-                "w2": jnp.zeros((hidden, d * n_raw)),
-                "b2": jnp.zeros(d * n_raw),
-            })
+        layers = _flow_init_layers(key, m.shape[0], n_layers, hidden, 3 * n_bins - 1)
         return {"loc": m, "log_scale": ls, "layers": layers}
 
-    def _spline_of(lp, x, cond):
-        h = jnp.tanh((x * cond) @ lp["w1"] + lp["b1"])
-        raw = (h @ lp["w2"] + lp["b2"]).reshape(x.shape[:-1] + (x.shape[-1], n_raw))
-        return _rq_params(raw, n_bins, bound)
-
-    def _forward(params, eps):
-        x, logdet = eps, jnp.zeros(eps.shape[:-1])
-        d = eps.shape[-1]
-        for layer, lp in enumerate(params["layers"]):
-            cond = jnp.asarray(_cond_mask(d, layer), dtype=eps.dtype)
-            xk, yk, dv = _spline_of(lp, x, cond)
-            y, ld = _rq_forward(x, xk, yk, dv, bound)
-            x = jnp.where(cond > 0, x, y)
-            logdet = logdet + jnp.sum(jnp.where(cond > 0, 0.0, ld), axis=-1)
+    def sample_and_log_q(params, eps):
+        x, logdet = _coupling(params, eps, jnp.zeros(eps.shape[:-1]), range(len(params["layers"])),
+                              _rq_forward, n_bins, bound)
         theta = params["loc"] + jnp.exp(params["log_scale"]) * x
-        return theta, logdet + jnp.sum(params["log_scale"])
+        return theta, _std_normal_logpdf(eps) - (logdet + jnp.sum(params["log_scale"]))
 
     def sample(params, eps):
-        return _forward(params, eps)[0]
-
-    def sample_and_log_q(params, eps):
-        theta, logdet = _forward(params, eps)
-        return theta, _std_normal_logpdf(eps) - logdet
+        return sample_and_log_q(params, eps)[0]
 
     def log_q(params, theta):
         x = (theta - params["loc"]) * jnp.exp(-params["log_scale"])
-        logdet = jnp.sum(params["log_scale"])
-        d = theta.shape[-1]
-        for layer in reversed(range(len(params["layers"]))):
-            lp = params["layers"][layer]
-            cond = jnp.asarray(_cond_mask(d, layer), dtype=theta.dtype)
-            xk, yk, dv = _spline_of(lp, x, cond)
-            xin, ld = _rq_inverse(x, xk, yk, dv, bound)
-            x = jnp.where(cond > 0, x, xin)
-            logdet = logdet + jnp.sum(jnp.where(cond > 0, 0.0, ld), axis=-1)
+        x, logdet = _coupling(params, x, jnp.sum(params["log_scale"]), reversed(range(len(params["layers"]))),
+                              _rq_inverse, n_bins, bound)
         return _std_normal_logpdf(x) - logdet
 
     def marginals(params, eps):

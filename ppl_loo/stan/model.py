@@ -24,7 +24,16 @@ from ppl_loo.io import read_rdump
 
 from .compile import BuildResult, StanCompileError, build_library
 
-__all__ = ["StanCompileError", "StanDataError", "StanEvaluationError", "StanModel", "as_data_dict", "default_threads"]
+__all__ = [
+    "LOO_OPTIONS",
+    "StanCompileError",
+    "StanDataError",
+    "StanEvaluationError",
+    "StanModel",
+    "as_data_dict",
+    "default_threads",
+    "merge_loo_options",
+]
 
 
 class StanDataError(ValueError):
@@ -157,6 +166,38 @@ def default_threads() -> int:
 
 _ON_ERROR = ("raise", "reject")
 
+#: the LOO options of a :class:`StanModel` and their defaults
+LOO_OPTIONS = {"n_obs": None, "obs_keys": None, "log_lik": "log_lik", "loo_extra": None}
+
+
+def merge_loo_options(options: dict, **overrides) -> dict:
+    """``options`` with the ``overrides`` that differ from their default (:data:`LOO_OPTIONS`).
+
+    Parameters
+    ----------
+    options : dict
+        LOO options (``StanModel.loo_options``).
+    **overrides
+        ``n_obs``, ``obs_keys``, ``log_lik``, ``loo_extra``; a value equal to its default (``None``;
+        ``"log_lik"`` for ``log_lik``, whose ``None`` means no such generated quantity) keeps the
+        option of ``options``.
+
+    Returns
+    -------
+    dict
+        The merged options (``obs_keys`` as a tuple).
+    """
+    unknown = sorted(set(overrides) - set(LOO_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown LOO option(s) {unknown}; the options are {list(LOO_OPTIONS)}")
+    out = dict(options)
+    for key, value in overrides.items():
+        default = LOO_OPTIONS[key]
+        if value is default or (default is not None and value == default):
+            continue
+        out[key] = tuple(value) if key == "obs_keys" else value
+    return out
+
 
 class StanModel:
     """A Stan program with data, compiled once (cached) and evaluated in-process.
@@ -171,7 +212,7 @@ class StanModel:
     n_obs
         For LOO: name of the integer data entry holding the number of observations (``"N"``,
         ``"J"`` for eight schools). Default: detected from the data, see
-        :func:`ppl_loo.model.stan.posterior.detect_n_obs`; ambiguous data raise an error asking for it.
+        :func:`ppl_loo.model.stan.data.detect_n_obs`; ambiguous data raise an error asking for it.
     obs_keys
         For LOO: the data entries indexed by observation along their first axis, which exact LOO
         by data deletion subsets. Default: every array whose leading dimension equals
@@ -248,8 +289,8 @@ class StanModel:
             if np.ndim(value) != 0 or not float(np.asarray(value)).is_integer() or int(np.asarray(value)) < 1:
                 raise StanDataError(f"n_obs={n_obs!r}: data[{n_obs!r}] = {value!r} is not a positive integer "
                                     "(the number of observations)")
-        self.loo_options = {"n_obs": n_obs, "obs_keys": None if obs_keys is None else tuple(obs_keys),
-                            "log_lik": log_lik, "loo_extra": loo_extra}
+        self.loo_options = merge_loo_options(dict(LOO_OPTIONS), n_obs=n_obs, obs_keys=obs_keys,
+                                             log_lik=log_lik, loo_extra=loo_extra)
         self.extra_cxxflags = tuple(extra_cxxflags)
         self.build: BuildResult = build_library(
             self.code,

@@ -2,33 +2,22 @@
 
 ``logistic_horseshoe.stan`` takes every hyperparameter as a data entry; :func:`horseshoe_data`
 fills them with Paananen et al.'s values (notes/gradient-flow-loo.md, section 6), the defaults of
-:class:`ppl_loo.models.LogisticRegression` with ``prior="horseshoe"``. ``relu_net.stan`` takes
+:class:`~ppl_loo.numerics.horseshoe.HorseshoeHyperparameters` that
+:class:`ppl_loo.models.LogisticRegression` with ``prior="horseshoe"`` uses too. ``relu_net.stan`` takes
 the number of hidden units and the prior scale (:func:`relu_data`).
 """
 
 from __future__ import annotations
 
-from math import sqrt
-
 import numpy as np
 
 from ppl_loo.numerics.data import check_binary_data
+from ppl_loo.numerics.horseshoe import HorseshoeHyperparameters
 
 __all__ = ["horseshoe_data", "relu_data"]
 
 
-def horseshoe_data(
-    X,
-    y,
-    *,
-    p0: float = 20,
-    scale_icept: float = 5.0,
-    slab_scale: float = 2.5,
-    slab_df: float = 1.0,
-    nu_global: float = 1.0,
-    nu_local: float = 1.0,
-    scale_global: float | None = None,
-) -> dict:
+def horseshoe_data(X, y, **hyperparameters) -> dict:
     """The data block of ``stan_models/logistic_horseshoe.stan``.
 
     Parameters
@@ -37,14 +26,14 @@ def horseshoe_data(
         Standardized predictors (without an intercept column).
     y : array (N,)
         Labels in {0, 1}.
-    p0 : float, default 20
-        Prior guess of the number of relevant predictors; sets
-        ``scale_global = p0 / ((D - p0) sqrt(N))`` (Piironen & Vehtari 2017), about 0.0018 for
-        the ovarian data (D = 1536, N = 54). Must lie in (0, D) unless ``scale_global`` is given.
-    scale_icept, slab_scale, slab_df, nu_global, nu_local : float
-        Paananen et al.'s values 5, 2.5, 1, 1, 1.
-    scale_global : float, optional
-        Overrides the value from ``p0``.
+    **hyperparameters
+        ``p0``, ``scale_icept``, ``slab_scale``, ``slab_df``, ``nu_global``, ``nu_local``,
+        ``scale_global``: the fields of
+        :class:`~ppl_loo.numerics.horseshoe.HorseshoeHyperparameters`, with its defaults
+        (Paananen et al.'s values 20, 5, 2.5, 1, 1, 1). ``p0`` is the prior guess of the number of
+        relevant predictors; it sets ``scale_global = p0 / ((D - p0) sqrt(N))`` (Piironen &
+        Vehtari 2017), about 0.0018 for the ovarian data (D = 1536, N = 54), and must lie in
+        (0, D) unless ``scale_global`` is given.
 
     Returns
     -------
@@ -55,15 +44,11 @@ def horseshoe_data(
     """
     X, yf = check_binary_data(X, y, "horseshoe_data")
     n, d = X.shape
-    if scale_global is None:
-        if not 0 < p0 < d:
-            raise ValueError(f"horseshoe_data: p0 = {p0} must lie in (0, D = {d}); or pass scale_global.")
-        scale_global = p0 / ((d - p0) * sqrt(n))
-    vals = {"scale_icept": scale_icept, "scale_global": scale_global, "nu_global": nu_global,
-            "nu_local": nu_local, "slab_scale": slab_scale, "slab_df": slab_df}
-    for k, v in vals.items():
-        if not float(v) > 0:
-            raise ValueError(f"horseshoe_data: {k} must be > 0, got {v}.")
+    hyper = HorseshoeHyperparameters.from_keywords("horseshoe_data", hyperparameters)
+    scale_global = hyper.global_scale(n, d, "horseshoe_data")
+    hyper.check_positive("horseshoe_data")
+    vals = {"scale_icept": hyper.scale_icept, "scale_global": scale_global, "nu_global": hyper.nu_global,
+            "nu_local": hyper.nu_local, "slab_scale": hyper.slab_scale, "slab_df": hyper.slab_df}
     return {"N": n, "D": d, "X": X, "y": yf.astype(np.int64), **{k: float(v) for k, v in vals.items()}}
 
 

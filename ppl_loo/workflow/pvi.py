@@ -23,6 +23,7 @@ import xarray as xr
 
 from ppl_loo.numerics import pvi as npvi
 from ppl_loo.numerics.optim import get_optimizer, step_decay
+from ppl_loo.numerics.random import prng_key
 from ppl_loo.numerics.variational import flatten_params, get_family
 from ppl_loo.workflow.pvi_eval import training_scores
 from ppl_loo.jax_settings import uses_x64
@@ -36,21 +37,6 @@ CAVEAT = ("The heterogeneity flags are a heuristic (Lai & Yao, Sec. 2.5), not a 
           "says the data vary more than the model allows along that parameter (misspecification), but a "
           "non-identified spread inflates it too (binary data without replication; a noise scale traded against "
           "the spread of a coefficient). Regularization (lam > 0) stabilizes the solution.")
-
-
-def _prng_key(random_seed):
-    if random_seed is None:
-        raise TypeError("pl.pvi needs random_seed= (an int, a numpy Generator or a JAX key): it is the only "
-                        "source of randomness of the optimization and the draws.")
-    if isinstance(random_seed, np.random.Generator):
-        return jax.random.PRNGKey(int(random_seed.integers(2**63 - 1)))
-    if isinstance(random_seed, (int, np.integer)):
-        return jax.random.PRNGKey(int(random_seed))
-    if isinstance(random_seed, jax.Array):
-        if jnp.issubdtype(random_seed.dtype, jax.dtypes.prng_key):
-            return jax.random.key_data(random_seed)
-        return random_seed
-    raise TypeError(f"random_seed must be an int, a numpy Generator or a JAX key, got {type(random_seed).__name__}.")
 
 
 def _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold):
@@ -321,7 +307,10 @@ def pvi(
     """
     _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold)
     _check_data(data, group)
-    key = _prng_key(random_seed)
+    if random_seed is None:
+        raise TypeError("pl.pvi needs random_seed= (an int, a numpy Generator or a JAX key): it is the only "
+                        "source of randomness of the optimization and the draws.")
+    key = prng_key(random_seed)
     pm = as_model(model, pvi=True, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
                       categories=categories)
     if score is None and reg not in (None, "posterior"):

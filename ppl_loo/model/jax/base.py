@@ -55,6 +55,7 @@ class PosteriorModel:
       likelihood does not factorize (default ``logp - loglik_i``);
     - ``log_var_target(theta, i)``: log of the target ``f`` of variance descent (Eq. 19); default
       ``None`` means ``f = 1``; Bernoulli models use the complement probability (paper, S.9);
+      an adapter that wraps a user function may set ``var_target_fn`` instead of overriding it;
     - ``structure``: a :class:`GLMStructure` or :class:`ReluStructure`;
     - ``adapt_index``: indices of ``theta`` the transformations act on (default: all). The
       other coordinates of each draw are held fixed; the Jacobian is block-triangular so only this
@@ -81,6 +82,9 @@ class PosteriorModel:
     param_dims: dict | None = None
     coords: dict | None = None
     observed = None
+    #: optional ``(theta, i) -> log f_i`` at one unconstrained draw, for adapters whose variance-descent
+    #: target is a function given by the user (see :meth:`log_var_target`)
+    var_target_fn = None
     #: backends that call host code from JAX (``pure_callback``) store the exception raised there, so
     #: that the workflow re-raises it as itself instead of a ``JaxRuntimeError``
     last_callback_error: BaseException | None = None
@@ -109,12 +113,20 @@ class PosteriorModel:
         return self.logp(theta) - jnp.sum(self.loglik(theta))
 
     def log_var_target(self, theta, i):
-        """Log of the variance-descent target ``f_i`` (Eq. 19); ``None`` means ``f = 1``."""
-        return None
+        """Log of the variance-descent target ``f_i`` (Eq. 19); ``None`` means ``f = 1``.
+
+        This default gives ``var_target_fn(theta, i)``, or ``None`` when the adapter has none.
+        """
+        if self.var_target_fn is None:
+            return None
+        return self.var_target_fn(theta, i)
 
     @property
     def has_var_target(self):
-        """True when :meth:`log_var_target` gives a target (subclasses that override it)."""
+        """True when :meth:`log_var_target` gives a target: ``var_target_fn`` is set, or a subclass
+        overrides the method."""
+        if self.var_target_fn is not None:
+            return True
         return type(self).log_var_target is not PosteriorModel.log_var_target
 
     # ------------------------------------------------------------------ exact LOO by refitting

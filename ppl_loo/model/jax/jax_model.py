@@ -21,7 +21,7 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.bijectors import Bijector, Identity
 
-__all__ = ["JaxModel", "ParameterLayout", "posterior_dataset"]
+__all__ = ["JaxModel", "LayoutMixin", "ParameterLayout", "posterior_dataset", "read_draws"]
 
 
 def _as_shape(shape, name) -> tuple:
@@ -48,6 +48,131 @@ def posterior_dataset(posterior):
         node = posterior["posterior"] if "posterior" in posterior.children else posterior
         return node.to_dataset()
     return posterior
+
+
+def read_draws(posterior, shapes: Mapping, param_dims: Mapping, convert: Callable | None = None) -> tuple[list, int]:
+    """The draws of every variable, flattened over chains, and their common number of draws.
+
+    Parameters
+    ----------
+    posterior : xarray.DataTree, xarray.Dataset or mapping
+        Constrained draws: the ``posterior`` group of a DataTree, a Dataset (dims ``(chain,
+        draw, ...)``, read chain-major) or a mapping of ``(S, *shape)`` or ``(chain, draw,
+        *shape)`` arrays by name. Variables not in ``shapes`` are ignored.
+    shapes : mapping
+        ``name -> shape`` of one draw of each variable to read, in the order of the output.
+    param_dims : mapping
+        ``name -> dims`` of each variable (without ``chain``/``draw``), the order of the event
+        dims of a Dataset variable.
+    convert : callable, optional
+        ``convert(name, draws, n_draws) -> block``, applied to each variable's draws as soon as
+        they are read (checks raise in the order of ``shapes``); default: the draws themselves.
+
+    Returns
+    -------
+    arrays : list
+        ``convert`` of the ``(S, *shape)`` float64 draws of each variable of ``shapes``.
+    n_draws : int
+        ``S``.
+
+    Raises
+    ------
+    ValueError
+        A variable is missing, has the wrong per-draw shape, or has another number of draws than
+        the first.
+    """
+    post = posterior_dataset(posterior)
+    names = list(shapes)
+    arrays = []
+    n_draws = None
+    for name in names:
+        vals = _variable_draws(post, name, shapes[name], param_dims[name])
+        if n_draws is None:
+            n_draws = vals.shape[0]
+        elif vals.shape[0] != n_draws:
+            raise ValueError(
+                f"posterior variable {name!r} has {vals.shape[0]} draws but "
+                f"{names[0]!r} has {n_draws}; all variables need the same draws."
+            )
+        arrays.append(vals if convert is None else convert(name, vals, n_draws))
+    return arrays, n_draws
+
+
+def _variable_draws(post, name: str, shape: tuple, dims: tuple) -> np.ndarray:
+    """The draws ``(S, *shape)`` float64 of one variable of a posterior Dataset or mapping.
+
+    Parameters
+    ----------
+    post : xarray.Dataset or mapping
+        A Dataset whose variables have dims ``(chain, draw, ...)`` (flattened chain-major), or a
+        mapping ``name -> array`` of shape ``(S, *shape)`` or ``(chain, draw, *shape)``.
+    name : str
+        The variable.
+    shape : tuple
+        Its shape in one draw.
+    dims : tuple
+        Its event dims, the order they are transposed to when a Dataset holds them all.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(S, *shape)`` float64.
+
+    Raises
+    ------
+    ValueError
+        The variable is missing, lacks the ``chain``/``draw`` dims, or has another shape.
+    TypeError
+        ``post`` is neither a Dataset nor a mapping.
+    """
+    if isinstance(post, xr.Dataset):
+        return _dataset_draws(post, name, shape, dims)
+    if isinstance(post, Mapping):
+        if name not in post:
+            raise ValueError(
+                f"posterior variable {name!r} is missing; got {sorted(map(str, post))}."
+            )
+        vals = np.asarray(post[name], dtype=np.float64)
+        if vals.shape[1:] == shape:
+            return vals
+        if vals.ndim == len(shape) + 2 and vals.shape[2:] == shape:
+            return vals.reshape((-1,) + shape)
+        raise ValueError(
+            f"posterior variable {name!r} has shape {vals.shape}; expected (S, *{shape}) or "
+            f"(chain, draw, *{shape}) as the model declares shape {shape}."
+        )
+    raise TypeError(
+        "posterior must be an xarray.DataTree, an xarray.Dataset or a dict of arrays, got "
+        f"{type(post).__name__}."
+    )
+
+
+def _dataset_draws(post, name, shape, dims) -> np.ndarray:
+    """:func:`_variable_draws` for an ``xarray.Dataset``."""
+    if name not in post.data_vars:
+        raise ValueError(
+            f"posterior variable {name!r} is missing; the posterior has "
+            f"{sorted(map(str, post.data_vars))}. Pass the posterior of this model's fit, with the "
+            "model's variable names."
+        )
+    da = post[name]
+    if "chain" not in da.dims or "draw" not in da.dims:
+        raise ValueError(
+            f"posterior variable {name!r} has dims {da.dims}; expected ('chain', 'draw', "
+            "...). Use arviz_base.convert_to_datatree or pass a dict of (S, ...) arrays."
+        )
+    event = [d for d in da.dims if d not in ("chain", "draw")]
+    want = list(dims)
+    if set(event) == set(want):
+        event = want
+    vals = np.asarray(da.transpose("chain", "draw", *event).values, dtype=np.float64)
+    if vals.shape[2:] != shape:
+        raise ValueError(
+            f"posterior variable {name!r} has per-draw shape {vals.shape[2:]} (dims "
+            f"{tuple(event)}) but the model declares shape {shape}; build the model with "
+            "the same data and dimensions as the fit."
+        )
+    return vals.reshape((-1,) + shape)
 
 
 class ParameterLayout:
@@ -163,88 +288,71 @@ class ParameterLayout:
             A variable is missing, has the wrong per-draw shape, has non-finite draws, or has
             draws outside the support of its bijector.
         """
-        post = posterior_dataset(posterior)
-        blocks = []
-        n_draws = None
-        for name in self.names:
-            vals = self._draws_of(post, name)
-            if n_draws is None:
-                n_draws = vals.shape[0]
-            elif vals.shape[0] != n_draws:
-                raise ValueError(
-                    f"posterior variable {name!r} has {vals.shape[0]} draws but "
-                    f"{self.names[0]!r} has {n_draws}; all variables need the same draws."
-                )
-            finite = np.isfinite(vals)
-            if not finite.all():
-                bad = int((~finite).reshape(n_draws, -1).any(axis=1).sum())
-                raise ValueError(
-                    f"posterior variable {name!r} has {bad} draw(s) with non-finite values "
-                    "(NaN or inf); remove those draws (for example a failed chain) first."
-                )
-            bij = self.bijectors[name]
-            inside = np.asarray(bij.in_support(vals))
-            u = np.asarray(bij.inverse(vals), dtype=np.float64)
-            u_ok = np.isfinite(u).reshape(n_draws, -1).all(axis=1)
-            ok = inside.reshape(n_draws, -1).all(axis=1) & u_ok
-            if not ok.all():
-                raise ValueError(
-                    f"posterior variable {name!r} has {int((~ok).sum())} draw(s) outside the "
-                    f"support of its transform {bij!r} (support: {bij.support}); check that the "
-                    "model declares the same constraint as the fitted model."
-                )
-            blocks.append(u.reshape(n_draws, -1))
+        blocks, _ = read_draws(posterior, self.shapes, self.param_dims, convert=self._unconstrain_block)
         return np.concatenate(blocks, axis=1)
 
-    def _draws_of(self, post, name) -> np.ndarray:
-        shape = self.shapes[name]
-        if isinstance(post, xr.Dataset):
-            if name not in post.data_vars:
-                raise ValueError(
-                    f"posterior variable {name!r} is missing; the posterior has "
-                    f"{sorted(map(str, post.data_vars))}. Name the model's parameters like the "
-                    "fitted model's variables."
-                )
-            da = post[name]
-            if "chain" not in da.dims or "draw" not in da.dims:
-                raise ValueError(
-                    f"posterior variable {name!r} has dims {da.dims}; expected ('chain', 'draw', "
-                    "...). Use arviz_base.convert_to_datatree or pass a dict of (S, ...) arrays."
-                )
-            event = [d for d in da.dims if d not in ("chain", "draw")]
-            want = list(self.param_dims[name])
-            if set(event) == set(want):
-                event = want
-            da = da.transpose("chain", "draw", *event)
-            vals = np.asarray(da.values, dtype=np.float64)
-            if vals.shape[2:] != shape:
-                raise ValueError(
-                    f"posterior variable {name!r} has per-draw shape {vals.shape[2:]} (dims "
-                    f"{tuple(event)}) but the model declares shape {shape}; build the model with "
-                    "the same data and dimensions as the fit."
-                )
-            return vals.reshape((-1,) + shape)
-        if isinstance(post, Mapping):
-            if name not in post:
-                raise ValueError(
-                    f"posterior variable {name!r} is missing; got {sorted(map(str, post))}."
-                )
-            vals = np.asarray(post[name], dtype=np.float64)
-            if vals.shape[1:] == shape:
-                return vals
-            if vals.ndim == len(shape) + 2 and vals.shape[2:] == shape:
-                return vals.reshape((-1,) + shape)
+    def _unconstrain_block(self, name, vals, n_draws) -> np.ndarray:
+        """Unconstrained ``(S, size)`` block of the draws of one parameter; raises outside its support."""
+        finite = np.isfinite(vals)
+        if not finite.all():
+            bad = int((~finite).reshape(n_draws, -1).any(axis=1).sum())
             raise ValueError(
-                f"posterior variable {name!r} has shape {vals.shape}; expected (S, *{shape}) or "
-                f"(chain, draw, *{shape}) as the model declares shape {shape}."
+                f"posterior variable {name!r} has {bad} draw(s) with non-finite values "
+                "(NaN or inf); remove those draws (for example a failed chain) first."
             )
-        raise TypeError(
-            "posterior must be an xarray.DataTree, an xarray.Dataset or a dict of arrays, got "
-            f"{type(post).__name__}."
-        )
+        bij = self.bijectors[name]
+        inside = np.asarray(bij.in_support(vals))
+        u = np.asarray(bij.inverse(vals), dtype=np.float64)
+        u_ok = np.isfinite(u).reshape(n_draws, -1).all(axis=1)
+        ok = inside.reshape(n_draws, -1).all(axis=1) & u_ok
+        if not ok.all():
+            raise ValueError(
+                f"posterior variable {name!r} has {int((~ok).sum())} draw(s) outside the "
+                f"support of its transform {bij!r} (support: {bij.support}); check that the "
+                "model declares the same constraint as the fitted model."
+            )
+        return u.reshape(n_draws, -1)
 
 
-class JaxModel(PosteriorModel):
+class LayoutMixin:
+    """Dimension, parameter metadata and (un)constraining of a model that owns a layout.
+
+    For the adapters that hold a :class:`ParameterLayout` as ``self.layout``
+    (:class:`JaxModel`, :class:`~ppl_loo.models.LogisticRegression`,
+    :class:`~ppl_loo.models.ReluNet`, :class:`~ppl_loo.model.jax.pvi.SimulatorModel`): every
+    name, dim and transform comes from the layout, so it is written once here. List it before
+    :class:`~ppl_loo.model.jax.base.PosteriorModel` among the bases.
+    """
+
+    layout: ParameterLayout
+
+    @property
+    def dim(self) -> int:
+        """Unconstrained dimension (the length of ``theta``)."""
+        return self.layout.dim
+
+    @property
+    def param_names(self) -> tuple:
+        """Names of the constrained parameters, in the order of ``theta``."""
+        return self.layout.names
+
+    @property
+    def param_dims(self) -> dict:
+        """``name -> dims`` of each constrained parameter (without chain/draw)."""
+        return self.layout.param_dims
+
+    @uses_x64
+    def constrain(self, theta) -> dict:
+        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
+        return self.layout.constrain(theta)
+
+    @uses_x64
+    def unconstrain(self, posterior) -> np.ndarray:
+        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
+        return self.layout.unconstrain(posterior)
+
+
+class JaxModel(LayoutMixin, PosteriorModel):
     """A posterior model from JAX functions of named, constrained parameters.
 
     Parameters
@@ -319,11 +427,12 @@ class JaxModel(PosteriorModel):
         observed=None,
     ):
         self.layout = ParameterLayout(params, param_dims)
-        self.dim = self.layout.dim
         self._log_prior = log_prior
         self._log_lik = log_lik
         self._loo_log_density = loo_log_density
         self._log_var_target = log_var_target
+        if log_var_target is not None:
+            self.var_target_fn = self._var_target_on_theta
         self.var_name = str(var_name)
         self.structure = structure
         self.adapt_index = None if adapt_index is None else np.asarray(adapt_index, dtype=int)
@@ -356,25 +465,6 @@ class JaxModel(PosteriorModel):
                 f"observed has shape {self.observed.shape} but log_lik returns {self.obs_shape}."
             )
 
-    # ------------------------------------------------------------------ layout
-    @property
-    def param_names(self) -> tuple:
-        """Names of the constrained parameters, in the order of ``theta``."""
-        return self.layout.names
-
-    @property
-    def param_dims(self) -> dict:
-        """``name -> dims`` of each constrained parameter (without chain/draw)."""
-        return self.layout.param_dims
-
-    def constrain(self, theta) -> dict:
-        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
-        return self.layout.constrain(theta)
-
-    def unconstrain(self, posterior) -> np.ndarray:
-        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
-        return self.layout.unconstrain(posterior)
-
     # ------------------------------------------------------------------ per-draw
     def logp(self, theta):
         values, logdet = self.layout.constrain_with_logdet(theta)
@@ -395,11 +485,6 @@ class JaxModel(PosteriorModel):
         values, logdet = self.layout.constrain_with_logdet(theta)
         return self._loo_log_density(values, i) + logdet
 
-    @property
-    def has_var_target(self):
-        return self._log_var_target is not None
-
-    def log_var_target(self, theta, i):
-        if self._log_var_target is None:
-            return None
+    def _var_target_on_theta(self, theta, i):
+        """The user's ``log_var_target`` at one unconstrained draw (the ``var_target_fn``)."""
         return self._log_var_target(self.layout.constrain(theta), i)

@@ -8,7 +8,7 @@ uses the exact closed-form Jacobians and the ``O(S n)`` line evaluation of :meth
 from __future__ import annotations
 
 from functools import cached_property
-from math import lgamma, log, pi, sqrt
+from math import lgamma, log, pi
 
 import jax
 import jax.numpy as jnp
@@ -16,11 +16,12 @@ import numpy as np
 
 from ppl_loo.numerics.special import softplus
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.numerics.data import check_binary_data
+from ppl_loo.numerics.horseshoe import HorseshoeHyperparameters
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.bijectors import Exp
-from ppl_loo.model.jax.jax_model import ParameterLayout
+from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.model.protocol import GLMStructure
-from ppl_loo.numerics.data import check_binary_data
 
 __all__ = ["LogisticRegression"]
 
@@ -48,7 +49,7 @@ def _log_inv_gamma(u, a: float, b: float):
     return a * log(b) - lgamma(a) - (a + 1.0) * u - b * jnp.exp(-u) + u
 
 
-class LogisticRegression(PosteriorModel):
+class LogisticRegression(LayoutMixin, PosteriorModel):
     r"""Bernoulli-logit regression ``y_i ~ Bernoulli(sigmoid(beta0 + x_i . beta))``.
 
     Parameters
@@ -76,18 +77,18 @@ class LogisticRegression(PosteriorModel):
         value (for example ``1 / sqrt(p)``) for a tighter one. Ignored by the horseshoe.
     intercept : bool, default True
         Include ``beta0 ~ N(0, scale_icept^2)``.
-    scale_icept : float, default 5.0
-    p0 : float, default 20
-        Prior guess of the number of relevant features (horseshoe); must be < p.
-    slab_scale, slab_df, nu_global, nu_local : float
-        Horseshoe hyperparameters (defaults 2.5, 1, 1, 1).
-    scale_global : float, optional
-        Overrides ``p0 / ((p - p0) sqrt(n))``.
     var_name : str, default "y"
     obs_dim : str, default "obs_id"
         Name of the observation dim of the log-likelihood variable.
     feature_coords : array, optional
         Coordinate values of the ``feature`` dim (default ``0..p-1``).
+    **hyperparameters
+        ``scale_icept`` (default 5.0) and the horseshoe's ``p0`` (default 20, the prior guess of
+        the number of relevant features; must lie in ``(0, p)``), ``slab_scale``, ``slab_df``,
+        ``nu_global``, ``nu_local`` (defaults 2.5, 1, 1, 1) and ``scale_global`` (overrides
+        ``p0 / ((p - p0) sqrt(n))``): the fields of
+        :class:`~ppl_loo.numerics.horseshoe.HorseshoeHyperparameters`, shared with the Stan
+        program's data (:func:`ppl_loo.stan.programs.horseshoe_data`). All must be > 0.
 
     Notes
     -----
@@ -101,53 +102,30 @@ class LogisticRegression(PosteriorModel):
     """
 
     @uses_x64
-    def __init__(
-        self,
-        X,
-        y,
-        *,
-        prior: str = "normal",
-        prior_scale: float = 1.0,
-        intercept: bool = True,
-        scale_icept: float = 5.0,
-        p0: float = 20,
-        slab_scale: float = 2.5,
-        slab_df: float = 1.0,
-        nu_global: float = 1.0,
-        nu_local: float = 1.0,
-        scale_global: float | None = None,
-        var_name: str = "y",
-        obs_dim: str = "obs_id",
-        feature_coords=None,
-    ):
+    def __init__(self, X, y, *, prior: str = "normal", prior_scale: float = 1.0, intercept: bool = True,
+                 var_name: str = "y", obs_dim: str = "obs_id", feature_coords=None, **hyperparameters):
         X, yf = check_binary_data(X, y, "LogisticRegression")
         if prior not in ("normal", "horseshoe"):
             raise ValueError(f"prior must be 'normal' or 'horseshoe', got {prior!r}.")
+        if not float(prior_scale) > 0:
+            raise ValueError(f"LogisticRegression: prior_scale must be > 0, got {prior_scale}.")
+        hyper = HorseshoeHyperparameters.from_keywords("LogisticRegression", hyperparameters)
+        hyper.check_positive("LogisticRegression")
         n, p = X.shape
         self.prior = prior
         self.intercept = bool(intercept)
         self.n, self.p = n, p
         self.prior_scale = float(prior_scale)
-        self.scale_icept = float(scale_icept)
-        self.slab_scale = float(slab_scale)
-        self.slab_df = float(slab_df)
-        self.nu_global = float(nu_global)
-        self.nu_local = float(nu_local)
-        self.p0 = float(p0)
-        for nm in ("prior_scale", "scale_icept", "slab_scale", "slab_df", "nu_global", "nu_local"):
-            if not getattr(self, nm) > 0:
-                raise ValueError(f"{nm} must be > 0, got {getattr(self, nm)}.")
+        self.scale_icept = float(hyper.scale_icept)
+        self.slab_scale = float(hyper.slab_scale)
+        self.slab_df = float(hyper.slab_df)
+        self.nu_global = float(hyper.nu_global)
+        self.nu_local = float(hyper.nu_local)
+        self.p0 = float(hyper.p0)
         if prior == "horseshoe":
-            if scale_global is None:
-                if not 0 < self.p0 < p:
-                    raise ValueError(
-                        f"p0 = {p0} must lie in (0, p = {p}) for the horseshoe; or pass "
-                        "scale_global directly."
-                    )
-                scale_global = self.p0 / ((p - self.p0) * sqrt(n))
-            if not scale_global > 0:
-                raise ValueError(f"scale_global must be > 0, got {scale_global}.")
-        self.scale_global = None if scale_global is None else float(scale_global)
+            self.scale_global = hyper.global_scale(n, p, "LogisticRegression")
+        else:
+            self.scale_global = None if hyper.scale_global is None else float(hyper.scale_global)
 
         self.X = X
         self.y = yf
@@ -166,7 +144,6 @@ class LogisticRegression(PosteriorModel):
             params["tau"] = ((), Exp())
             params["caux"] = ((), Exp())
         self.layout = ParameterLayout(params, {"beta": ("feature",), "lam": ("feature",)})
-        self.dim = self.layout.dim
         self.n_obs = n
         self.var_name = str(var_name)
         self.obs_dims = (str(obs_dim),)
@@ -177,25 +154,6 @@ class LogisticRegression(PosteriorModel):
         beta_index = np.arange(self.q)
         self.structure = GLMStructure(X=Xt, y=yf, beta_index=beta_index)
         self.adapt_index = beta_index
-
-    # ------------------------------------------------------------------ layout
-    @property
-    def param_names(self) -> tuple:
-        """Names of the constrained parameters, in the order of ``theta``."""
-        return self.layout.names
-
-    @property
-    def param_dims(self) -> dict:
-        """``name -> dims`` of each constrained parameter (without chain/draw)."""
-        return self.layout.param_dims
-
-    def constrain(self, theta) -> dict:
-        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
-        return self.layout.constrain(theta)
-
-    def unconstrain(self, posterior) -> np.ndarray:
-        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
-        return self.layout.unconstrain(posterior)
 
     # ------------------------------------------------------------------ prior pieces
     def _log_sd(self, theta):

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo.model.build import batch, category_index, pvi_model, simulate_terms
-from ppl_loo.model.jax.jax_model import ParameterLayout
+from ppl_loo.model.build import batch, category_index, coordinate_labels, pvi_model, simulate_terms
+from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.numerics.pvi import Terms
 from ppl_loo.jax_settings import uses_x64
 
@@ -27,7 +27,7 @@ _TAGS = {"Exp": "log", "LowerBound": "lowerbound", "UpperBound": "upperbound", "
 
 
 # ----------------------------------------------------------------------------- likelihood-free
-class SimulatorModel:
+class SimulatorModel(LayoutMixin):
     """A likelihood-free model: a differentiable JAX simulator and, optionally, a log prior.
 
     Parameters
@@ -58,7 +58,6 @@ class SimulatorModel:
                  vector: bool = False, var_name: str = "y", obs_dims: tuple | None = None,
                  param_dims: Mapping | None = None, coords: Mapping | None = None):
         self.layout = ParameterLayout(params, param_dims)
-        self.dim = self.layout.dim
         self.simulate = simulate
         self.log_prior = log_prior
         self.observed = np.asarray(observed, dtype=np.float64)
@@ -80,35 +79,17 @@ class SimulatorModel:
         if tuple(out.shape) != self.observed.shape:
             raise ValueError(f"simulate returns shape {tuple(out.shape)} but observed has shape {self.observed.shape}.")
 
-    @property
-    def param_names(self):
-        return self.layout.names
-
-    @property
-    def param_dims(self):
-        return self.layout.param_dims
-
-    @uses_x64
-    def constrain(self, theta):
-        return self.layout.constrain(theta)
-
-    @uses_x64
-    def unconstrain(self, posterior):
-        return self.layout.unconstrain(posterior)
 
 
 # ----------------------------------------------------------------------------- helpers
 def layout_labels(layout: ParameterLayout) -> list:
-    out = []
-    for name in layout.names:
-        bij = type(layout.bijectors[name]).__name__
-        base = name if bij == "Identity" else f"{name}_{_TAGS.get(bij, bij.lower())}__"
-        ushape = layout.ushapes[name]
-        if ushape == ():
-            out.append(base)
-        else:
-            out.extend(f"{base}[{','.join(map(str, idx))}]" for idx in np.ndindex(*ushape))
-    return out
+    """One label per unconstrained coordinate of a layout (``"sigma_log__"``, ``"beta[0,1]"``)."""
+    return coordinate_labels((_block_label(layout, name), layout.ushapes[name]) for name in layout.names)
+
+
+def _block_label(layout, name) -> str:
+    bij = type(layout.bijectors[name]).__name__
+    return name if bij == "Identity" else f"{name}_{_TAGS.get(bij, bij.lower())}__"
 
 
 def no_user_fns(simulator, probs, kind, why):

@@ -16,14 +16,14 @@ import numpy as np
 from ppl_loo.numerics.special import softplus
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.jax_model import ParameterLayout
+from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.data import check_binary_data
 
 __all__ = ["ReluNet"]
 
 
-class ReluNet(PosteriorModel):
+class ReluNet(LayoutMixin, PosteriorModel):
     """Bernoulli-logit one-hidden-layer ReLU net with iid normal weights.
 
     Parameters
@@ -79,7 +79,6 @@ class ReluNet(PosteriorModel):
             {"W1": ((hidden, p + 1), None), "W2": ((hidden,), None), "b2": ((), None)},
             {"W1": ("hidden", "feature_aug"), "W2": ("hidden",)},
         )
-        self.dim = self.layout.dim
         self.n_obs = n
         self.var_name = str(var_name)
         self.obs_dims = (str(obs_dim),)
@@ -96,25 +95,6 @@ class ReluNet(PosteriorModel):
             b2_index=nw1 + hidden,
         )
         self.adapt_index = None
-
-    # ------------------------------------------------------------------ layout
-    @property
-    def param_names(self) -> tuple:
-        """Names of the constrained parameters, in the order of ``theta``."""
-        return self.layout.names
-
-    @property
-    def param_dims(self) -> dict:
-        """``name -> dims`` of each constrained parameter (without chain/draw)."""
-        return self.layout.param_dims
-
-    def constrain(self, theta) -> dict:
-        """Constrained values ``name -> (S, *shape)`` of ``theta`` with shape ``(S, dim)``."""
-        return self.layout.constrain(theta)
-
-    def unconstrain(self, posterior) -> np.ndarray:
-        """Unconstrained draws ``(S, dim)``; see :meth:`ParameterLayout.unconstrain`."""
-        return self.layout.unconstrain(posterior)
 
     # ------------------------------------------------------------------ per-draw
     def _unpack(self, theta):

@@ -17,18 +17,18 @@ models, so a logistic regression written in PyMC runs on the same fast path as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable
 from functools import cached_property
 from math import prod
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.jax_model import posterior_dataset
+from ppl_loo.model.jax.jax_model import read_draws
 from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.pymc.graph import jaxify
 from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
@@ -77,8 +77,17 @@ class PyMCModel(PosteriorModel):
         Names of the free random variables, in the order of ``model.value_vars``.
     value_names : tuple of str
         Names of the value variables (``sigma_log__`` ...), the blocks of ``theta``.
+    free_rvs, value_vars : list of TensorVariable
+        The free random variables and their value variables, in the order of ``theta``.
+    shapes, ushapes : dict
+        Constrained shape of each free variable (by name) and unconstrained shape of each value
+        variable (by value name).
+    slices : dict
+        ``value name -> slice`` of its block of ``theta``.
     structure, adapt_index :
         The detected :class:`~ppl_loo.model.GLMStructure` and its block, or None.
+    glm : BernoulliGLM or None
+        The detected Bernoulli-logit linear predictor (:mod:`ppl_loo.model.pymc.structure`).
     structure_note : str
         What was detected, or why nothing was (for example "the logit is not affine ...").
 
@@ -113,42 +122,33 @@ class PyMCModel(PosteriorModel):
     def __init__(self, model, var_name: str | None = None, *, loo_log_density: Callable | None = None,
                  structure: bool = True):
         import pymc as pm
-        from pytensor.graph.replace import graph_replace
-        from pytensor.tensor.type import discrete_dtypes
 
         if not isinstance(model, pm.Model):
             raise TypeError(f"model must be a pymc.Model, got {type(model).__name__}.")
         self.model = model
+        self.free_rvs, self.value_vars = free_variables(model)
+        self._init_layout(model)
+        self.var_name = observed_variable_name(model, var_name)
+        self._obs_rv = model[self.var_name]
+        self._compile_graphs(model)
+        self._init_observations(model, loo_log_density)
+        self.glm = None
+        self.structure_note = "structure detection off" if not structure else ""
+        if structure and self.factorizes:
+            self._init_structure(model)
 
-        # ------------------------------------------------------------ free variables
-        discrete = [rv.name for rv in model.free_RVs if rv.type.dtype in discrete_dtypes]
-        if discrete:
-            raise ValueError(
-                f"free random variable(s) {discrete} are discrete; ppl_loo needs continuous "
-                "parameters (gradients in the unconstrained space). Marginalize them out (for "
-                "example with pymc_extras.marginalize) or make them observed."
-            )
-        self._free_rvs = list(model.free_RVs)
-        self._value_vars = [model.rvs_to_values[rv] for rv in self._free_rvs]
-        if [v.name for v in self._value_vars] != [v.name for v in model.value_vars]:
-            # model.value_vars follows free_RVs; keep its order to be safe
-            order = {v.name: k for k, v in enumerate(model.value_vars)}
-            pairs = sorted(zip(self._free_rvs, self._value_vars), key=lambda p: order[p[1].name])
-            self._free_rvs = [p[0] for p in pairs]
-            self._value_vars = [p[1] for p in pairs]
-        if not self._free_rvs:
-            raise ValueError("the model has no free random variables; there is nothing to adapt.")
-
+    def _init_layout(self, model):
+        """Names, shapes, dims and blocks of ``theta`` of the free variables (``dim``, ``slices`` ...)."""
         shapes = model.eval_rv_shapes()
-        self.param_names = tuple(rv.name for rv in self._free_rvs)
-        self.value_names = tuple(v.name for v in self._value_vars)
-        self.shapes = {rv.name: tuple(int(s) for s in shapes[rv.name]) for rv in self._free_rvs}
+        self.param_names = tuple(rv.name for rv in self.free_rvs)
+        self.value_names = tuple(v.name for v in self.value_vars)
+        self.shapes = {rv.name: tuple(int(s) for s in shapes[rv.name]) for rv in self.free_rvs}
         self.ushapes = {}
-        for rv, v in zip(self._free_rvs, self._value_vars):
+        for rv, v in zip(self.free_rvs, self.value_vars):
             self.ushapes[v.name] = tuple(int(s) for s in shapes.get(v.name, shapes[rv.name]))
         self.slices = {}
         start = 0
-        for v in self._value_vars:
+        for v in self.value_vars:
             size = prod(self.ushapes[v.name])
             self.slices[v.name] = slice(start, start + size)
             start += size
@@ -160,123 +160,48 @@ class PyMCModel(PosteriorModel):
             for name in self.param_names
         }
 
-        # ------------------------------------------------------------ observed variable
-        obs_names = [rv.name for rv in model.observed_RVs]
-        if not obs_names:
-            raise ValueError("the model has no observed variable, so there is no likelihood for LOO.")
-        if var_name is None:
-            if len(obs_names) > 1:
-                raise ValueError(
-                    f"the model has several observed variables {obs_names}; pass var_name= to "
-                    "choose the one whose pointwise log-likelihood LOO uses."
-                )
-            var_name = obs_names[0]
-        if var_name not in obs_names:
-            raise ValueError(
-                f"var_name={var_name!r} is not an observed variable of the model; observed "
-                f"variables: {obs_names}."
-            )
-        self.var_name = str(var_name)
-        obs_rv = model[var_name]
-        self._obs_rv = obs_rv
-
-        # ------------------------------------------------------------ compiled graphs
+    def _compile_graphs(self, model):
+        """JAX functions of the value variables: log density, log-likelihood, log-Jacobian, constraining
+        and forward transforms, and the variance-descent target of a Bernoulli observation."""
         logp_graph = model.logp(jacobian=True, sum=True)
-        ll_graph = model.logp(vars=[obs_rv], sum=False, jacobian=False)[0]
+        ll_graph = model.logp(vars=[self._obs_rv], sum=False, jacobian=False)[0]
         jac_graph = logp_graph - model.logp(jacobian=False, sum=True)
-        constrained = model.replace_rvs_by_values(self._free_rvs)
-        self._logp_fn = jaxify(self._value_vars, [logp_graph])
-        self._ll_fn = jaxify(self._value_vars, [ll_graph])
-        self._jac_fn = jaxify(self._value_vars, [jac_graph])
-        self._constrain_fn = jaxify(self._value_vars, constrained)
+        constrained = model.replace_rvs_by_values(self.free_rvs)
+        self._logp_fn = jaxify(self.value_vars, [logp_graph])
+        self._ll_fn = jaxify(self.value_vars, [ll_graph])
+        self._jac_fn = jaxify(self.value_vars, [jac_graph])
+        self._constrain_fn = jaxify(self.value_vars, constrained)
+        self._forward_fn = forward_transforms(model, self.free_rvs, self.shapes)
+        self._lt_fn = bernoulli_var_target(model, self._obs_rv, self.value_vars)
 
-        # forward transforms on constrained placeholders (parents replaced by their draws)
-        import pytensor.tensor as pt
-
-        holders = {
-            rv: pt.tensor(name=f"{rv.name}_constrained", dtype=rv.type.dtype, shape=self.shapes[rv.name])
-            for rv in self._free_rvs
-        }
-        forwards = []
-        for rv in self._free_rvs:
-            tr = model.rvs_to_transforms.get(rv)
-            if tr is None:
-                forwards.append(holders[rv])
-            else:
-                out = tr.forward(holders[rv], *rv.owner.inputs)
-                forwards.append(graph_replace(out, dict(holders), strict=False))
-        self._forward_fn = jaxify([holders[rv] for rv in self._free_rvs], forwards)
-
-        # variance-descent target of a Bernoulli observation: the complement probability
-        # f_i = p^(1-y) (1-p)^y (paper S.9), i.e. the likelihood of the flipped outcome
-        obs_value = model.rvs_to_values[obs_rv]
-        self._lt_fn = None
-        if type(obs_rv.owner.op).__name__ == "BernoulliRV":
-            from pymc.logprob.basic import logp as rv_logp
-
-            flipped = model.replace_rvs_by_values([rv_logp(obs_rv, 1 - obs_value)])[0]
-            self._lt_fn = jaxify(self._value_vars, [flipped])
-
-        # observation shape and factorization check
+    def _init_observations(self, model, loo_log_density):
+        """``observed``, ``factorizes``, ``obs_shape``, ``obs_dims`` and ``n_obs`` of ``var_name``."""
         try:
-            self.observed = np.asarray(obs_value.eval())
+            self.observed = np.asarray(model.rvs_to_values[self._obs_rv].eval())
         except Exception:  # noqa: BLE001 - metadata only
             self.observed = None
         zero = self.split(jnp.zeros(self.dim))
         ll_shape = tuple(jax.eval_shape(lambda *a: self._ll_fn(*a)[0], *zero).shape)
         data_shape = None if self.observed is None else tuple(self.observed.shape)
-        dims = tuple(model.named_vars_to_dims.get(var_name, ()) or ())
-        self.factorizes = True
+        dims = tuple(model.named_vars_to_dims.get(self.var_name, ()) or ())
         self._loo_log_density = loo_log_density
-        nonfactor = data_shape is not None and (
-            (len(ll_shape) == 0 and len(data_shape) > 0) or ll_shape != data_shape[: len(ll_shape)]
+        self.factorizes, self.obs_shape, self.obs_dims = observation_layout(
+            self.var_name, ll_shape, data_shape, dims, loo_log_density
         )
-        if nonfactor:
-            if loo_log_density is None:
-                raise ValueError(
-                    f"the likelihood of observed variable {var_name!r} does not factorize into one "
-                    f"term per observation (elementwise logp has shape {ll_shape}, the data "
-                    f"{data_shape}), e.g. one multivariate distribution over all observations, so "
-                    "there is no pointwise log-likelihood to leave out. Exact LOO needs the "
-                    "leave-one-out density: write loo_log_density(values, i) -> log p(params) + "
-                    "log p(y_-i | params) (a JAX function of the constrained values, a dict by "
-                    "variable name) and call pl.loo(data, ppl_loo.models.PyMCModel(model, "
-                    "loo_log_density=loo_log_density))."
-                )
-            self.factorizes = False
-            self.obs_shape = (int(data_shape[-1]),) if len(data_shape) else (1,)
-            self.obs_dims = (dims[-1],) if dims else (f"{self.var_name}_dim_{max(len(data_shape) - 1, 0)}",)
-        else:
-            if not callable(loo_log_density) and loo_log_density is not None:
-                raise ValueError("loo_log_density must be a callable (values, i) -> scalar.")
-            self.factorizes = loo_log_density is None
-            self.obs_shape = ll_shape
-            dims = dims[: len(ll_shape)]
-            self.obs_dims = dims if len(dims) == len(ll_shape) else tuple(
-                f"{self.var_name}_dim_{k}" for k in range(len(ll_shape))
-            )
         self.n_obs = int(prod(self.obs_shape))
 
-        # ------------------------------------------------------------ exploitable structure
-        self._glm = None
-        self.structure_note = "structure detection off" if not structure else ""
-        if structure and self.factorizes:
-
-            self._glm, self.structure_note = detect_bernoulli_glm(self, model, obs_rv)
-            if self._glm is not None:
-                g = self._glm
-                self.structure = GLMStructure(X=g.X, y=g.y, beta_index=g.block, offset=g.offset)
-                self.adapt_index = g.block
-                b = g.block
-                contiguous = np.array_equal(b, np.arange(b[0], b[0] + b.size))
-                self._bsel = slice(int(b[0]), int(b[0]) + b.size) if contiguous else b
-                self.structure_note = (
-                    f"Bernoulli-logit linear predictor in {b.size} of {self.dim} parameters"
-                    + (", quadratic prior" if g.quadratic else "")
-                    + (" with a constant" if g.constant_hessian else "")
-                    + (" diagonal" if g.hessian_diag is not None else "")
-                    + (" Hessian" if g.constant_hessian else "")
-                )
+    def _init_structure(self, model):
+        """Detect a Bernoulli-logit linear predictor; set ``glm``, ``structure``, ``adapt_index`` and
+        ``structure_note``."""
+        self.glm, self.structure_note = detect_bernoulli_glm(self, model, self._obs_rv)
+        if self.glm is None:
+            return
+        g = self.glm
+        self.structure = GLMStructure(X=g.X, y=g.y, beta_index=g.block, offset=g.offset)
+        self.adapt_index = b = g.block
+        contiguous = np.array_equal(b, np.arange(b[0], b[0] + b.size))
+        self._bsel = slice(int(b[0]), int(b[0]) + b.size) if contiguous else b
+        self.structure_note = glm_note(g, self.dim)
 
     # ------------------------------------------------------------------ layout
     def split(self, theta) -> list:
@@ -285,7 +210,7 @@ class PyMCModel(PosteriorModel):
         batch = theta.shape[:-1]
         return [
             theta[..., self.slices[v.name]].reshape(batch + self.ushapes[v.name])
-            for v in self._value_vars
+            for v in self.value_vars
         ]
 
     def _values(self, theta) -> dict:
@@ -304,15 +229,15 @@ class PyMCModel(PosteriorModel):
         lp = self.logp(theta)
         return jax.vmap(lambda i: lp - self.loo_logp(theta, i))(jnp.arange(self.n_obs))
 
-    @property
-    def has_var_target(self):
-        return self._lt_fn is not None
-
     def log_var_target(self, theta, i):
         """Log complement probability of a Bernoulli observation (paper S.9); else ``None``."""
         if self._lt_fn is None:
             return None
         return jnp.ravel(self._lt_fn(*self.split(theta))[0])[i]
+
+    @property
+    def has_var_target(self):
+        return self._lt_fn is not None
 
     def loo_logp(self, theta, i):
         """Log posterior without observation ``i``; uses ``loo_log_density`` when given."""
@@ -344,11 +269,10 @@ class PyMCModel(PosteriorModel):
 
         if type(self._obs_rv.owner.op).__name__ != "BernoulliRV":
             return None
-        holders = {rv: pt.tensor(name=f"{rv.name}_value", dtype=rv.type.dtype, shape=self.shapes[rv.name])
-                   for rv in self._free_rvs}
+        holders = constrained_placeholders(self.free_rvs, self.shapes, "_value")
         p = pt.broadcast_to(self._obs_rv.owner.inputs[-1], self.obs_shape)
         p = graph_replace(p, dict(holders), strict=False)
-        return jaxify([holders[rv] for rv in self._free_rvs], [p])
+        return jaxify([holders[rv] for rv in self.free_rvs], [p])
 
     def predicted_probability(self, params) -> np.ndarray:
         """``p(y_i = 1 | theta)`` of a Bernoulli observed variable, shape ``(M, *obs_shape)``.
@@ -369,7 +293,7 @@ class PyMCModel(PosteriorModel):
     @cached_property
     def _glm_cache_fn(self):
 
-        g = self._glm
+        g = self.glm
 
         def cache(theta, Xt, offset):
             return theta[:, self._bsel] @ Xt.T + offset, prior_cache(g, theta, self._bsel)
@@ -379,9 +303,9 @@ class PyMCModel(PosteriorModel):
     def line_cache(self, theta):
         """For a detected Bernoulli-logit linear predictor: the logit ``(S, n)``, the prior part's
         per-run quantities (:func:`ppl_loo.model.pymc.structure.prior_cache`) and the data; else None."""
-        if self._glm is None:
+        if self.glm is None:
             return None
-        g = self._glm
+        g = self.glm
         Xt = jnp.asarray(g.X)
         offset = jnp.zeros(g.y.shape) if g.offset is None else jnp.asarray(g.offset)
         mu0, pcache = self._glm_cache_fn(jnp.asarray(theta), Xt, offset)
@@ -396,7 +320,7 @@ class PyMCModel(PosteriorModel):
         (:func:`ppl_loo.model.pymc.structure.prior_line`). Models without that structure use the
         generic evaluation of the full model.
         """
-        if self._glm is None:
+        if self.glm is None:
             return super().line_eval(cache, theta, delta, ts, i)
 
         mu0, pcache, Xt, sign = cache
@@ -409,7 +333,7 @@ class PyMCModel(PosteriorModel):
         else:
             dmu = jnp.broadcast_to(delta, theta.shape)[:, b] @ Xt.T
         ts = jnp.asarray(ts)
-        prior = prior_line(self._glm, pcache, theta, delta, ts, b)
+        prior = prior_line(self.glm, pcache, theta, delta, ts, b)
         t = ts[:, None]
         mu = mu0[None] + t[..., None] * dmu[None]  # (T, S, n), reduced without being stored
         logp = prior - jnp.sum(softplus(-sign * mu), axis=-1)
@@ -437,8 +361,6 @@ class PyMCModel(PosteriorModel):
         if not self.factorizes:
             return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
                                        init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
-        import warnings
-
         import pymc as pm
         from pymc.model.fgraph import clone_model
 
@@ -478,24 +400,11 @@ class PyMCModel(PosteriorModel):
         ValueError
             A free variable is missing, has the wrong shape, or has draws outside its support.
         """
-        post = posterior_dataset(posterior)
-        arrays = []
-        n_draws = None
-        for name in self.param_names:
-            vals = self._draws_of(post, name)
-            if n_draws is None:
-                n_draws = vals.shape[0]
-            elif vals.shape[0] != n_draws:
-                raise ValueError(
-                    f"posterior variable {name!r} has {vals.shape[0]} draws but "
-                    f"{self.param_names[0]!r} has {n_draws}."
-                )
-            if not np.isfinite(vals).all():
-                raise ValueError(f"posterior variable {name!r} has non-finite draws (NaN or inf).")
-            arrays.append(jnp.asarray(vals))
+        draws, n_draws = read_draws(posterior, self.shapes, self.param_dims, convert=_finite_draws)
+        arrays = [jnp.asarray(vals) for vals in draws]
         outs = self._jitted["unconstrain"](*arrays)
         blocks = []
-        for name, v, u in zip(self.param_names, self._value_vars, outs):
+        for name, v, u in zip(self.param_names, self.value_vars, outs):
             u = np.asarray(u, dtype=np.float64).reshape(n_draws, -1)
             if not np.isfinite(u).all():
                 bad = int((~np.isfinite(u)).any(axis=1).sum())
@@ -508,43 +417,172 @@ class PyMCModel(PosteriorModel):
             blocks.append(u)
         return np.concatenate(blocks, axis=1)
 
-    def _draws_of(self, post, name) -> np.ndarray:
-        shape = self.shapes[name]
-        if isinstance(post, xr.Dataset):
-            if name not in post.data_vars:
-                raise ValueError(
-                    f"posterior variable {name!r} is missing; the posterior has "
-                    f"{sorted(map(str, post.data_vars))}. Pass the posterior of this model's fit."
-                )
-            da = post[name]
-            if "chain" not in da.dims or "draw" not in da.dims:
-                raise ValueError(
-                    f"posterior variable {name!r} has dims {da.dims}; expected ('chain', 'draw', ...)."
-                )
-            event = [d for d in da.dims if d not in ("chain", "draw")]
-            want = list(self.param_dims[name])
-            if set(event) == set(want):
-                event = want
-            vals = np.asarray(da.transpose("chain", "draw", *event).values, dtype=np.float64)
-            if vals.shape[2:] != shape:
-                raise ValueError(
-                    f"posterior variable {name!r} has per-draw shape {vals.shape[2:]} but the model "
-                    f"declares shape {shape}; build the model with the same data and coords as the fit."
-                )
-            return vals.reshape((-1,) + shape)
-        if isinstance(post, Mapping):
-            if name not in post:
-                raise ValueError(f"posterior variable {name!r} is missing; got {sorted(map(str, post))}.")
-            vals = np.asarray(post[name], dtype=np.float64)
-            if vals.shape[1:] == shape:
-                return vals
-            if vals.ndim == len(shape) + 2 and vals.shape[2:] == shape:
-                return vals.reshape((-1,) + shape)
-            raise ValueError(
-                f"posterior variable {name!r} has shape {vals.shape}; expected (S, *{shape}) or "
-                f"(chain, draw, *{shape})."
-            )
-        raise TypeError(
-            "posterior must be an xarray.DataTree, an xarray.Dataset or a dict of arrays, got "
-            f"{type(post).__name__}."
+
+def _finite_draws(name, vals, n_draws) -> np.ndarray:
+    """The draws of one free variable, checked to be finite (:func:`read_draws`'s ``convert``)."""
+    if not np.isfinite(vals).all():
+        raise ValueError(f"posterior variable {name!r} has non-finite draws (NaN or inf).")
+    return vals
+
+
+# ----------------------------------------------------------------------------- construction
+def free_variables(model) -> tuple[list, list]:
+    """The free random variables of ``model`` and their value variables, in ``model.value_vars`` order.
+
+    Raises
+    ------
+    ValueError
+        A free random variable is discrete, or there is none.
+    """
+    from pytensor.tensor.type import discrete_dtypes
+
+    discrete = [rv.name for rv in model.free_RVs if rv.type.dtype in discrete_dtypes]
+    if discrete:
+        raise ValueError(
+            f"free random variable(s) {discrete} are discrete; ppl_loo needs continuous "
+            "parameters (gradients in the unconstrained space). Marginalize them out (for "
+            "example with pymc_extras.marginalize) or make them observed."
         )
+    free_rvs = list(model.free_RVs)
+    value_vars = [model.rvs_to_values[rv] for rv in free_rvs]
+    if [v.name for v in value_vars] != [v.name for v in model.value_vars]:
+        # model.value_vars follows free_RVs; keep its order to be safe
+        order = {v.name: k for k, v in enumerate(model.value_vars)}
+        pairs = sorted(zip(free_rvs, value_vars), key=lambda p: order[p[1].name])
+        free_rvs = [p[0] for p in pairs]
+        value_vars = [p[1] for p in pairs]
+    if not free_rvs:
+        raise ValueError("the model has no free random variables; there is nothing to adapt.")
+    return free_rvs, value_vars
+
+
+def observed_variable_name(model, var_name: str | None) -> str:
+    """``var_name`` checked against the observed variables of ``model``; the only one when None.
+
+    Raises
+    ------
+    ValueError
+        The model has no observed variable, several and ``var_name`` is None, or none named
+        ``var_name``.
+    """
+    obs_names = [rv.name for rv in model.observed_RVs]
+    if not obs_names:
+        raise ValueError("the model has no observed variable, so there is no likelihood for LOO.")
+    if var_name is None:
+        if len(obs_names) > 1:
+            raise ValueError(
+                f"the model has several observed variables {obs_names}; pass var_name= to "
+                "choose the one whose pointwise log-likelihood LOO uses."
+            )
+        var_name = obs_names[0]
+    if var_name not in obs_names:
+        raise ValueError(
+            f"var_name={var_name!r} is not an observed variable of the model; observed "
+            f"variables: {obs_names}."
+        )
+    return str(var_name)
+
+
+def constrained_placeholders(free_rvs, shapes, suffix: str) -> dict:
+    """A PyTensor tensor ``{name}{suffix}`` of the constrained shape of each free variable, by variable."""
+    import pytensor.tensor as pt
+
+    return {
+        rv: pt.tensor(name=f"{rv.name}{suffix}", dtype=rv.type.dtype, shape=shapes[rv.name])
+        for rv in free_rvs
+    }
+
+
+def forward_transforms(model, free_rvs, shapes) -> Callable:
+    """JAX function ``(*constrained values) -> value-variable values`` (the forward value transforms).
+
+    A transform whose parameters depend on other free variables (for example an interval bounded
+    by another parameter) uses their given constrained values.
+    """
+    from pytensor.graph.replace import graph_replace
+
+    holders = constrained_placeholders(free_rvs, shapes, "_constrained")
+    forwards = []
+    for rv in free_rvs:
+        tr = model.rvs_to_transforms.get(rv)
+        if tr is None:
+            forwards.append(holders[rv])
+        else:
+            out = tr.forward(holders[rv], *rv.owner.inputs)
+            forwards.append(graph_replace(out, dict(holders), strict=False))
+    return jaxify([holders[rv] for rv in free_rvs], forwards)
+
+
+def bernoulli_var_target(model, obs_rv, value_vars) -> Callable | None:
+    """Variance-descent target of a Bernoulli observation, or None for other distributions.
+
+    The complement probability ``f_i = p^(1-y) (1-p)^y`` (paper S.9), i.e. the likelihood of the
+    flipped outcome, as a JAX function of the value variables (elementwise log).
+    """
+    if type(obs_rv.owner.op).__name__ != "BernoulliRV":
+        return None
+    from pymc.logprob.basic import logp as rv_logp
+
+    obs_value = model.rvs_to_values[obs_rv]
+    flipped = model.replace_rvs_by_values([rv_logp(obs_rv, 1 - obs_value)])[0]
+    return jaxify(value_vars, [flipped])
+
+
+def observation_layout(var_name, ll_shape, data_shape, dims, loo_log_density) -> tuple[bool, tuple, tuple]:
+    """``(factorizes, obs_shape, obs_dims)`` of the observed variable.
+
+    Parameters
+    ----------
+    var_name : str
+        The observed variable (for messages and default dim names).
+    ll_shape : tuple
+        Shape of its elementwise log-likelihood.
+    data_shape : tuple or None
+        Shape of its data (None when unknown).
+    dims : tuple
+        Its dims in the model (may be empty).
+    loo_log_density : callable or None
+        The user's leave-one-out density.
+
+    Raises
+    ------
+    ValueError
+        The likelihood does not factorize and there is no ``loo_log_density``, or
+        ``loo_log_density`` is not callable.
+    """
+    nonfactor = data_shape is not None and (
+        (len(ll_shape) == 0 and len(data_shape) > 0) or ll_shape != data_shape[: len(ll_shape)]
+    )
+    if nonfactor:
+        if loo_log_density is None:
+            raise ValueError(
+                f"the likelihood of observed variable {var_name!r} does not factorize into one "
+                f"term per observation (elementwise logp has shape {ll_shape}, the data "
+                f"{data_shape}), e.g. one multivariate distribution over all observations, so "
+                "there is no pointwise log-likelihood to leave out. Exact LOO needs the "
+                "leave-one-out density: write loo_log_density(values, i) -> log p(params) + "
+                "log p(y_-i | params) (a JAX function of the constrained values, a dict by "
+                "variable name) and call pl.loo(data, ppl_loo.models.PyMCModel(model, "
+                "loo_log_density=loo_log_density))."
+            )
+        obs_shape = (int(data_shape[-1]),) if len(data_shape) else (1,)
+        obs_dims = (dims[-1],) if dims else (f"{var_name}_dim_{max(len(data_shape) - 1, 0)}",)
+        return False, obs_shape, obs_dims
+    if not callable(loo_log_density) and loo_log_density is not None:
+        raise ValueError("loo_log_density must be a callable (values, i) -> scalar.")
+    dims = dims[: len(ll_shape)]
+    obs_dims = dims if len(dims) == len(ll_shape) else tuple(
+        f"{var_name}_dim_{k}" for k in range(len(ll_shape))
+    )
+    return loo_log_density is None, ll_shape, obs_dims
+
+
+def glm_note(glm, dim: int) -> str:
+    """What was detected: ``"Bernoulli-logit linear predictor in q of d parameters, quadratic prior ..."``."""
+    return (
+        f"Bernoulli-logit linear predictor in {glm.block.size} of {dim} parameters"
+        + (", quadratic prior" if glm.quadratic else "")
+        + (" with a constant" if glm.constant_hessian else "")
+        + (" diagonal" if glm.hessian_diag is not None else "")
+        + (" Hessian" if glm.constant_hessian else "")
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
+from ppl_loo.model.build import coordinate_labels
 
 __all__ = ["jaxify", "value_labels"]
 
@@ -22,11 +22,4 @@ def jaxify(inputs, outputs) -> Callable:
 
 def value_labels(adapter) -> list:
     """One label per unconstrained coordinate of a PyMC adapter (``"sigma_log__"``, ``"beta[0,1]"``)."""
-    out = []
-    for v in adapter.value_names:
-        shape = adapter.ushapes[v]
-        if shape == ():
-            out.append(v)
-        else:
-            out.extend(f"{v}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape))
-    return out
+    return coordinate_labels((v, adapter.ushapes[v]) for v in adapter.value_names)

@@ -29,6 +29,7 @@ lines) decides this.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -149,7 +150,7 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     Parameters
     ----------
     adapter : PyMCModel
-        Provides the layout of ``theta`` (``split``, ``slices``, ``_value_vars``), ``logp`` and
+        Provides the layout of ``theta`` (``split``, ``slices``, ``value_vars``), ``logp`` and
         ``observed``.
     model : pymc.Model
     obs_rv : TensorVariable
@@ -161,75 +162,106 @@ def detect_bernoulli_glm(adapter, model, obs_rv, *, n_checks: int = 4, seed: int
     """
     import pytensor.tensor as pt
 
-
-    if type(obs_rv.owner.op).__name__ != "BernoulliRV":
-        return None, "the observed variable is not Bernoulli"
-    if adapter.observed is None:
-        return None, "the observed values are not known"
-    y = np.asarray(adapter.observed, dtype=np.float64).reshape(-1)
-    if not np.isin(y, (0.0, 1.0)).all():
-        return None, "the observed values are not all 0 or 1"
-    eta = _sigmoid_input(obs_rv.owner.inputs[-1])
-    if eta is None:
-        return None, "the Bernoulli probability is not sigmoid(logit)"
-    value_vars = list(adapter._value_vars)
-    eta_v = model.replace_rvs_by_values([eta])[0]
-    eta_v = pt.broadcast_to(eta_v, tuple(adapter.observed.shape))
-    deps = value_ancestors([eta_v], value_vars)
-    if not deps:
-        return None, "the logit does not depend on any parameter"
-    if not _gradient_free_of(eta_v, [v for v in value_vars if v in deps], value_vars):
-        return None, "the logit is not affine in the unconstrained parameters"
-
+    y, eta_v, deps, reason = _affine_logit(adapter, model, obs_rv)
+    if reason:
+        return None, reason
+    value_vars = list(adapter.value_vars)
     block = np.concatenate([np.arange(adapter.slices[v.name].start, adapter.slices[v.name].stop)
                             for v in value_vars if v in deps])
-    d = adapter.dim
-    eta_fn = jaxify(value_vars, [pt.flatten(eta_v)])
-
-    def eta_of(theta):
-        return eta_fn(*adapter.split(theta))[0]
-
-    zero = jnp.zeros(d)
-    offset = np.asarray(eta_of(zero), dtype=np.float64)
-    X = np.asarray(jax.jit(jax.jacfwd(lambda tb: eta_of(zero.at[block].set(tb))))(jnp.zeros(block.size)),
-                   dtype=np.float64)
+    eta_of = partial(_first_output, jaxify(value_vars, [pt.flatten(eta_v)]), adapter.split)
+    X, offset = _logit_jacobian(eta_of, adapter.dim, block)
     if X.shape != (y.size, block.size) or not (np.isfinite(X).all() and np.isfinite(offset).all()):
         return None, "the logit's Jacobian is not finite"
 
     rng = np.random.default_rng(seed)
-    points = rng.normal(size=(n_checks, d)) * np.array([1.0, 3.0] * n_checks)[:n_checks, None]
+    points = rng.normal(size=(n_checks, adapter.dim)) * np.array([1.0, 3.0] * n_checks)[:n_checks, None]
     pts = jnp.asarray(points)
     mu = np.asarray(jax.jit(jax.vmap(eta_of))(pts))
     lin = points[:, block] @ X.T + offset
     if not np.allclose(mu, lin, rtol=1e-9, atol=1e-9 * (1.0 + np.abs(lin).max())):
         return None, "the logit is not affine at random points (a piecewise-constant operation?)"
 
-    # the prior part: every term of the model's log density but the Bernoulli one
-    others = [rv for rv in model.free_RVs] + [o for o in model.observed_RVs if o is not obs_rv]
-    terms = model.logp(vars=others + list(model.potentials), jacobian=True, sum=False)
-    prior_graph = pt.sum([pt.sum(t) for t in terms]) if terms else pt.constant(0.0)
-    prior_fn = jaxify(value_vars, [prior_graph])
-
-    def prior(theta):
-        return prior_fn(*adapter.split(theta))[0]
-
-    sign = jnp.asarray(2.0 * y - 1.0)
-    lp_model = np.asarray(jax.jit(jax.vmap(adapter.logp))(pts))
-    lp_parts = np.asarray(jax.jit(jax.vmap(lambda th: prior(th) + jnp.sum(-jax.nn.softplus(-sign * eta_of(th)))))(pts))
-    ok = np.isfinite(lp_model)
-    if ok.sum() < 2 or not np.allclose(lp_parts[ok], lp_model[ok], rtol=1e-9, atol=1e-8):
+    prior_graph = _prior_part_graph(model, obs_rv)
+    prior = partial(_first_output, jaxify(value_vars, [prior_graph]), adapter.split)
+    if not _density_splits(adapter.logp, prior, eta_of, y, pts):
         return None, "the log density is not the prior part plus the Bernoulli-logit log-likelihood"
 
     quadratic, constant = _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng)
     h_diag = None
     if constant and block.size <= MAX_DENSE_HESSIAN:
-        # the Hessian is constant (proved above): form it once, exactly, at one point
-        H = np.asarray(jax.jit(jax.jacfwd(jax.grad(lambda tb: prior(pts[0].at[block].set(tb)))))(pts[0][block]))
-        diag = np.diag(H).copy()
-        if np.all(np.isfinite(diag)) and np.count_nonzero(H - np.diag(diag)) == 0:
-            h_diag = diag
+        h_diag = _constant_hessian_diagonal(prior, block, pts[0])
     off = None if not np.any(offset != 0) else offset
     return BernoulliGLM(X, off, y, block, prior, quadratic, constant, h_diag), ""
+
+
+def _first_output(fn, split, theta):
+    """The first output of a jaxified graph ``fn`` of the value variables at one draw ``theta``."""
+    return fn(*split(theta))[0]
+
+
+def _affine_logit(adapter, model, obs_rv):
+    """``(y, logit graph, value variables it depends on, "")``, or ``(.., reason)`` where the observation is
+    not Bernoulli with a logit that is symbolically affine in the unconstrained parameters."""
+    import pytensor.tensor as pt
+
+    none = (None, None, None)
+    if type(obs_rv.owner.op).__name__ != "BernoulliRV":
+        return (*none, "the observed variable is not Bernoulli")
+    if adapter.observed is None:
+        return (*none, "the observed values are not known")
+    y = np.asarray(adapter.observed, dtype=np.float64).reshape(-1)
+    if not np.isin(y, (0.0, 1.0)).all():
+        return (*none, "the observed values are not all 0 or 1")
+    eta = _sigmoid_input(obs_rv.owner.inputs[-1])
+    if eta is None:
+        return (*none, "the Bernoulli probability is not sigmoid(logit)")
+    value_vars = list(adapter.value_vars)
+    eta_v = model.replace_rvs_by_values([eta])[0]
+    eta_v = pt.broadcast_to(eta_v, tuple(adapter.observed.shape))
+    deps = value_ancestors([eta_v], value_vars)
+    if not deps:
+        return (*none, "the logit does not depend on any parameter")
+    if not _gradient_free_of(eta_v, [v for v in value_vars if v in deps], value_vars):
+        return (*none, "the logit is not affine in the unconstrained parameters")
+    return y, eta_v, deps, ""
+
+
+def _logit_jacobian(eta_of, dim, block):
+    """``(X, offset)``: the Jacobian of the flat logit on ``theta[block]`` and the logit at ``theta = 0``."""
+    zero = jnp.zeros(dim)
+    offset = np.asarray(eta_of(zero), dtype=np.float64)
+    X = np.asarray(jax.jit(jax.jacfwd(lambda tb: eta_of(zero.at[block].set(tb))))(jnp.zeros(block.size)),
+                   dtype=np.float64)
+    return X, offset
+
+
+def _prior_part_graph(model, obs_rv):
+    """The PyTensor graph of every term of the model's log density but ``obs_rv``'s (log-Jacobians,
+    other observed variables and Potentials included), summed."""
+    import pytensor.tensor as pt
+
+    others = [rv for rv in model.free_RVs] + [o for o in model.observed_RVs if o is not obs_rv]
+    terms = model.logp(vars=others + list(model.potentials), jacobian=True, sum=False)
+    return pt.sum([pt.sum(t) for t in terms]) if terms else pt.constant(0.0)
+
+
+def _density_splits(logp, prior, eta_of, y, pts) -> bool:
+    """The model's log density equals the prior part plus the Bernoulli-logit log-likelihood at ``pts``."""
+    sign = jnp.asarray(2.0 * y - 1.0)
+    lp_model = np.asarray(jax.jit(jax.vmap(logp))(pts))
+    lp_parts = np.asarray(jax.jit(jax.vmap(lambda th: prior(th) + jnp.sum(-jax.nn.softplus(-sign * eta_of(th)))))(pts))
+    ok = np.isfinite(lp_model)
+    return bool(ok.sum() >= 2 and np.allclose(lp_parts[ok], lp_model[ok], rtol=1e-9, atol=1e-8))
+
+
+def _constant_hessian_diagonal(prior, block, point):
+    """The prior part's Hessian on the block (constant, proved before), formed exactly at ``point``,
+    when it is diagonal; else None."""
+    H = np.asarray(jax.jit(jax.jacfwd(jax.grad(lambda tb: prior(point.at[block].set(tb)))))(point[block]))
+    diag = np.diag(H).copy()
+    if np.all(np.isfinite(diag)) and np.count_nonzero(H - np.diag(diag)) == 0:
+        return diag
+    return None
 
 
 def _prior_is_quadratic(prior, prior_graph, value_vars, deps, block, pts, rng):

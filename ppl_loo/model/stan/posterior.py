@@ -28,7 +28,8 @@ them; any other exception inside Stan, and any error at the posterior draws them
 
 from __future__ import annotations
 
-import re
+import tempfile
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -37,66 +38,77 @@ import numpy as np
 from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.stan.model import StanDataError, StanEvaluationError, StanModel
+from ppl_loo.model.stan.data import (
+    constrain_draws,
+    detect_n_obs,
+    dim_names,
+    flat_columns,
+    observation_data,
+    observation_keys,
+    split_name,
+    unconstrain_draws,
+)
+from ppl_loo.stan.model import StanDataError, StanModel, merge_loo_options
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 
-__all__ = ["StanPosterior", "detect_n_obs", "loo_adapter"]
+__all__ = ["StanPosterior", "detect_n_obs", "loo_adapter", "resolve_var_name"]
 
-_NAME_RE = re.compile(r"^([^.]+)((?:\.\d+)*)$")
-
-
-def _split_name(name: str) -> tuple[str, tuple[int, ...]]:
-    """``"theta.2.3"`` -> ``("theta", (2, 3))`` (1-based indices)."""
-    m = _NAME_RE.match(name)
-    if not m:
-        return name, ()
-    idx = tuple(int(k) for k in m.group(2).split(".")[1:]) if m.group(2) else ()
-    return m.group(1), idx
+#: keywords of :class:`StanPosterior` besides the LOO options that only matter when it builds the StanModel
+_BUILD_OPTIONS = ("seed", "n_threads")
 
 
-def _source_line(code: str, msg: str) -> str:
-    """`` (line 11: real<lower=0> tau;)`` for a Stan message that names a line of ``code``."""
-    m = re.search(r"line (\d+), column", msg)
-    lines = code.splitlines()
-    if m and 1 <= int(m.group(1)) <= len(lines):
-        return f" [line {m.group(1)}: {lines[int(m.group(1)) - 1].strip()}]"
-    return ""
+def _bridge_and_options(stan_file_or_code, data, options: dict) -> tuple[StanModel, dict]:
+    """The :class:`~ppl_loo.stan.StanModel` and its LOO options, ``options`` overriding them."""
+    if not isinstance(stan_file_or_code, StanModel):
+        bridge = StanModel(stan_file_or_code, data, **options)
+        return bridge, bridge.loo_options
+    if data is not None:
+        raise ValueError("data: the StanModel already holds its data; pass data=None")
+    loo = {k: v for k, v in options.items() if k not in _BUILD_OPTIONS}
+    return stan_file_or_code, merge_loo_options(stan_file_or_code.loo_options, **loo)
 
 
-def _is_int_scalar(v) -> bool:
-    if isinstance(v, bool) or np.ndim(v) != 0:
-        return False
-    v = np.asarray(v)
-    return np.issubdtype(v.dtype, np.integer)
+def _log_lik_shape(bridge: StanModel, log_lik: str | None):
+    """Shape of the ``log_lik`` generated quantity (``None`` when there is none), checked to be a vector."""
+    gq_dims = bridge.get_dims(include_tp=True, include_gq=True)
+    ll_shape = gq_dims.get(log_lik) if log_lik is not None else None
+    if log_lik is not None and ll_shape is not None and len(ll_shape) != 1:
+        raise ValueError(f"generated quantity {log_lik!r} has shape {ll_shape}; the pointwise log-likelihood "
+                         "must be a vector with one entry per observation")
+    if log_lik is not None and ll_shape is None and log_lik != "log_lik":
+        raise ValueError(f"log_lik={log_lik!r} is not a generated quantity (or transformed parameter) of the "
+                         f"program; it has {list(gq_dims)}. Pass log_lik=None to get the log-likelihood by "
+                         "data deletion.")
+    return ll_shape
 
 
-def detect_n_obs(data: dict, n_log_lik: int | None = None) -> str:
-    """The data entry holding the number of observations, when the data say so unambiguously.
+def _observations(data: dict, n_obs: str | None, obs_keys, n_log_lik: int | None) -> tuple[str, int, tuple]:
+    """``(n_obs key, number of observations, obs_keys)``, detected where not given, checked against ``data``."""
+    if n_obs is None:
+        n_obs = detect_n_obs(data, n_log_lik)
+    if n_obs not in data:
+        raise StanDataError(f"n_obs={n_obs!r} is not a data entry (entries: {list(data)})")
+    n = int(np.asarray(data[n_obs]))
+    if n < 1:
+        raise StanDataError(f"data[{n_obs!r}] = {n}: need at least one observation")
+    if obs_keys is None:
+        return n_obs, n, tuple(observation_keys(data, n_obs, n))
+    for k in obs_keys:
+        if k not in data:
+            raise StanDataError(f"obs_keys: {k!r} is not a data entry (entries: {list(data)})")
+        if np.ndim(data[k]) < 1 or np.shape(data[k])[0] != n:
+            raise StanDataError(f"obs_keys: data[{k!r}] has shape {np.shape(data[k])}, "
+                                f"not a leading dimension of {n_obs} = {n}")
+    return n_obs, n, tuple(obs_keys)
 
-    Candidates are the positive integer scalars ``K`` such that some array entry has leading
-    dimension ``data[K]``; when the program has a ``log_lik`` generated quantity of length
-    ``n_log_lik``, only candidates of that value remain. Exactly one candidate is the answer;
-    none or several raise :class:`~ppl_loo.stan.StanDataError` asking for ``n_obs=...``.
-    """
-    leading = {np.shape(v)[0] for v in data.values() if np.ndim(v) >= 1}
-    cands = [k for k, v in data.items() if _is_int_scalar(v) and int(v) >= 1 and int(v) in leading]
-    if n_log_lik is not None:
-        cands = [k for k in cands if int(data[k]) == n_log_lik]
-    if len(cands) == 1:
-        return cands[0]
-    shapes = {k: (int(v) if _is_int_scalar(v) else np.shape(v)) for k, v in data.items()}
-    with_ll = f" equal to the length {n_log_lik} of the log_lik generated quantity" if n_log_lik else ""
-    if not cands:
-        raise StanDataError(
-            "cannot tell which data entry is the number of observations: no integer entry"
-            f"{with_ll} is the leading dimension of an array entry (data: {shapes}). Pass "
-            "n_obs='N' (the name of that entry) to pl.StanModel."
-        )
-    raise StanDataError(
-        f"the number of observations is ambiguous: the integer entries {cands}{with_ll} are each the "
-        f"leading dimension of an array entry (data: {shapes}). Pass n_obs=... to pl.StanModel, for "
-        f"example n_obs={cands[0]!r}, and obs_keys=[...] if not every such array is indexed by observation."
-    )
+
+def _log_lik_columns(bridge: StanModel, log_lik: str, n_entries: int, n_obs: str, n: int) -> np.ndarray:
+    """Columns of ``param_constrain(include_tp, include_gq)`` holding ``log_lik[1..n]``."""
+    if n_entries != n:
+        raise StanDataError(f"generated quantity {log_lik!r} has {n_entries} entries but "
+                            f"{n_obs} = {n}: they must match (one entry per observation)")
+    cols = flat_columns(bridge, log_lik)
+    return np.array([cols[f"{log_lik}.{k + 1}"] for k in range(n)])
 
 
 class StanPosterior(PosteriorModel):
@@ -112,120 +124,63 @@ class StanPosterior(PosteriorModel):
         the path of a ``.stan`` file, or the program text.
     data
         ``dict`` of the data block (or a JSON text / ``.json`` / R dump ``.R`` path).
-    n_obs
-        Name of the data entry holding the number of observations (``"N"``; ``"J"`` for eight
-        schools). It is decremented in the deleted data. Default: :func:`detect_n_obs`.
-    obs_keys
-        Data entries indexed by observation along their first axis. Default: every array whose
-        leading dimension equals ``data[n_obs]``.
-    log_lik
-        Generated quantity with the pointwise log-likelihood (used by :meth:`loglik` at the draws);
-        when the program has none, ``loglik`` is ``logp - loo_logp`` for every observation.
     var_name
         Name of the log-likelihood variable in the DataTree (``log_likelihood`` group).
-    loo_extra
-        ``loo_extra(theta, i)``: log conditional density of the coordinates that the deleted
-        program lacks (only for programs whose parameter dimension depends on ``n_obs``).
     fd_eps
         Relative step of the finite-difference Hessian-vector products.
-    n_threads, seed
-        Passed to :class:`~ppl_loo.stan.StanModel`.
+    **options
+        Keywords of :class:`~ppl_loo.stan.StanModel`. Its LOO options override those of a given
+        StanModel (a value equal to the default keeps the StanModel's):
+
+        - ``n_obs``: name of the data entry holding the number of observations (``"N"``; ``"J"``
+          for eight schools), decremented in the deleted data. Default: :func:`detect_n_obs`.
+        - ``obs_keys``: data entries indexed by observation along their first axis. Default:
+          every array whose leading dimension equals ``data[n_obs]``.
+        - ``log_lik``: generated quantity with the pointwise log-likelihood (used by
+          :meth:`loglik` at the draws); when the program has none, ``loglik`` is
+          ``logp - loo_logp`` for every observation.
+        - ``loo_extra``: ``loo_extra(theta, i)``, log conditional density of the coordinates that
+          the deleted program lacks (only for programs whose parameter dimension depends on
+          ``n_obs``).
+        - ``n_threads``, ``seed`` (and the build options): used when the program is built here.
     """
 
     is_jax = True
     factorizes = False
 
     @uses_x64
-    def __init__(
-        self,
-        stan_file_or_code,
-        data=None,
-        *,
-        n_obs: str | None = None,
-        obs_keys=None,
-        log_lik: str | None = "log_lik",
-        var_name: str | None = None,
-        loo_extra=None,
-        fd_eps: float = 1e-5,
-        n_threads: int | None = None,
-        seed: int = 1234,
-    ):
-        if isinstance(stan_file_or_code, StanModel):
-            bridge = stan_file_or_code
-            if data is not None:
-                raise ValueError("data: the StanModel already holds its data; pass data=None")
-            opts = bridge.loo_options
-            n_obs = opts["n_obs"] if n_obs is None else n_obs
-            obs_keys = opts["obs_keys"] if obs_keys is None else obs_keys
-            log_lik = opts["log_lik"] if log_lik == "log_lik" else log_lik
-            loo_extra = opts["loo_extra"] if loo_extra is None else loo_extra
-        else:
-            bridge = StanModel(stan_file_or_code, data, seed=seed, n_threads=n_threads, n_obs=n_obs)
+    def __init__(self, stan_file_or_code, data=None, *, var_name: str | None = None, fd_eps: float = 1e-5,
+                 **options):
+        bridge, opts = _bridge_and_options(stan_file_or_code, data, options)
+        log_lik = opts["log_lik"]
         self.bridge = bridge
         self.code = bridge.code
         self.data = bridge.data
         self.dim = bridge.dim
-        gq_dims = bridge.get_dims(include_tp=True, include_gq=True)
-        ll_shape = gq_dims.get(log_lik) if log_lik is not None else None
-        if log_lik is not None and ll_shape is not None and len(ll_shape) != 1:
-            raise ValueError(f"generated quantity {log_lik!r} has shape {ll_shape}; the pointwise log-likelihood "
-                             "must be a vector with one entry per observation")
-        if log_lik is not None and ll_shape is None and log_lik != "log_lik":
-            raise ValueError(f"log_lik={log_lik!r} is not a generated quantity (or transformed parameter) of the "
-                             f"program; it has {list(gq_dims)}. Pass log_lik=None to get the log-likelihood by "
-                             "data deletion.")
-        if n_obs is None:
-            n_obs = detect_n_obs(self.data, ll_shape[0] if ll_shape else None)
-        if n_obs not in self.data:
-            raise StanDataError(f"n_obs={n_obs!r} is not a data entry (entries: {list(self.data)})")
-        self.n_obs_key = n_obs
-        self.n_obs = int(np.asarray(self.data[n_obs]))
-        if self.n_obs < 1:
-            raise StanDataError(f"data[{n_obs!r}] = {self.n_obs}: need at least one observation")
-        if obs_keys is None:
-            obs_keys = [
-                k for k, v in self.data.items()
-                if k != n_obs and np.ndim(v) >= 1 and np.shape(v)[0] == self.n_obs
-            ]
-        else:
-            obs_keys = list(obs_keys)
-            for k in obs_keys:
-                if k not in self.data:
-                    raise StanDataError(f"obs_keys: {k!r} is not a data entry (entries: {list(self.data)})")
-                if np.ndim(self.data[k]) < 1 or np.shape(self.data[k])[0] != self.n_obs:
-                    raise StanDataError(f"obs_keys: data[{k!r}] has shape {np.shape(self.data[k])}, "
-                                        f"not a leading dimension of {n_obs} = {self.n_obs}")
-        self.obs_keys = tuple(obs_keys)
+        ll_shape = _log_lik_shape(bridge, log_lik)
+        self.n_obs_key, self.n_obs, self.obs_keys = _observations(
+            self.data, opts["n_obs"], opts["obs_keys"], ll_shape[0] if ll_shape else None)
         self._seed = bridge.seed
         self.var_name = str(var_name or log_lik or "log_lik")
         self.obs_dims = (f"{self.var_name}_dim_0",)
         self.obs_shape = (self.n_obs,)
-        self.loo_extra = loo_extra
+        self.loo_extra = opts["loo_extra"]
         self.fd_eps = float(fd_eps)
         self.n_rejected = 0  # draws rejected (log density -inf) in host calls so far
         self._deleted: list = [None] * self.n_obs  # (StanModel, keep index or None), built lazily
         self._param_dims = bridge.get_dims(include_tp=False, include_gq=False)
         self.param_names = tuple(self._param_dims)
-        self.param_dims = {k: tuple(f"{k}_dim_{j}" for j in range(len(s))) for k, s in self._param_dims.items()}
+        self.param_dims = dim_names(self._param_dims)
         # the log_lik generated quantity, if any
-        self._ll_cols = None
-        if ll_shape is not None:
-            if ll_shape[0] != self.n_obs:
-                raise StanDataError(f"generated quantity {log_lik!r} has {ll_shape[0]} entries but "
-                                    f"{n_obs} = {self.n_obs}: they must match (one entry per observation)")
-            names = bridge.constrained_param_names(include_tp=True, include_gq=True)
-            cols = {n: j for j, n in enumerate(names) if _split_name(n)[0] == log_lik}
-            self._ll_cols = np.array([cols[f"{log_lik}.{k + 1}"] for k in range(self.n_obs)])
+        self._ll_cols = (None if ll_shape is None
+                         else _log_lik_columns(bridge, log_lik, ll_shape[0], self.n_obs_key, self.n_obs))
         self._jax_fns = self._build_jax()
 
     # ------------------------------------------------------------------ deleted models
     def deleted_data(self, i: int) -> dict:
         """The data without observation ``i`` (0-based)."""
-        out = dict(self.data)
-        for k in self.obs_keys:
-            out[k] = np.delete(np.asarray(self.data[k]), int(i), axis=0)
-        out[self.n_obs_key] = self.n_obs - 1
-        return out
+        keep = np.delete(np.arange(self.n_obs), int(i))
+        return observation_data(self.data, self.n_obs_key, self.obs_keys, keep)
 
     def deleted_model(self, i: int):
         """``(StanModel on the data without i, keep)``; ``keep`` maps its coordinates into ``theta``."""
@@ -270,7 +225,7 @@ class StanPosterior(PosteriorModel):
         del_pos = {n: j for j, n in enumerate(m.unconstrained_param_names())}
         keep = np.full(m.dim, -1, dtype=np.int64)
         for j, uname in enumerate(self.bridge.unconstrained_param_names()):
-            var, idx = _split_name(uname)
+            var, idx = split_name(uname)
             if var in axis_of:
                 a = axis_of[var]
                 if len(idx) != len(full_dims[var]):
@@ -463,10 +418,6 @@ class StanPosterior(PosteriorModel):
         if keep is not None:
             return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
                                        init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
-        import tempfile
-        import warnings
-
-
         sm = StanModel(self.code, self.deleted_data(int(i)), seed=self._seed, sampler=True)
         seed = int(np.random.default_rng(random_seed).integers(2**31))
         with tempfile.TemporaryDirectory() as tmp:
@@ -477,7 +428,8 @@ class StanPosterior(PosteriorModel):
                 warnings.simplefilter("ignore")
                 tree = from_cmdstan([str(p) for p in paths])
         theta = np.asarray(self.unconstrain(tree["posterior"])).reshape(int(chains), int(draws), self.dim)
-        div = int(np.asarray(tree["sample_stats"]["diverging"].values).sum()) if "diverging" in tree["sample_stats"] else 0
+        stats = tree["sample_stats"]
+        div = int(np.asarray(stats["diverging"].values).sum()) if "diverging" in stats else 0
         return theta, {"sampler": "Stan NUTS on the program without the observation", "divergences": div}
 
     # ------------------------------------------------------------------ constrained space
@@ -485,60 +437,14 @@ class StanPosterior(PosteriorModel):
         """Posterior draws (Dataset/DataTree with Stan's names, dims ``chain, draw, ...``) -> ``(S, d)``.
 
         Every parameter of the program must be in the posterior with the shape the program
-        declares for these data; draws outside the support raise with Stan's message.
+        declares for these data; draws outside the support raise with Stan's message
+        (:func:`~ppl_loo.model.stan.data.unconstrain_draws`).
         """
-        if hasattr(posterior, "children") and "posterior" in getattr(posterior, "children", {}):
-            posterior = posterior["posterior"]
-        if hasattr(posterior, "to_dataset"):
-            posterior = posterior.to_dataset()
-        have = list(posterior.data_vars)
-        missing = [v for v in self._param_dims if v not in posterior]
-        if missing:
-            raise ValueError(
-                f"the posterior lacks the parameter(s) {missing} of the Stan program (it has {have}): the draws "
-                f"come from a different model, or the wrong program was given (program parameters: "
-                f"{dict(self._param_dims)})."
-            )
-        blocks = []
-        for var, shape in self._param_dims.items():
-            da = posterior[var]
-            extra = [d for d in da.dims if d not in ("chain", "draw")]
-            if "chain" not in da.dims or "draw" not in da.dims:
-                raise ValueError(f"posterior variable {var!r} has dims {da.dims}; expected ('chain', 'draw', ...)")
-            got = tuple(da.sizes[d] for d in extra)
-            if got != tuple(shape):
-                raise ValueError(
-                    f"posterior variable {var!r} has shape {got} per draw but the Stan program declares {tuple(shape)} "
-                    "with these data: the draws come from a different model or from different data."
-                )
-            a = np.asarray(da.transpose("chain", "draw", *extra).values, dtype=np.float64)
-            a = a.reshape(a.shape[0] * a.shape[1], *shape)
-            # Stan's flat order is column-major within each variable
-            blocks.append(a.reshape(a.shape[0], -1, order="F") if shape else a.reshape(-1, 1))
-        x = np.concatenate(blocks, axis=1) if blocks else np.zeros((0, 0))
-        finite = np.isfinite(x)
-        if not finite.all():
-            bad = int((~finite).any(axis=1).sum())
-            raise ValueError(f"the posterior has {bad} draw(s) with NaN or inf parameter values; remove them first")
-        try:
-            return self.bridge.param_unconstrain(x)
-        except StanEvaluationError as err:
-            msg = str(err)
-            m = re.search(r"draw (\d+):", msg)
-            where = ""
-            if m:
-                s_ = int(m.group(1))
-                n_draw = posterior.sizes["draw"]
-                where = f" (chain index {s_ // n_draw}, draw index {s_ % n_draw})"
-            decl = _source_line(self.code, msg)
-            raise StanEvaluationError(
-                f"a posterior draw{where} is outside the support of the Stan program's parameters: {msg}"
-                f"{decl}. Check that the draws come from this program."
-            ) from None
+        return unconstrain_draws(self.bridge, posterior)
 
     def constrain(self, theta) -> dict:
-        vals = self.bridge.param_constrain(np.asarray(theta, dtype=np.float64), include_tp=True)
-        return self.bridge.split_constrained(vals, include_tp=True)
+        """``{name: (S, *shape)}`` of the parameters and transformed parameters at unconstrained draws."""
+        return constrain_draws(self.bridge, theta)
 
     def __repr__(self) -> str:
         return (f"StanPosterior({self.bridge.model_name}, dim={self.dim}, n_obs={self.n_obs}, "
