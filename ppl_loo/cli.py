@@ -12,7 +12,15 @@ import sys
 import time
 import warnings
 
+import arviz_stats as azs
+import jax
 import numpy as np
+
+import ppl_loo as pl
+from ppl_loo.datasets import load_ovarian
+from ppl_loo.models import LogisticRegression
+from ppl_loo.sampling import sample_nuts
+from ppl_loo.workflow.inputs import RHAT_VOUCH
 
 __all__ = ["main", "demo"]
 
@@ -30,14 +38,39 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
          transforms="all", progressbar=True, refit=False, out=sys.stdout):
     """Fit the ovarian logistic regression, then plain PSIS-LOO vs adaptive LOO on the same draws
     (and, with ``refit=True``, exact LOO by refitting the doubtful observations)."""
-    import jax
+    steps = 4 if refit else 3
+    model, data, y, t_fit = _fit(prior, chains, warmup, draws, seed, max_tree_depth, progressbar, steps, out)
+    print(f"[2/{steps}] plain PSIS-LOO", file=out, flush=True)
+    plain = _quiet(pl.loo, data, None)
+    print(f"[3/{steps}] adaptive importance-sampling LOO", file=out, flush=True)
+    t1 = time.perf_counter()
+    res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar)
+    t_loo = time.perf_counter() - t1
+    _report(plain, res, y, out)
+    print(f"time: NUTS {t_fit:.0f} s, adaptive LOO {t_loo:.1f} s (JIT compile included)", file=out)
+    n_doubt = int(np.sum(res.doubtful.values))
+    if refit and n_doubt:
+        print(f"[4/{steps}] exact LOO for the {n_doubt} doubtful observations: refit without each of them "
+              "(NumPyro NUTS, the same settings)", file=out, flush=True)
+        t2 = time.perf_counter()
+        res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
+                     random_seed=seed)
+        _report_refits(plain, res, time.perf_counter() - t2, out)
+    elif n_doubt:
+        print("exact LOO for the doubtful observations: ppl-loo demo --refit (pl.loo(data, model, "
+              "refit='doubtful', random_seed=...) refits the model without each of them)", file=out)
+    return res
 
-    import ppl_loo as pl
-    from ppl_loo.datasets import load_ovarian
-    from ppl_loo.models import LogisticRegression
-    from ppl_loo.sampling import sample_nuts
-    from ppl_loo.workflow.inputs import RHAT_VOUCH
 
+def _quiet(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` without its warnings (the demo prints what they say)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def _fit(prior, chains, warmup, draws, seed, max_tree_depth, progressbar, steps, out):
+    """NUTS on the ovarian logistic regression; ``(model, data, y, seconds)``."""
     X, y = load_ovarian()
     n, p = X.shape
     print(f"ovarian microarray: n = {n} observations, p = {p} genes (standardized); "
@@ -49,42 +82,32 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     if max_tree_depth is not None:
         kw["max_tree_depth"] = max_tree_depth
     t0 = time.perf_counter()
-    steps = 4 if refit else 3
     print(f"[1/{steps}] NUTS: {chains} chains x ({warmup} warmup + {draws} draws), seed {seed} "
           f"(JAX on {jax.default_backend()})", file=out, flush=True)
     data = sample_nuts(model, num_chains=chains, num_warmup=warmup, num_samples=draws, random_seed=seed,
                        progress_bar=progressbar, **kw)
     t_fit = time.perf_counter() - t0
     div = int(np.asarray(data["sample_stats"]["diverging"]).sum()) if "sample_stats" in data.children else -1
-    import arviz_stats as azs
-
     post = data["posterior"].to_dataset()
     rhat = max(float(np.nanmax(v.values)) for v in azs.rhat(post).data_vars.values())
     ess = min(float(np.nanmin(v.values)) for v in azs.ess(post, method="bulk").data_vars.values())
     print(f"      done in {t_fit:.0f} s; divergences: {div}; max R-hat {rhat:.3f}, min bulk ESS {ess:.0f} "
           f"(a short demo run: use more warmup and draws for real work)", file=out)
+    return model, data, y, t_fit
 
-    print(f"[2/{steps}] plain PSIS-LOO", file=out, flush=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        plain = pl.loo(data, None)
-    print(f"[3/{steps}] adaptive importance-sampling LOO", file=out, flush=True)
-    t1 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = pl.loo(data, model, transforms=transforms, progressbar=progressbar)
-    t_loo = time.perf_counter() - t1
 
-    thr = res.good_k
-    k0 = res.pareto_k_psis.values
+def _hbar_label(res, i):
+    h = res.hbar_used.values[i]
+    return "-" if np.isnan(h) or res.transform.values[i] == "failed" else f"4^-{int(round(-np.log(h) / np.log(4)))}"
+
+
+def _report(plain, res, y, out):
+    """The observations plain PSIS flagged, before and after, and the two totals."""
+    thr, k0, n = res.good_k, res.pareto_k_psis.values, res.n_data_points
     bad = np.flatnonzero(k0 > thr)
-    rows = []
-    for i in bad:
-        rows.append((int(i), int(y[i]), f"{k0[i]:.2f}", f"{res.pareto_k.values[i]:.2f}",
-                     str(res.transform.values[i]),
-                     "-" if np.isnan(res.hbar_used.values[i]) or res.transform.values[i] == "failed" else f"4^-{int(round(-np.log(res.hbar_used.values[i]) / np.log(4)))}",
-                     f"{plain.elpd_i.values[i]:.2f}", f"{res.elpd_i.values[i]:.2f}",
-                     "yes" if res.doubtful.values[i] else ""))
+    rows = [(int(i), int(y[i]), f"{k0[i]:.2f}", f"{res.pareto_k.values[i]:.2f}", str(res.transform.values[i]),
+             _hbar_label(res, i), f"{plain.elpd_i.values[i]:.2f}", f"{res.elpd_i.values[i]:.2f}",
+             "yes" if res.doubtful.values[i] else "") for i in bad]
     print(f"\nObservations with plain-PSIS Pareto k > {thr:.2f} ({len(bad)} of {n}):", file=out)
     print(_fmt_table(rows, ["obs", "y", "k psis", "k adapted", "transform", "hbar", "elpd_i psis",
                             "elpd_i adapted", "doubtful"]), file=out)
@@ -93,42 +116,29 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
         print(f"\nAlso adapted for their influence on the posterior (k was fine): {extra.tolist()}", file=out)
     n_fail = int(np.sum(res.transform.values == "failed"))
     kw = np.nanmin(np.where(np.isnan(res.candidates["k_weights"]), np.inf, res.candidates["k_weights"]), axis=1)
-    paper = int(np.sum((k0 > 0.7) & (kw > 0.7)))
-    n_doubt = int(np.sum(res.doubtful.values))
     print(f"\nk > {thr:.2f}: plain PSIS {len(bad)}, adaptive {n_fail} without any proposal that passes every check "
           f"(k of the weights and of the elpd estimate, effective sample size >= {min(100, res.n_samples // 10)}, "
           "the normalizer and in-sample bounds)", file=out)
-    print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {paper} of "
-          f"{int(np.sum(k0 > 0.7))} left", file=out)
+    print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {int(np.sum((k0 > 0.7) & (kw > 0.7)))} "
+          f"of {int(np.sum(k0 > 0.7))} left", file=out)
     why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
            "is vouched for" if res.max_rhat > RHAT_VOUCH else
            "no proposal the engine can vouch for: they keep their plain PSIS elpd_i")
-    print(f"doubtful: {n_doubt} observations ({why})", file=out)
+    print(f"doubtful: {int(np.sum(res.doubtful.values))} observations ({why})", file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)
     print(f"elpd_loo  adaptive  : {res.elpd:9.2f}  (SE {res.se:.2f}, p_loo {res.p:.1f})", file=out)
     for line in res.trust_lines()[1:]:
         print("  " + line, file=out)
-    print(f"time: NUTS {t_fit:.0f} s, adaptive LOO {t_loo:.1f} s (JIT compile included)", file=out)
-    if refit and n_doubt:
-        print(f"[4/{steps}] exact LOO for the {n_doubt} doubtful observations: refit without each of them "
-              "(NumPyro NUTS, the same settings)", file=out, flush=True)
-        t2 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = pl.loo(data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
-                         random_seed=seed)
-        rows = [(int(i), f"{plain.elpd_i.values[i]:.2f}", f"{res.elpd_i.values[i]:.2f}",
-                 f"{res.mcse_elpd_i.values[i]:.2f}", f"{res.refit_info[i]['rhat_loglik']:.3f}",
-                 f"{res.refit_info[i]['rhat_max']:.3f}", "yes" if res.doubtful.values[i] else "")
-                for i in sorted(res.refit_info)]
-        print(_fmt_table(rows, ["obs", "elpd_i psis", "elpd_i refit", "mcse", "R-hat log-lik", "max R-hat",
-                                "doubtful"]), file=out)
-        print(f"elpd_loo  with refits: {res.elpd:9.2f}  (SE {res.se:.2f}); refits took "
-              f"{time.perf_counter() - t2:.0f} s", file=out)
-    elif n_doubt:
-        print(f"exact LOO for the doubtful observations: ppl-loo demo --refit (pl.loo(data, model, "
-              "refit='doubtful', random_seed=...) refits the model without each of them)", file=out)
-    return res
+
+
+def _report_refits(plain, res, seconds, out):
+    rows = [(int(i), f"{plain.elpd_i.values[i]:.2f}", f"{res.elpd_i.values[i]:.2f}",
+             f"{res.mcse_elpd_i.values[i]:.2f}", f"{res.refit_info[i]['rhat_loglik']:.3f}",
+             f"{res.refit_info[i]['rhat_max']:.3f}", "yes" if res.doubtful.values[i] else "")
+            for i in sorted(res.refit_info)]
+    print(_fmt_table(rows, ["obs", "elpd_i psis", "elpd_i refit", "mcse", "R-hat log-lik", "max R-hat",
+                            "doubtful"]), file=out)
+    print(f"elpd_loo  with refits: {res.elpd:9.2f}  (SE {res.se:.2f}); refits took {seconds:.0f} s", file=out)
 
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""Fit a :class:`~ppl_loo.model.jax.base.PosteriorModel` with NumPyro's NUTS and return a DataTree.
+"""Fit a JAX model (:func:`ppl_loo.model.as_model`) with NumPyro's NUTS and return a DataTree.
 
 The result has the groups the LOO workflow reads: ``posterior`` (named constrained variables,
 dims ``chain, draw, ...``), ``log_likelihood`` (the model's ``var_name`` over its observation
@@ -17,9 +17,10 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.model import as_model
 from ppl_loo.numerics.random import prng_key
 
-__all__ = ["sample_nuts", "nuts_draws"]
+__all__ = ["sample_nuts"]
 
 _EXTRA_FIELDS = (
     "diverging",
@@ -32,8 +33,8 @@ _EXTRA_FIELDS = (
 
 
 def _param_names_and_dims(model) -> tuple[tuple, dict]:
-    names = getattr(model, "param_names", None)
-    dims = dict(getattr(model, "param_dims", None) or {})
+    names = model.layout.names or None
+    dims = dict(model.layout.dims or {})
     if names is None:
         values = model.constrain(np.zeros((1, model.dim)))
         names = tuple(values)
@@ -94,8 +95,9 @@ def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_sample
 
     Parameters
     ----------
-    model : PosteriorModel
-        A JAX-traceable model (``JaxModel``, ``LogisticRegression``, ``ReluNet``, ...).
+    model : PosteriorModel or Model
+        A JAX-traceable model (``JaxModel``, ``LogisticRegression``, ``ReluNet``, ...), through
+        :func:`ppl_loo.model.as_model`.
     num_chains, num_warmup, num_samples : int
     random_seed : int, numpy.random.Generator or JAX key
         Required: the only source of randomness (initial points and NUTS).
@@ -128,6 +130,7 @@ def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_sample
         ``acceptance_rate``, ``step_size``, ``lp`` = log density of the sampler's
         parameterization). ``posterior.attrs["sampling_time"]`` is the wall time in seconds.
     """
+    model = as_model(model)
     num_chains, num_warmup, num_samples = int(num_chains), int(num_warmup), int(num_samples)
     if num_chains < 1 or num_samples < 1 or num_warmup < 0:
         raise ValueError("num_chains and num_samples must be >= 1 and num_warmup >= 0.")
@@ -236,50 +239,16 @@ def _datatree(model, posterior, param_dims, theta, stats, attrs) -> xr.DataTree:
     """
     C, D = next(iter(posterior.values())).shape[:2]
     loglik = np.asarray(model.log_lik(theta)).reshape((C, D) + tuple(model.obs_shape))
-    coords = dict(getattr(model, "coords", None) or {})
+    coords = dict(model.coords or {})
     obs_dims = {model.var_name: tuple(model.obs_dims)}
     groups = {
         "posterior": _dataset(posterior, param_dims, coords),
         "log_likelihood": _dataset({model.var_name: loglik}, obs_dims, coords),
     }
-    observed = getattr(model, "observed", None)
+    observed = model.obs.observed
     if observed is not None:
         groups["observed_data"] = _dataset({model.var_name: np.asarray(observed)}, obs_dims, coords, ())
     groups["sample_stats"] = _dataset(stats, {}, {})
     for ds in groups.values():
         ds.attrs.update(attrs)
     return xr.DataTree.from_dict(groups)
-
-
-@uses_x64
-def nuts_draws(log_density, init, *, num_warmup, num_samples, random_seed, target_accept=0.8, max_tree_depth=10,
-               chain_method="sequential"):
-    """NumPyro's NUTS on a JAX log density of the unconstrained vector; draws ``(chains, draws, dim)``.
-
-    Parameters
-    ----------
-    log_density : callable
-        ``log_density(theta) -> scalar`` (JAX-differentiable), unnormalized.
-    init : array, shape (chains, dim)
-        One starting point per chain (for refits: draws of the full-data posterior, already in
-        the typical set, so warmup adapts the step size and metric instead of searching for it).
-    num_warmup, num_samples, random_seed, target_accept, max_tree_depth, chain_method
-        As in :func:`sample_nuts`.
-
-    Returns
-    -------
-    (draws, diverging)
-        ``(chains, num_samples, dim)`` float64 array and ``(chains, num_samples)`` divergence flags.
-    """
-    from numpyro.infer import MCMC, NUTS
-
-    init = jnp.atleast_2d(jnp.asarray(init, dtype=jnp.float64))
-    chains = init.shape[0]
-    kernel = NUTS(potential_fn=lambda theta: -log_density(theta), target_accept_prob=float(target_accept),
-                  max_tree_depth=int(max_tree_depth))
-    mcmc = MCMC(kernel, num_warmup=int(num_warmup), num_samples=int(num_samples), num_chains=chains,
-                chain_method=chain_method, progress_bar=False)
-    mcmc.run(prng_key(random_seed), init_params=init if chains > 1 else init[0], extra_fields=("diverging",))
-    draws = np.asarray(mcmc.get_samples(group_by_chain=True)).reshape(chains, int(num_samples), -1)
-    div = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["diverging"]).reshape(chains, -1)
-    return draws, div

@@ -424,69 +424,61 @@ def _obs_coords(pm):
 
 
 def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het, threshold, attrs):
+    """The DataTree ``pl.pvi`` returns: ``data``'s groups, the draws of ``q`` (``group``), their
+    log-likelihood and the observed data where missing, and the ``pvi`` summary group."""
     children = {} if data is None else {name: node.to_dataset() for name, node in data.children.items()}
     post = _posterior_dataset(pm, theta)
     post.attrs.update(inference_library="ppl_loo.pvi", method="pvi" if attrs["score"] is not None else "vi")
     children[group] = post
-    S = theta.shape[0]
-    obs_coords = _obs_coords(pm)
-    if group == "posterior" and pm.eval_loglik is not None and "log_likelihood" not in children:
-        ll = np.asarray(scores.pop("_ll"))
-        children["log_likelihood"] = xr.Dataset(
-            {pm.var_name: (("chain", "draw") + tuple(pm.obs_dims), ll.reshape((1, S) + tuple(pm.obs_shape)))},
-            coords={"chain": [0], "draw": np.arange(S), **obs_coords})
-    scores.pop("_ll", None)
+    ll = scores.pop("_ll", None)
     vi_scores.pop("_ll", None)
+    if group == "posterior" and pm.eval_loglik is not None and "log_likelihood" not in children:
+        children["log_likelihood"] = _log_likelihood_dataset(pm, np.asarray(ll))
     if "observed_data" not in children and pm.obs.observed is not None:
-        yv = np.asarray(getattr(pm.source, "observed", None) if getattr(pm.source, "observed", None) is not None else pm.obs.observed)
-        if yv.size == pm.n_obs or yv.shape[: len(pm.obs_shape)] == tuple(pm.obs_shape):
-            yv = yv.reshape(tuple(pm.obs_shape) + yv.shape[len(pm.obs_shape):] if yv.size != pm.n_obs
-                            else tuple(pm.obs_shape))
-            dims = tuple(pm.obs_dims) + tuple(f"{pm.var_name}_event_{k}" for k in range(yv.ndim - len(pm.obs_dims)))
-            name = pm.notes.get("observed", pm.var_name)
-            children["observed_data"] = xr.Dataset({name: (dims, yv)}, coords=obs_coords)
+        observed = _observed_dataset(pm)
+        if observed is not None:
+            children["observed_data"] = observed
+    children["pvi"] = _pvi_group(pm, group, fit, vi_fit, log_q, scores, vi_scores, k_het, threshold, attrs)
+    return xr.DataTree.from_dict(children)
 
-    d = pm.dim
+
+def _log_likelihood_dataset(pm, ll):
+    S = ll.shape[0]
+    return xr.Dataset({pm.var_name: (("chain", "draw") + tuple(pm.obs_dims), ll.reshape((1, S) + tuple(pm.obs_shape)))},
+                      coords={"chain": [0], "draw": np.arange(S), **_obs_coords(pm)})
+
+
+def _observed_dataset(pm):
+    """The observed outcomes over the observation dims (and event dims of vector outcomes), or None."""
+    source_y = getattr(pm.source, "observed", None)
+    yv = np.asarray(source_y if source_y is not None else pm.obs.observed)
+    shape = tuple(pm.obs_shape)
+    if not (yv.size == pm.n_obs or yv.shape[: len(shape)] == shape):
+        return None
+    yv = yv.reshape(shape + yv.shape[len(shape):] if yv.size != pm.n_obs else shape)
+    dims = tuple(pm.obs_dims) + tuple(f"{pm.var_name}_event_{k}" for k in range(yv.ndim - len(pm.obs_dims)))
+    return xr.Dataset({pm.notes.get("observed", pm.var_name): (dims, yv)}, coords=_obs_coords(pm))
+
+
+def _pvi_group(pm, group, fit, vi_fit, log_q, scores, vi_scores, k_het, threshold, attrs):
+    """The ``pvi`` group: q's marginals and parameters, the optimization trace, training scores, and
+    the PVI vs VI heterogeneity table (Lai & Yao, section 5)."""
+    d, S = pm.dim, log_q.shape[0]
     k1, k2 = jax.random.split(k_het)
     pm_mean, pm_sd = _marginals(fit, k1, d)
     labels = list(pm.layout.labels)
     coords = {"param": labels, "step": np.arange(len(fit.info.objective))}
-    ds = {
-        "loc": (("param",), pm_mean),
-        "sd": (("param",), pm_sd),
-        "objective": (("step",), np.asarray(fit.info.objective)),
-        "score_term": (("step",), np.asarray(fit.info.score)),
-        "finite": (("step",), np.asarray(fit.info.finite)),
-        "log_q": (("chain", "draw"), log_q.reshape(1, S)),
-    }
     phi, leaves = flatten_params(fit.params)
-    ds["phi"] = (("phi_dim",), phi)
-    for k, v in scores.items():
-        ds[f"train_{k}"] = ((), float(v))
+    ds = {"loc": (("param",), pm_mean), "sd": (("param",), pm_sd),
+          "objective": (("step",), np.asarray(fit.info.objective)), "score_term": (("step",), np.asarray(fit.info.score)),
+          "finite": (("step",), np.asarray(fit.info.finite)), "log_q": (("chain", "draw"), log_q.reshape(1, S)),
+          "phi": (("phi_dim",), phi)}
+    ds.update({f"train_{k}": ((), float(v)) for k, v in scores.items()})
     final = {"log": "log_score", "crps": "crps", "quadratic": "quadratic"}.get(attrs["score"])
     if final in scores:  # the fitted score on the training data, from the num_draws draws
         ds["final_score"] = ((), float(scores[final]))
-    het = {"pvi_mean": pm_mean, "pvi_sd": pm_sd}
-    flagged_names = []
-    vi_attrs = {}
-    if vi_fit is not None:
-        vm, vs = _marginals(vi_fit, k2, d)
-        ratio = pm_sd / vs
-        flagged = ratio > threshold
-        flagged_names = [lab for lab, f in zip(labels, flagged) if f]
-        het.update(vi_mean=vm, vi_sd=vs, sd_ratio=ratio, flagged=flagged)
-        coords["vi_step"] = np.arange(len(vi_fit.info.objective))
-        ds["vi_objective"] = (("vi_step",), np.asarray(vi_fit.info.objective))
-        vphi, _ = flatten_params(vi_fit.params)
-        ds["vi_phi"] = (("vi_phi_dim",), vphi)
-        for k, v in vi_scores.items():
-            ds[f"vi_train_{k}"] = ((), float(v))
-        vi_attrs = {"wall_time_vi_s": float(vi_fit.wall)}
-    else:
-        nan = np.full(d, np.nan)
-        het.update(vi_mean=nan, vi_sd=nan, sd_ratio=nan, flagged=np.zeros(d, bool))
-    for k, v in het.items():
-        ds[k] = (("param",), np.asarray(v))
+    het, flagged_names, vi_attrs = _heterogeneity(vi_fit, k2, pm_mean, pm_sd, labels, threshold, ds, coords, vi_scores)
+    ds.update({k: (("param",), np.asarray(v)) for k, v in het.items()})
     group_ds = xr.Dataset(ds, coords={**coords, "chain": [0], "draw": np.arange(S)})
     group_ds.attrs.update(attrs)
     group_ds.attrs.update(
@@ -496,5 +488,24 @@ def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_h
         heterogeneity_threshold=float(threshold), flagged=json.dumps(flagged_names), caveat=CAVEAT,
         space="unconstrained", **vi_attrs,
     )
-    children["pvi"] = group_ds
-    return xr.DataTree.from_dict(children)
+    return group_ds
+
+
+def _heterogeneity(vi_fit, key, pm_mean, pm_sd, labels, threshold, ds, coords, vi_scores):
+    """PVI's marginal sds against plain VI's (flagged where the ratio exceeds ``threshold``); adds the VI
+    fit's trace and scores to ``ds``/``coords``. Returns ``(table, flagged names, attrs)``."""
+    het = {"pvi_mean": pm_mean, "pvi_sd": pm_sd}
+    d = np.shape(pm_mean)[0]
+    if vi_fit is None:
+        nan = np.full(d, np.nan)
+        het.update(vi_mean=nan, vi_sd=nan, sd_ratio=nan, flagged=np.zeros(d, bool))
+        return het, [], {}
+    vm, vs = _marginals(vi_fit, key, d)
+    ratio = pm_sd / vs
+    flagged = ratio > threshold
+    het.update(vi_mean=vm, vi_sd=vs, sd_ratio=ratio, flagged=flagged)
+    coords["vi_step"] = np.arange(len(vi_fit.info.objective))
+    ds["vi_objective"] = (("vi_step",), np.asarray(vi_fit.info.objective))
+    ds["vi_phi"] = (("vi_phi_dim",), flatten_params(vi_fit.params)[0])
+    ds.update({f"vi_train_{k}": ((), float(v)) for k, v in vi_scores.items()})
+    return het, [lab for lab, f in zip(labels, flagged) if f], {"wall_time_vi_s": float(vi_fit.wall)}

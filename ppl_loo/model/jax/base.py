@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.numerics.nuts import nuts_draws
 
 __all__ = ["PosteriorModel", "HOST_METHODS"]
 
@@ -142,8 +143,6 @@ class PosteriorModel:
         (draws, info)
             ``(chains, draws, dim)`` unconstrained draws and a dict (``sampler``, ``divergences``).
         """
-        from ppl_loo.sampling import nuts_draws
-
         out, div = nuts_draws(lambda th: self.loo_logp(th, int(i)), init, num_warmup=warmup, num_samples=draws,
                               random_seed=random_seed, target_accept=target_accept, max_tree_depth=max_tree_depth)
         return out, {"sampler": "NumPyro NUTS on the log density without the observation",

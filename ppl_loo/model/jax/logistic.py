@@ -18,6 +18,7 @@ from ppl_loo.numerics.special import softplus
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.data import check_binary_data
 from ppl_loo.numerics.horseshoe import HorseshoeHyperparameters
+from ppl_loo.numerics.nuts import nuts_model_samples
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.bijectors import Exp
 from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
@@ -331,16 +332,14 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         if self.prior != "horseshoe":
             return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
                                        init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
-        from ppl_loo.sampling import sample_nuts
-
         w = np.ones(self.n)
         w[int(i)] = 0.0
-        tree = sample_nuts(self, num_chains=chains, num_warmup=warmup, num_samples=draws, random_seed=random_seed,
-                           target_accept=target_accept, max_tree_depth=max_tree_depth,
-                           numpyro_model=self.numpyro_model(weights=w))
-        theta = np.asarray(self.unconstrain(tree["posterior"].to_dataset())).reshape(chains, draws, self.dim)
+        samples, div = nuts_model_samples(self.numpyro_model(weights=w), num_chains=chains, num_warmup=warmup,
+                                          num_samples=draws, random_seed=random_seed, target_accept=target_accept,
+                                          max_tree_depth=max_tree_depth)
+        theta = np.asarray(self.unconstrain({n: samples[n] for n in self.param_names})).reshape(chains, draws, self.dim)
         return theta, {"sampler": "NumPyro NUTS, non-centered horseshoe without the observation",
-                       "divergences": int(np.asarray(tree["sample_stats"]["diverging"].values).sum())}
+                       "divergences": int(div.sum())}
 
     def numpyro_model(self, weights=None):
         """A NumPyro model of the same posterior in a sampler-friendly parameterization.
