@@ -41,6 +41,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from arviz_stats.base import array_stats  # the array layer of arviz_stats (no xarray)
 from scipy.special import logsumexp
 
 __all__ = ["RatioEstimate", "bridge_log_ratio", "stepping_stones", "log_mean_exp", "effective_size"]
@@ -67,8 +68,6 @@ def effective_size(x):
     ``arviz_stats``' rank-free ("mean") ESS, which accounts for autocorrelation within and
     disagreement between chains; ``N`` itself for independent draws shows as about ``N``.
     """
-    from arviz_stats.base import array_stats
-
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 1:
         x = x[None, :]
