@@ -94,3 +94,33 @@ def test_bad_inputs(setup):
         pl.loo(xr.DataTree.from_dict({"posterior": data["posterior"].to_dataset()}))
     with pytest.raises(ValueError, match="hbar"):
         pl.loo(data, model, hbar=[-1.0])
+
+
+@pytest.mark.parametrize("transforms", [("mm_iter",), ("pmm1", "kl", "newton_mix")])
+def test_rebuilt_points_carry_the_chosen_weights(setup, transforms):
+    """``points`` (what loo_expectation rebuilds) are the points the chosen candidate's weights sit on:
+    the log-likelihood there is the search's ``ll_phi`` exactly, and ``log sum w l`` its ``elpd_i``
+    (for ``mm_iter`` its label is the iteration count, 1 to 4)."""
+    import jax.numpy as jnp
+
+    from ppl_loo.model import as_model
+    from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, candidate_labels
+
+    model, data, _ = setup
+    m = as_model(model)
+    theta = jnp.asarray(np.asarray(model.unconstrain(data["posterior"].to_dataset())))
+    logp, grad = m.log_density_and_grad(theta)
+    ll = np.asarray(m.log_lik(theta))
+    cfg = EngineConfig(transforms, (1.0, 0.25), 1.0)
+    search, points = build_engine(m, cfg)
+    edata = search.prepare(EngineData(theta, logp, logp, grad, m.line_cache(theta)))
+    labels = candidate_labels(cfg)
+    for i in (1, 3, 11, 15):  # mm_iter picks its fourth iterate for 1, its third for 15
+        r = search(edata, i, jnp.asarray(ll[:, i]))
+        name, step = labels[int(r.best)]
+        pts = np.asarray(points(edata, i, jnp.asarray(ll[:, i]), name, step))
+        ll_pts = np.asarray(m.log_lik(jnp.asarray(pts)))[:, i]
+        keep = np.isfinite(np.asarray(r.lw))
+        np.testing.assert_allclose(ll_pts[keep], np.asarray(r.ll_phi)[keep], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(logsumexp(np.asarray(r.lw)[keep] + ll_pts[keep]), float(r.elpd[int(r.best)]),
+                                   rtol=1e-10, atol=1e-10)
