@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.model import as_model
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
 
 __all__ = ["compiled_engine", "config_to_plain", "config_from_plain", "engine_data", "proposal_points", "draws_array",
@@ -24,8 +25,8 @@ def compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
 
     Parameters
     ----------
-    model : Model
-        The protocol model (:func:`ppl_loo.model.as_model`).
+    model : Model or adapter
+        The model (through :func:`ppl_loo.model.as_model`).
     cfg : EngineConfig
     posterior_draws : bool
         False for draws of an approximation.
@@ -40,6 +41,7 @@ def compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
         ``(search, points, mapped, prepare)``: :func:`~ppl_loo.numerics.loo.build_engine`'s two
         functions, the search mapped over observations and the jitted per-run statistics.
     """
+    model = as_model(model)
     cache = model.cache.setdefault("engines", {})
     key = (cfg, bool(posterior_draws), int(batch_size), log_q_fn)
     if key not in cache:
@@ -93,6 +95,7 @@ def engine_data(model, theta, config, log_q=None):
     per-run statistics), from the model, its unconstrained draws ``theta`` ``(S, d)``,
     ``LooResult.engine_config`` and, for draws of an approximation, ``LooResult.log_q``."""
     cfg, posterior_draws = config_from_plain(config)
+    model = as_model(model)
     theta_j = jnp.asarray(np.asarray(theta, dtype=np.float64))
     logp0, grad = model.log_density_and_grad(theta_j)
     log_q0 = logp0 if log_q is None else jnp.asarray(np.asarray(log_q, dtype=np.float64).reshape(-1))
