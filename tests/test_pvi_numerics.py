@@ -16,10 +16,10 @@ import optax
 import pytest
 from scipy import stats
 
-from ppl_loo.numerics import pvi as P
-from ppl_loo.numerics import scores as S
-from ppl_loo.numerics.optim import get_optimizer, step_decay
-from ppl_loo.numerics.variational import (
+from ppl_loo.numerics.vi import objective as P
+from ppl_loo.numerics.vi import scores as S
+from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
+from ppl_loo.numerics.vi.families import (
     flatten_params,
     flow,
     get_family,

@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 import ppl_loo as pl
-from ppl_loo.numerics.scores import crps_gaussian
+from ppl_loo.numerics.vi.scores import crps_gaussian
 
 
 def test_t4_poisson_lognormal_population_vs_vi_collapse():

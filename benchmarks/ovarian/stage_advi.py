@@ -1,6 +1,6 @@
 """Mean-field ADVI fits of both models and LOO through the variational weights (Eq. 13).
 
-The project's own variational code (``ppl_loo/numerics/variational.py``, ``pl.pvi``) was not
+The project's own variational code (``ppl_loo/numerics/vi/families.py``, ``pl.pvi``) was not
 committed when this benchmark was written, so the fits use NumPyro's SVI with an ``AutoNormal``
 guide (mean-field Gaussian in the unconstrained space, one-particle ELBO gradients, Adam), which
 is what Stan's ``variational`` (meanfield ADVI) fits:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:  # the annotation only
-    from ppl_loo.numerics.pvi import Terms
+    from ppl_loo.numerics.vi.objective import Terms
 
 __all__ = ["Model", "Layout", "Observations", "GLMStructure", "ReluStructure"]
 
@@ -105,7 +105,7 @@ class Model(NamedTuple):
     ``log_lik(theta, obs=None) -> (S, n)``, and the line evaluation of the adaptive search,
     ``line_cache(theta)`` and ``line_eval(cache, theta, delta, ts, i)`` (two ``(T, S)`` arrays).
 
-    For PVI, ``terms`` (:class:`ppl_loo.numerics.pvi.Terms`: the differentiable per-observation
+    For PVI, ``terms`` (:class:`ppl_loo.numerics.vi.objective.Terms`: the differentiable per-observation
     training functions, prior and simulator included) and the evaluation functions
     ``eval_loglik``, ``eval_probs``, ``eval_predict``; they are built when asked for
     (``as_model(..., pvi=True)``).

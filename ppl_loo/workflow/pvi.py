@@ -21,10 +21,10 @@ import numpy as np
 import optax
 import xarray as xr
 
-from ppl_loo.numerics import pvi as npvi
-from ppl_loo.numerics.optim import get_optimizer, step_decay
+from ppl_loo.numerics.vi import objective as npvi
+from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
 from ppl_loo.numerics.random import prng_key
-from ppl_loo.numerics.variational import flatten_params, get_family
+from ppl_loo.numerics.vi.families import flatten_params, get_family
 from ppl_loo.workflow.pvi_eval import training_scores
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
@@ -237,7 +237,7 @@ def pvi(
         ``None`` fits plain VI (ADVI) instead.
     family : {"meanfield", "fullrank", "flow"} or Family
         Diagonal Gaussian, full-rank Gaussian, or a neural spline flow
-        (:func:`ppl_loo.numerics.variational.flow`; options in ``family_options``).
+        (:func:`ppl_loo.numerics.vi.families.flow`; options in ``family_options``).
     reg : {None, "prior", "posterior"}
         ``KL(q || prior)`` (Eq. 6) or ``KL(q || posterior)`` (Eq. 7, i.e. ``lam * ELBO``).
     lam : float
@@ -248,7 +248,7 @@ def pvi(
         Optimizer steps.
     optimizer : {"adam", "rmsprop", "sgd"} or optax.GradientTransformation
         ``"rmsprop"`` is the paper's (App. D). The names are optax's optimizers
-        (:func:`ppl_loo.numerics.optim.get_optimizer`); a transformation is used as is (it
+        (:func:`ppl_loo.numerics.vi.optim.get_optimizer`); a transformation is used as is (it
         minimizes ``-J``) and ``learning_rate`` is then ignored.
     learning_rate : float or callable, optional
         Default 1e-2 for Adam, 1e-3 otherwise. A number is used for the first half of the steps and

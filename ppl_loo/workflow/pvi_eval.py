@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import xarray as xr
 
-from ppl_loo.numerics.scores import (
+from ppl_loo.numerics.vi.scores import (
     crps_fair,
     energy_score_fair,
     log_score_eval,

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ppl_loo.numerics.variational import Family, get_family
+from ppl_loo.numerics.vi.families import Family, get_family
 
 __all__ = ["pvi_log_q"]
 

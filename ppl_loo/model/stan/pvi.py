@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo.numerics.pvi import Terms
+from ppl_loo.numerics.vi.objective import Terms
 from ppl_loo.model.build import category_index, pvi_model
 from ppl_loo.model.stan import data as stan_data
 from ppl_loo.model.stan.posterior import StanPosterior

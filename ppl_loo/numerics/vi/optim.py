@@ -1,6 +1,6 @@
 """Optimizers and learning-rate schedules for PVI: optax, plus the few settings optax lacks.
 
-The PVI step (:func:`ppl_loo.numerics.pvi.build_step`) takes any ``optax.GradientTransformation``
+The PVI step (:func:`ppl_loo.numerics.vi.objective.build_step`) takes any ``optax.GradientTransformation``
 (BlackJAX style): ``init(params) -> opt_state`` and ``update(grads, opt_state, params) ->
 (updates, opt_state)``. Optax minimizes, so the step feeds it the gradient of ``-J`` and applies
 ``optax.apply_updates``; the run-time learning-rate scale ``Hyper.lr_scale`` multiplies the

@@ -5,7 +5,7 @@ stored in the family itself except static settings (the number of flow layers, .
 family is a pushforward ``theta = T_phi(eps)`` of a standard normal ``eps ~ N(0, I_d)`` (the
 reparameterization of Lai & Yao, Sec. 3, Table 1), so gradients of any Monte Carlo estimate
 with respect to ``params`` flow through ``sample``. The interface is shared by predictive VI
-(:mod:`ppl_loo.numerics.pvi`), plain VI, and later posterior approximations:
+(:mod:`ppl_loo.numerics.vi.objective`), plain VI, and later posterior approximations:
 
 - ``init(dim, loc=None, scale=0.1) -> params``: a fresh parameter pytree (Python, not traced);
 - ``sample(params, eps) -> theta``: ``eps`` of shape ``(..., d)``;

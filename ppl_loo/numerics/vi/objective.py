@@ -13,8 +13,8 @@ Jacobian, the prior and the log joint carry the log-Jacobian of the constraining
 (notes 2.4, erratum 13).
 
 The model enters as :class:`Terms`, pure functions of a batch of unconstrained draws; the
-variational family as a :class:`~ppl_loo.numerics.variational.Family`; the optimizer as an
-``optax.GradientTransformation`` (:func:`ppl_loo.numerics.optim.get_optimizer` builds one from a
+variational family as a :class:`~ppl_loo.numerics.vi.families.Family`; the optimizer as an
+``optax.GradientTransformation`` (:func:`ppl_loo.numerics.vi.optim.get_optimizer` builds one from a
 name). In the BlackJAX style, :func:`init` makes a
 :class:`PVIState`, :func:`build_step` a pure ``step(state, key, hyper) -> (state, info)`` and
 :func:`build_runner` a jit-compiled scan over many steps. ``hyper`` (:class:`Hyper`) holds the
@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ppl_loo.numerics.scores import (
+from ppl_loo.numerics.vi.scores import (
     crps_pairs,
     log_score_reparam,
     quadratic_score,
