@@ -27,6 +27,8 @@ import numpy as np
 
 from common import STAN_DIR
 
+from ppl_loo.model import as_model
+
 # ----------------------------------------------------------------------------- MCMC helpers
 
 
@@ -47,18 +49,16 @@ def _diag_from_tree(data, wall):
     return out
 
 
-class _Weighted:
-    """A JAX posterior model with observation ``i`` deleted (``beta = 0``) or tempered (``0 < beta < 1``)."""
+def _weighted(model, i, beta):
+    """The model (ppl_loo's protocol, :func:`ppl_loo.model.as_model`) with observation ``i`` deleted
+    (``beta = 0``) or tempered (``0 < beta < 1``): only its log density changes."""
+    m = as_model(model)
+    i, beta = int(i), float(beta)
 
-    def __init__(self, model, i, beta):
-        self._m, self._i, self._beta = model, int(i), float(beta)
+    def logp(theta):
+        return m.loo_logp(theta, i) + beta * m.loglik_i(theta, i)
 
-    def __getattr__(self, name):
-        return getattr(self._m, name)
-
-    def logp(self, theta):
-        m = self._m
-        return m.loo_logp(theta, self._i) + self._beta * m.loglik_i(theta, self._i)
+    return m._replace(logp=logp, cache={})
 
 
 class JaxProblem:
@@ -96,7 +96,7 @@ class JaxProblem:
 
         w = np.ones(self.n)
         w[i] = beta
-        data, wall = self._sample(_Weighted(self.jax_model, i, beta), settings, seed, w)
+        data, wall = self._sample(_weighted(self.jax_model, i, beta), settings, seed, w)
         theta = np.asarray(self.jax_model.unconstrain(data["posterior"].to_dataset()))
         ll = np.asarray(jax.vmap(self.jax_model.loglik_i, in_axes=(0, None))(theta, i))
         return ll.reshape(settings["chains"], -1), _diag_from_tree(data, wall)

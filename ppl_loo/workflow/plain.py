@@ -1,20 +1,19 @@
 """Plain PSIS-LOO: on every observation before the search, and the whole answer without a model
-(``pl.loo(data)``, by ``arviz_stats.loo``)."""
+(``pl.loo(data)``, as ``arviz_stats.loo``)."""
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import NamedTuple
 
-import arviz_stats as azs
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 from scipy.special import logsumexp
 
 from ppl_loo.numerics.loo import psis_identity
-from ppl_loo.workflow.inputs import SAMPLE_DIMS, check_finite, get_log_likelihood, r_eff_of, stack_draws
+from ppl_loo.numerics.psis import khat_threshold
+from ppl_loo.workflow.inputs import check_finite, get_log_likelihood, r_eff_of, stack_draws
 from ppl_loo.workflow.result import LooResult
 
 __all__ = ["ADAPT_K", "ADAPT_ALL_N", "Plain", "plain_psis", "flag_observations", "plain_psis_loo", "logmeanexp",
@@ -101,12 +100,12 @@ def chain_se_psis(log_ratios, ll, n_chains):
 
 
 def plain_psis_loo(data, var_name, k_threshold):
-    """``model=None``: plain PSIS-LOO from the log_likelihood group, by ``arviz_stats.loo`` itself.
+    """``model=None``: plain PSIS-LOO from the log_likelihood group (as ``arviz_stats.loo``).
 
-    This layer adds what ``arviz_stats.loo`` does not give: the clear errors for a missing or
-    non-finite log-likelihood, the Monte Carlo SE of every ``elpd_i`` (the larger of the delta-method
-    SE and the spread over chains, as for adapted observations), and the ``LooResult`` fields
-    (``transform``, ``doubtful``) that make it comparable with an adaptive result.
+    Computed with the engine's own PSIS, not by calling ``arviz_stats.loo``: a doubtful observation of an
+    adaptive result keeps exactly this plain value (to 1e-12, ``tests/test_engine_selection.py``), and
+    arviz_stats' PSIS differs from it by about 1e-10 relative; the two agree to 1e-8
+    (``tests/test_jax_settings.py``, ``tests/test_ovarian_benchmark.py``).
     """
     da = get_log_likelihood(data, var_name)
     if da is None:
@@ -117,25 +116,22 @@ def plain_psis_loo(data, var_name, k_threshold):
     ll = stack_draws(da)
     check_finite(ll, f"log_likelihood[{da.name!r}]", "Recompute the log-likelihood; NaN/inf are not allowed.")
     S, n = ll.shape
-    with warnings.catch_warnings():  # its warning about high k: LooResult's own summary says it
-        warnings.simplefilter("ignore")
-        ref = azs.loo(data, pointwise=True, var_name=da.name)
-    k_threshold = ref.good_k if k_threshold is None else float(k_threshold)
-    dims = list(ref.elpd_i.dims)
+    r_eff = r_eff_of(data, S)
+    elpd_i, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(-ll.T), jnp.asarray(ll.T), r_eff))
+    k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
+    ref0 = da.isel(chain=0, draw=0, drop=True)
 
     def make(values, name):
-        return xr.DataArray(np.asarray(values).reshape(ref.elpd_i.shape), dims=dims, coords=ref.elpd_i.coords,
-                            name=name)
+        return xr.DataArray(np.asarray(values).reshape(ref0.shape), dims=ref0.dims, coords=ref0.coords, name=name)
 
-    lw = np.asarray(ref.log_weights.transpose(*SAMPLE_DIMS, *dims).values).reshape(S, n).T
     n_chains = int(data["posterior"].sizes.get("chain", 1)) if "posterior" in data.children else 1
-    mcse = np.maximum(psis_mcse(lw, ll.T, r_eff_of(data, S)), chain_se_psis(-ll.T, ll, n_chains))
-    k = np.asarray(ref.pareto_k.values).reshape(-1)
-    elpd_i = np.asarray(ref.elpd_i.values).reshape(-1)  # arviz_stats gives no p_loo_i: lpd_i - elpd_i below
+    mcse = np.maximum(psis_mcse(lw, ll.T, r_eff), chain_se_psis(-ll.T, ll, n_chains))
+    p_loo_i = logmeanexp(ll) - elpd_i
     return LooResult(
-        elpd=float(ref.elpd), se=float(ref.se), p=float(ref.p), n_samples=S, n_data_points=n, scale="log",
-        warning=bool(np.any(k > k_threshold)), good_k=k_threshold, elpd_i=make(elpd_i, "elpd_i"),
-        pareto_k=make(k, "pareto_k"), p_loo_i=make(logmeanexp(ll) - elpd_i, "p_loo_i"), pareto_k_psis=make(k, "pareto_k_psis"),
+        elpd=float(elpd_i.sum()), se=float(np.sqrt(n * np.var(elpd_i, ddof=1))) if n > 1 else 0.0,
+        p=float(p_loo_i.sum()), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(k > k_threshold)),
+        good_k=k_threshold, elpd_i=make(elpd_i, "elpd_i"), pareto_k=make(k, "pareto_k"),
+        p_loo_i=make(p_loo_i, "p_loo_i"), pareto_k_psis=make(k, "pareto_k_psis"),
         transform=make(np.where(k > k_threshold, "failed", "psis"), "transform"),
         hbar_used=make(np.full(n, np.nan), "hbar_used"), mcse_elpd_i=make(mcse, "mcse_elpd_i"),
         doubtful=make(k > k_threshold, "doubtful"), var_name=da.name,
