@@ -121,3 +121,15 @@ def test_import_loads_no_pymc():
     code = "import sys, ppl_loo; print(sorted(m for m in ('pymc', 'pytensor') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_as_model_names_the_bad_input():
+    """``as_model`` (the one entry to the protocol) says what it got and what to pass instead."""
+    import ppl_loo as pl
+
+    with pytest.raises(TypeError, match=r"model of type dict is not a ppl_loo model\. Pass a pymc\.Model"):
+        pl.as_model({"mu": 0.0})
+    with pytest.raises(TypeError, match=r"model of type str is not supported by pl\.pvi"):
+        pl.as_model("model.stan", pvi=True)
+    with pytest.raises(ValueError, match=r"simulator= is a PVI input; pl\.loo does not use it"):
+        pl.as_model(pl.models.LogisticRegression([[0.0], [1.0]], [0, 1]), simulator=lambda v, k: v)
