@@ -270,6 +270,29 @@ def test_t6_clamped_hessian_and_qmc_quadrature():
         Q.init(jnp.zeros(3), CFG._replace(quadrature="sobol"), jax.random.key(0))
 
 
+def test_step_known_answer_first_steps_of_algorithm_3():
+    d = 4
+    p, m = np.array([1.0, 2.0, 4.0, 0.5]), np.array([3.0, -1.0, 0.2, 0.0])
+    loss = Q.loss_from_logdensity(lambda th: tuple(-v for v in _quadratic(np.diag(p), m)(th)))
+    mu0 = jnp.zeros(d)
+    state = Q.init(mu0, CFG, jax.random.key(0))
+    state1, info = jax.jit(lambda s: Q.step(s, loss, CFG))(state)
+    g = p * (0 - m)  # first step: n1 = n2 = 1, so gbar = g, sbar = g^2, hbar = |h| = p
+    delta = g / np.maximum(p, (np.abs(g) + CFG.eps) / CFG.lam)  # eq. 13: Adam-limited where |g| / lam > h
+    np.testing.assert_allclose(state1.mu, -delta, rtol=1e-10)
+    np.testing.assert_allclose(state1.sigma, 1.01e-3, rtol=1e-14)  # eq. 14: s_max limits the growth
+    np.testing.assert_allclose(state1.gbar, g - p * delta, rtol=1e-10, atol=1e-12)  # gradient consistency
+    np.testing.assert_allclose(state1.hbar2, p**2, rtol=1e-10)
+    assert int(state1.q) == 2 and int(state1.n_evals) == 4 and float(state1.n1) == 1.0
+    assert float(info.loss) == pytest.approx(0.5 * np.sum(p * m * m), rel=1e-14)
+    newton = CFG._replace(lam=1e6)  # Newton steps everywhere: exact after one step, and it stays there
+    state = Q.init(mu0, newton, jax.random.key(0))
+    for _ in range(3):
+        state, _ = Q.step(state, loss, newton)
+        np.testing.assert_allclose(state.mu, m, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(state.gbar, 0.0, atol=1e-10)
+
+
 def test_t7_sigma_warm_up_is_rate_limited():
     d = 4
     P, m = np.eye(d), np.zeros(d)  # sigma* = 1 = 1000 sigma_min
