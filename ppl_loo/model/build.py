@@ -4,12 +4,13 @@ every backend's PVI terms share."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model.protocol import Layout, Model, Observations
+from ppl_loo.model.protocol import GLMStructure, Layout, Model, Observations, Output, ReluStructure
 
-__all__ = ["from_adapter", "pvi_model", "batch", "simulate_terms", "category_index", "coordinate_labels"]
+__all__ = ["from_adapter", "pvi_model", "batch", "simulate_terms", "category_index", "coordinate_labels", "output_of"]
 
 
 def _layout(adapter, labels) -> Layout:
@@ -43,11 +44,50 @@ def _from_adapter(adapter, kind, labels) -> Model:
         log_var_target=adapter.log_var_target if adapter.has_var_target else None,
         log_density=adapter.log_density, log_density_and_grad=adapter.log_density_and_grad,
         log_lik=adapter.log_lik, line_cache=adapter.line_cache, line_eval=adapter.line_eval,
-        refit_draws=adapter.refit_draws, structure=adapter.structure,
+        refit_draws=adapter.refit_draws, structure=adapter.structure, output=output_of(adapter.structure),
         adapt_index=None if adapter.adapt_index is None else np.asarray(adapter.adapt_index),
         factorizes=bool(adapter.factorizes), is_jax=bool(adapter.is_jax), has_var_target=bool(adapter.has_var_target),
         notes={}, source=adapter, cache={},
     )
+
+
+def _design(X, X_train, what):
+    """New inputs as rows of the training design: the same columns, or all but its constant column
+    (inserted where the training design has it)."""
+    X = np.asarray(X, dtype=np.float64)
+    q = X_train.shape[1]
+    if X.ndim == 2 and X.shape[1] == q:
+        return X
+    const = [j for j in range(q) if np.all(X_train[:, j] == 1.0)]
+    if X.ndim == 2 and X.shape[1] == q - 1 and const:
+        return np.insert(X, const[0], 1.0, axis=1)
+    raise ValueError(f"X has shape {X.shape}; the {what} takes rows of {q} inputs"
+                     + (f" (or {q - 1}, without its constant column)" if const else "") + ".")
+
+
+def output_of(structure) -> Output | None:
+    """The :class:`Output` of a declared structure (Bernoulli-logit GLM or one-hidden-layer ReLU net), or None."""
+    if isinstance(structure, GLMStructure) and structure.family == "bernoulli_logit":
+        X0, idx = np.asarray(structure.X, dtype=np.float64), np.asarray(structure.beta_index)
+        off = 0.0 if structure.offset is None else np.asarray(structure.offset, dtype=np.float64)
+
+        def glm(theta, X=None):
+            if X is None:
+                return (jnp.asarray(X0) @ theta[idx] + off)[:, None]
+            return (jnp.asarray(_design(X, X0, "linear predictor")) @ theta[idx])[:, None]
+
+        return Output(glm, "bernoulli")
+    if isinstance(structure, ReluStructure) and structure.family == "bernoulli_logit":
+        X0, h = np.asarray(structure.X, dtype=np.float64), structure.hidden
+        w1, w2, b2 = (np.asarray(structure.w1_index), np.asarray(structure.w2_index), int(structure.b2_index))
+
+        def net(theta, X=None):
+            Xa = jnp.asarray(X0 if X is None else _design(X, X0, "network"))
+            W1 = theta[w1].reshape(h, X0.shape[1])
+            return (jax.nn.relu(Xa @ W1.T) @ theta[w2] + theta[b2])[:, None]
+
+        return Output(net, "bernoulli")
+    return None
 
 
 def pvi_model(*, kind, source, dim, n_obs, labels, terms, constrain, unconstrain, param_names, param_dims, coords,

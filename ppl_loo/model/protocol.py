@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:  # the annotation only
     from ppl_loo.numerics.vi.objective import Terms
 
-__all__ = ["Model", "Layout", "Observations", "GLMStructure", "ReluStructure"]
+__all__ = ["Model", "Layout", "Observations", "Output", "GLMStructure", "ReluStructure"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,20 @@ class ReluStructure:
     w2_index: np.ndarray
     b2_index: int
     family: str = "bernoulli_logit"
+
+
+class Output(NamedTuple):
+    """The model's per-observation output ``f`` and the likelihood of ``y_i`` given ``f_i``: what the
+    generalized Gauss-Newton curvature of a Laplace approximation needs (Faller & Martin, eq. 6-8).
+
+    ``fn(theta (d,), X=None) -> (n, C)``: the outputs at the training inputs (``X=None``) or at new
+    inputs ``X`` (rows of features, as the model was given them); ``likelihood``: ``"bernoulli"``
+    (``C = 1`` logit), ``"categorical"`` (softmax logits) or ``"gaussian"`` (mean, noise sd ``sigma``).
+    """
+
+    fn: Callable
+    likelihood: str
+    sigma: float | None = None
 
 
 class Layout(NamedTuple):
@@ -113,6 +127,8 @@ class Model(NamedTuple):
     ``structure`` (:class:`GLMStructure`, :class:`ReluStructure` or None) and ``adapt_index`` (the
     block of ``theta`` the transformations move, None for all) let the engine use closed forms;
     ``refit_draws`` is the backend's own sampler without one observation (exact LOO by refitting).
+    ``output`` (:class:`Output`, from the structure where one is declared) gives the per-observation
+    outputs the Gauss-Newton curvature of :func:`ppl_loo.laplace` is built on.
     ``source`` is the adapter the functions come from (for messages and host errors); ``cache``
     holds compiled functions of this model (never stored on the user's objects).
     """
@@ -139,6 +155,7 @@ class Model(NamedTuple):
     eval_probs: Callable | None = None
     eval_predict: Callable | None = None
     structure: "GLMStructure | ReluStructure | None" = None
+    output: Output | None = None
     factorizes: bool = True
     is_jax: bool = True
     has_var_target: bool = False

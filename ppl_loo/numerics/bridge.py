@@ -137,6 +137,17 @@ def bridge_log_ratio(log_l_a, log_l_b, *, tol=1e-10, max_iter=1000, ess=True) ->
     return RatioEstimate(float(log_r), float(np.sqrt(re2)), it)
 
 
+def mean_log_ratio(log_l_a, *, ess=True) -> RatioEstimate:
+    """``log(Z_b / Z_a) = log E_{p_a}[l]`` from draws of ``p_a`` alone (for LOO: the mean of
+    ``p(y_i | theta)`` over a refit's draws), for when no draws of ``p_b`` are at hand (the full-data
+    draws came from an approximation, not from the posterior). MCSE by the delta method with the
+    effective sample size of ``l``."""
+    la = _check("log_l_a", log_l_a)
+    f = np.exp(la - np.max(la))
+    neff = effective_size(f) if ess else float(f.size)
+    return RatioEstimate(float(log_mean_exp(la)), float(np.sqrt(np.var(f) / (neff * np.mean(f) ** 2))), 0)
+
+
 def stepping_stones(log_l_rungs, betas, **kw) -> RatioEstimate:
     """``log(Z_1 / Z_0)`` for ``p_beta ~ p_0 * l^beta`` from draws at every rung of a ladder.
 

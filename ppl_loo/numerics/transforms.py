@@ -42,6 +42,8 @@ __all__ = [
     "mm3",
     "gradient_direction",
     "newton",
+    "gaussian_newton",
+    "diag_affine",
     "step_scale",
     "logdet_exact",
     "logdet_first_order",
@@ -279,18 +281,32 @@ def newton(ctx: ObsContext, ts, g_bar, V, D) -> Proposal:
 
     The posterior is summarized by the draws' mean ``m`` and covariance ``Sigma``; the expected
     log-likelihood Hessian of observation ``i`` is ``H = V diag(D) V^T`` (``V``: ``(d_b, q)``,
-    usually ``q = 1`` for a GLM) and its expected gradient is ``g_bar``. The LOO posterior
-    ``log p - log l_i`` then has precision ``Sigma^-1 + H`` (Woodbury:
-    ``Sigma_-i = Sigma + U N U^T``, ``U = Sigma V``, ``N = -(I + D G)^-1 D``, ``G = V^T U``) and
-    mean ``m_-i = m - Sigma_-i g_bar`` (one Newton step from ``m``). The map
-    ``T(theta) = m_-i + A (theta - m)`` with ``A = I + U C V^T``, ``C`` symmetric solving
-    ``2C + C G C = N``, sends ``N(m, Sigma)`` to ``N(m_-i, Sigma_-i)`` exactly, and costs
-    ``O(S d_b q)``: ``Sigma`` is never formed. ``det A = det(I + C G)``.
+    usually ``q = 1`` for a GLM) and its expected gradient is ``g_bar``. The map is
+    :func:`gaussian_newton` with ``Sigma V`` and ``Sigma g_bar`` from the draws (``Sigma`` is never
+    formed: ``O(S d_b q)``).
     """
     S = ctx.theta_b.shape[0]
     Z = ctx.z()
+    U = Z.T @ (Z @ V) / (S - 1)  # Sigma V, (d_b, q)
+    sigma_g = Z.T @ (Z @ g_bar) / (S - 1)
+    return gaussian_newton(Z, ts, g_bar, V, D, U, sigma_g)
+
+
+def gaussian_newton(Z, ts, g_bar, V, D, U, sigma_g) -> Proposal:
+    """The affine map sending ``N(m, Sigma)`` to the Newton-step LOO Gaussian ``N(m_-i, Sigma_-i)``.
+
+    ``Z = theta - m`` (``(S, d_b)``), ``H = V diag(D) V^T`` the Hessian of ``log l_i`` and ``g_bar``
+    its gradient (expected over the draws, or at the mode for the Laplace cavity), ``U = Sigma V``
+    and ``sigma_g = Sigma g_bar``. The LOO posterior ``log p - log l_i`` has precision
+    ``Sigma^-1 + H`` (Woodbury: ``Sigma_-i = Sigma + U N U^T``, ``N = -(I + D G)^-1 D``,
+    ``G = V^T U``) and mean ``m_-i = m - Sigma_-i g_bar`` (one Newton step from ``m``). The map
+    ``T(theta) = m_-i + A (theta - m)`` with ``A = I + U C V^T``, ``C`` symmetric solving
+    ``2C + C G C = N``, sends ``N(m, Sigma)`` to ``N(m_-i, Sigma_-i)`` exactly, and costs
+    ``O(S d_b q)``. ``det A = det(I + C G)``. It is exact for Gaussian models (linear regression
+    with known noise); ``t < 1`` damps it.
+    """
+    S = Z.shape[0]
     ZV = Z @ V  # (S, q)
-    U = Z.T @ ZV / (S - 1)  # Sigma V, (d_b, q)
     G = V.T @ U  # (q, q)
     G = 0.5 * (G + G.T)
     q = G.shape[0]
@@ -308,7 +324,6 @@ def newton(ctx: ObsContext, ts, g_bar, V, D) -> Proposal:
     Y = (Ek * jnp.sqrt(jnp.maximum(ek, 1e-12))) @ Ek.T - Iq
     C = G_mhalf @ Y @ G_mhalf
     # mean shift: Sigma_-i g = Sigma g + U N U^T g
-    sigma_g = Z.T @ (Z @ g_bar) / (S - 1)
     dm = -(sigma_g + U @ (N @ (U.T @ g_bar)))
     # rows: dm + U C V^T z_s, i.e. coef = [1, Z V C^T], basis = [dm; U^T]
     ones = jnp.ones((S, 1), dtype=Z.dtype)
@@ -330,3 +345,23 @@ def newton(ctx: ObsContext, ts, g_bar, V, D) -> Proposal:
 
     return Proposal(delta, _const_logdet(logdet_t, S), jnp.broadcast_to((sign > 0)[:, None], (ts.shape[0], S)),
                     applicable, inverse)
+
+
+def diag_affine(ts, S, shift, slope) -> Proposal:
+    """The proposal of a componentwise affine field ``delta = shift + slope * theta``.
+
+    ``phi(t) = theta + t delta`` has Jacobian ``prod_a |1 + t slope_a|``, constant over draws (the
+    projective LOO update of a mean-field Gaussian is of this form, :mod:`ppl_loo.numerics.loo.proposals`).
+    """
+    factors = 1.0 + ts[:, None] * slope  # (T, d_b)
+    logdet_t = jnp.sum(jnp.log(jnp.abs(factors)), axis=1)
+    ok_t = jnp.all(factors > 0, axis=1)
+    applicable = jnp.all(jnp.isfinite(shift)) & jnp.all(jnp.isfinite(slope))
+    shift, slope = jnp.where(applicable, shift, 0.0), jnp.where(applicable, slope, 0.0)
+
+    def inverse(t):
+        f = 1.0 + t * slope  # T_t^-1(theta) = (theta - t shift) / f
+        return DiagAffine(-t * shift / f, 1.0 / f - 1.0)
+
+    return Proposal(DiagAffine(shift, slope), _const_logdet(logdet_t, S),
+                    jnp.broadcast_to(ok_t[:, None], (ts.shape[0], S)), applicable, inverse)

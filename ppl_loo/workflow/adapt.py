@@ -119,7 +119,8 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
     batch_size = auto_batch_size(batch_size, S, d, draws.ll.shape[1], len(obs_idx),
                                  structured=model.structure is not None, n_steps=len(cfg.hbar))
     _, _, mapped, prepare = compiled_engine(model, cfg, not draws.approx, batch_size, draws.log_q_fn)
-    edata = prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta)))
+    edata = prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
+                               gauss=draws.gauss))
     if not len(obs_idx):
         return []
     source = model.source

@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.workflow.inputs import check_finite, get_log_likelihood, r_eff_of, stack_draws
-from ppl_loo.workflow.stored_q import pvi_log_q
+from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian
 
 __all__ = ["LooDraws", "loo_draws", "compare_log_lik"]
 
@@ -31,6 +32,8 @@ class LooDraws(NamedTuple):
     r_eff: float
     n_chains: int
     var_name: str
+    gauss: Any = None  # the Gaussian q of a pl.laplace / pl.qnvb fit (numerics.gaussian), or None
+    approx_method: str | None = None  # "laplace", "qnvb", "pvi" or "log_q" for draws of an approximation
 
 
 def loo_draws(data, model, var_name, log_q) -> LooDraws:
@@ -51,10 +54,22 @@ def loo_draws(data, model, var_name, log_q) -> LooDraws:
     check_finite(np.asarray(logp0), "the model's log density at the posterior draws", _OFF_MODEL)
     check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws", _OFF_MODEL)
     compare_log_lik(data, var_name, ll, joint_ok=not model.factorizes)
-    log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, log_q)
+    stored = stored_gaussian(data, theta) if log_q is None else None
+    if stored is not None:  # draws of pl.laplace / pl.qnvb: their Gaussian q (Eq. 13), traced into the search
+        method, gauss = stored
+        log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, _gaussian_values(gauss, theta))
+    else:
+        method, gauss = None, None
+        log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, log_q)
+        if approx:
+            method = "pvi" if log_q is None else "log_q"
     r_eff = 1.0 if approx else r_eff_of(data, S)
     n_chains = int(data["posterior"].sizes.get("chain", 1))
-    return LooDraws(theta, logp0, grad_logp0, ll, log_q0, log_q_fn, approx, r_eff, n_chains, var_name)
+    return LooDraws(theta, logp0, grad_logp0, ll, log_q0, log_q_fn, approx, r_eff, n_chains, var_name, gauss, method)
+
+
+def _gaussian_values(gauss, theta):
+    return np.asarray(jax.jit(jax.vmap(lambda th: gaussian_log_q(gauss, th)))(jnp.asarray(theta)))
 
 
 def _draws_density(data, theta, logp0, log_q):

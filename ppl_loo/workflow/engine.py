@@ -65,7 +65,7 @@ def config_from_plain(plain):
     return EngineConfig(**fields), posterior_draws
 
 
-def proposal_points(model, theta, config, log_q=None):
+def proposal_points(model, theta, config, log_q=None, gauss=None):
     """``points(i, ll_i, transform, hbar) -> (2 S, d)``: the pooled points ``[draws; images]`` of a
     candidate proposal of observation ``i``, matching the stored ``adapted_log_weights``.
 
@@ -79,10 +79,12 @@ def proposal_points(model, theta, config, log_q=None):
         ``LooResult.engine_config``.
     log_q : array (S,), optional
         The approximation's log density at the draws (``LooResult.log_q``).
+    gauss : SubspaceGaussian or MeanField, optional
+        The Gaussian ``q`` of a ``pl.laplace`` / ``pl.qnvb`` fit (its cavity proposals need it).
     """
     cfg, posterior_draws = config_from_plain(config)
     _, points, _, _ = compiled_engine(model, cfg, posterior_draws, 1)
-    edata = engine_data(model, theta, config, log_q)
+    edata = engine_data(model, theta, config, log_q, gauss)
 
     def at(i, ll_i, transform, hbar):
         return np.asarray(points(edata, int(i), jnp.asarray(ll_i), str(transform), float(hbar)))
@@ -90,7 +92,7 @@ def proposal_points(model, theta, config, log_q=None):
     return at
 
 
-def engine_data(model, theta, config, log_q=None):
+def engine_data(model, theta, config, log_q=None, gauss=None):
     """The draws as the search sees them (:class:`~ppl_loo.numerics.loo.EngineData`, with its
     per-run statistics), from the model, its unconstrained draws ``theta`` ``(S, d)``,
     ``LooResult.engine_config`` and, for draws of an approximation, ``LooResult.log_q``."""
@@ -100,7 +102,7 @@ def engine_data(model, theta, config, log_q=None):
     logp0, grad = model.log_density_and_grad(theta_j)
     log_q0 = logp0 if log_q is None else jnp.asarray(np.asarray(log_q, dtype=np.float64).reshape(-1))
     _, _, _, prepare = compiled_engine(model, cfg, posterior_draws, 1)
-    return prepare(EngineData(theta_j, logp0, log_q0, grad, model.line_cache(theta_j)))
+    return prepare(EngineData(theta_j, logp0, log_q0, grad, model.line_cache(theta_j), gauss=gauss))
 
 
 def draws_array(data, values, template=None, name=None):

@@ -15,7 +15,8 @@ import xarray as xr
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
-from ppl_loo.numerics.psis import khat_threshold
+from ppl_loo.numerics.gaussian import MeanField
+from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.adapt import Candidates, Pointwise, check_transforms, decide, run_search
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
@@ -122,6 +123,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     names = check_transforms(transforms, DEFAULT_TRANSFORMS)
     hbar = _check_hbar(hbar)
     draws = loo_draws(data, model, var_name, log_q)
+    names = names + approximation_transforms(draws, transforms, names)
     S, n = draws.ll.shape
     check_refit_args(refit, refit_kwargs, random_seed, data, n)
     k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
@@ -145,7 +147,28 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
     _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx))
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info,
-                   max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold)
+                   max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
+                                                                                                   k_threshold))
+
+
+def approximation_transforms(draws, transforms, names):
+    """The proposals of the approximation the draws come from, added to ``transforms="all"``: the
+    Laplace cavity (any Gaussian ``q``) and the projective LOO update (mean-field ``q``, QNVB)."""
+    if draws.gauss is None or not (isinstance(transforms, str) and transforms == "all"):
+        return []
+    extra = ["cavity"] + (["projective"] if isinstance(draws.gauss, MeanField) else [])
+    return [t for t in extra if t not in names]
+
+
+def approx_summary(draws, plain, k_threshold):
+    """``approximation``, ``pareto_k_q`` (k-hat of p/q over the draws) and, per observation,
+    ``approx_ok`` (plain Eq. 13 k-hat at most the threshold); empty for MCMC draws."""
+    if not draws.approx:
+        return {}
+    log_r = np.asarray(draws.logp0, dtype=np.float64) - np.asarray(draws.log_q0, dtype=np.float64)
+    _, k_q = psislw(log_r, 1.0)
+    return {"approximation": draws.approx_method, "pareto_k_q": float(np.asarray(k_q).ravel()[0]),
+            "approx_ok_values": np.asarray(plain.k) <= k_threshold}
 
 
 def _check_hbar(hbar):
@@ -166,7 +189,7 @@ def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched)
         warn_identity(n_identity, n_searched, float(np.nanmax(cands.table["max_log_ratio"])))
 
 
-def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, **extra):
+def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, approx_ok_values=None, **extra):
     """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
     candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
     S, n = draws.ll.shape
@@ -177,6 +200,8 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
               "n_eff_i": pw.n_eff, "pareto_k_psis": plain.k, "transform": pw.transform.astype(str),
               "hbar_used": pw.hbar, "mcse_elpd_i": pw.mcse, "influence": plain.influence, "doubtful": pw.doubtful,
               "refit": pw.refit, "searched": flagged}
+    if approx_ok_values is not None:
+        arrays["approx_ok"] = approx_ok_values
     return LooResult(
         elpd=float(np.sum(pw.elpd)), se=float(np.sqrt(n * np.var(pw.elpd, ddof=1))) if n > 1 else 0.0,
         p=float(np.sum(p_loo_i)), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),

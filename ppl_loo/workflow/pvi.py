@@ -25,6 +25,7 @@ from ppl_loo.numerics.vi import objective as npvi
 from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
 from ppl_loo.numerics.random import prng_key
 from ppl_loo.numerics.vi.families import flatten_params, get_family
+from ppl_loo.workflow.approx_tree import log_likelihood_dataset, observed_dataset, posterior_dataset
 from ppl_loo.workflow.pvi_eval import training_scores
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
@@ -399,65 +400,23 @@ def _marginals(fit, key, d):
     return np.asarray(m), np.asarray(s)
 
 
-def _posterior_dataset(pm, theta):
-    values = pm.constrain(theta)
-    data_vars, coords = {}, {}
-    for name, arr in values.items():
-        arr = np.asarray(arr)[None]
-        dims = tuple(pm.layout.dims.get(name, ()))
-        if len(dims) != arr.ndim - 2:
-            dims = tuple(f"{name}_dim_{k}" for k in range(arr.ndim - 2))
-        data_vars[name] = (("chain", "draw") + dims, arr)
-        for dim, size in zip(dims, arr.shape[2:]):
-            c = pm.coords.get(dim)
-            coords[dim] = np.asarray(c) if c is not None and len(c) == size else np.arange(size)
-    coords.update(chain=[0], draw=np.arange(theta.shape[0]))
-    return xr.Dataset(data_vars, coords=coords)
-
-
-def _obs_coords(pm):
-    coords = {}
-    for dim, size in zip(pm.obs_dims, pm.obs_shape):
-        c = pm.coords.get(dim)
-        coords[dim] = np.asarray(c) if c is not None and len(c) == size else np.arange(size)
-    return coords
-
-
 def _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het, threshold, attrs):
     """The DataTree ``pl.pvi`` returns: ``data``'s groups, the draws of ``q`` (``group``), their
     log-likelihood and the observed data where missing, and the ``pvi`` summary group."""
     children = {} if data is None else {name: node.to_dataset() for name, node in data.children.items()}
-    post = _posterior_dataset(pm, theta)
+    post = posterior_dataset(pm, theta)
     post.attrs.update(inference_library="ppl_loo.pvi", method="pvi" if attrs["score"] is not None else "vi")
     children[group] = post
     ll = scores.pop("_ll", None)
     vi_scores.pop("_ll", None)
     if group == "posterior" and pm.eval_loglik is not None and "log_likelihood" not in children:
-        children["log_likelihood"] = _log_likelihood_dataset(pm, np.asarray(ll))
+        children["log_likelihood"] = log_likelihood_dataset(pm, np.asarray(ll))
     if "observed_data" not in children and pm.obs.observed is not None:
-        observed = _observed_dataset(pm)
+        observed = observed_dataset(pm)
         if observed is not None:
             children["observed_data"] = observed
     children["pvi"] = _pvi_group(pm, group, fit, vi_fit, log_q, scores, vi_scores, k_het, threshold, attrs)
     return xr.DataTree.from_dict(children)
-
-
-def _log_likelihood_dataset(pm, ll):
-    S = ll.shape[0]
-    return xr.Dataset({pm.var_name: (("chain", "draw") + tuple(pm.obs_dims), ll.reshape((1, S) + tuple(pm.obs_shape)))},
-                      coords={"chain": [0], "draw": np.arange(S), **_obs_coords(pm)})
-
-
-def _observed_dataset(pm):
-    """The observed outcomes over the observation dims (and event dims of vector outcomes), or None."""
-    source_y = getattr(pm.source, "observed", None)
-    yv = np.asarray(source_y if source_y is not None else pm.obs.observed)
-    shape = tuple(pm.obs_shape)
-    if not (yv.size == pm.n_obs or yv.shape[: len(shape)] == shape):
-        return None
-    yv = yv.reshape(shape + yv.shape[len(shape):] if yv.size != pm.n_obs else shape)
-    dims = tuple(pm.obs_dims) + tuple(f"{pm.var_name}_event_{k}" for k in range(yv.ndim - len(pm.obs_dims)))
-    return xr.Dataset({pm.notes.get("observed", pm.var_name): (dims, yv)}, coords=_obs_coords(pm))
 
 
 def _pvi_group(pm, group, fit, vi_fit, log_q, scores, vi_scores, k_het, threshold, attrs):

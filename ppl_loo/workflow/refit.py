@@ -21,9 +21,12 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from ppl_loo.numerics.bridge import bridge_log_ratio
+from ppl_loo.numerics.bridge import bridge_log_ratio, mean_log_ratio
 from ppl_loo.workflow.inputs import RHAT_VOUCH, rank_rhat
 from ppl_loo.workflow.messages import warn_refit_budget, warn_refits_not_converged
+
+#: ``posterior.attrs["method"]`` of draws from an approximation (no sampler settings to reuse)
+APPROXIMATE_METHODS = ("laplace", "qnvb", "pvi", "vi")
 
 __all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "apply_refits", "refit_converged"]
 
@@ -66,11 +69,16 @@ def refit_settings(data, overrides=None):
     """The original fit's sampler settings (chains, draws, warmup, target acceptance, tree depth).
 
     Read from the posterior group (and its attrs, as NumPyro through ``ppl_loo.sampling``, CmdStan
-    CSV files and ``pm.sample`` record them); ``overrides`` (``refit_kwargs``) wins.
+    CSV files and ``pm.sample`` record them); ``overrides`` (``refit_kwargs``) wins. Draws of an
+    approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the refits then
+    run NUTS with 4 chains of 1,000 warmup and 1,000 draws.
     """
     post = data["posterior"]
     attrs = dict(post.attrs)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
+    if attrs.get("method") in APPROXIMATE_METHODS:
+        chains, draws = 4, 1000
+        attrs = {"num_warmup": 1000}
     warmup = attrs.get("num_warmup", attrs.get("tuning_steps", draws))
     target = attrs.get("target_accept", attrs.get("adapt_delta", 0.8))
     depth = attrs.get("max_tree_depth", attrs.get("max_depth", 10))
@@ -87,11 +95,14 @@ def refit_settings(data, overrides=None):
     return out
 
 
-def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=None, progressbar=True):
+def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=None, progressbar=True,
+               posterior_draws=True):
     """Refit each target observation; return ``{i: record}`` and the targets skipped for the budget.
 
     ``theta`` ``(S, d)`` and ``ll`` ``(S, n)`` are the full-data draws (chain-major) and their
-    log-likelihood; the bridge pairs the refit's ``log p(y_i | theta)`` with ``ll[:, i]``.
+    log-likelihood; the bridge pairs the refit's ``log p(y_i | theta)`` with ``ll[:, i]``. For draws
+    of an approximation (``posterior_draws=False``) there are no full-data posterior draws to bridge
+    with: ``elpd_i`` is the mean of ``p(y_i | theta)`` over the refit's draws.
     """
     if random_seed is None:
         raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
@@ -118,7 +129,8 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         ll_i = np.asarray(model.log_lik(draws.reshape(-1, d), obs=[i]))[:, 0].reshape(draws.shape[0], -1)
         if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):
             raise ValueError(f"refit of observation {i}: log p(y_{i} | theta) is NaN at some refit draws.")
-        est = bridge_log_ratio(ll_i, ll[:, i].reshape(full_chains, -1))
+        est = (bridge_log_ratio(ll_i, ll[:, i].reshape(full_chains, -1)) if posterior_draws else
+               mean_log_ratio(ll_i))
         rhat = float(rank_rhat(ll_i[:, :, None])[0])
         rhat_d = rank_rhat(np.asarray(draws, dtype=float))
         rhat_max = float(np.nanmax(rhat_d)) if np.any(np.isfinite(rhat_d)) else float("nan")
@@ -154,7 +166,8 @@ def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_se
     if not targets:
         return {}
     records, skipped = run_refits(model, draws.theta, draws.ll, targets, refit_settings(data, refit_kwargs),
-                                  random_seed=random_seed, budget_s=budget, progressbar=progressbar)
+                                  random_seed=random_seed, budget_s=budget, progressbar=progressbar,
+                                  posterior_draws=not draws.approx)
     bad = [i for i, r in records.items() if not refit_converged(r)]
     if bad:
         worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))

@@ -17,13 +17,13 @@ __all__ = ["LooResult", "loo_datatree"]
 
 #: DataArrays over the observation dims, written as variables of the result's node
 POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
-             "influence", "doubtful", "refit", "searched", "influence_pareto_k")
+             "influence", "doubtful", "refit", "searched", "influence_pareto_k", "approx_ok")
 #: DataArrays over other dims (draws, adapted observations)
 WEIGHTS = ("log_weights", "log_q", "adapted_log_weights")
 #: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
 SUMMARY = {"elpd": float, "se": float, "p": float, "good_k": float, "n_samples": int, "n_data_points": int,
            "warning": bool, "scale": str, "approx_posterior": bool, "max_rhat": float, "max_rhat_var": str,
-           "var_name": str}
+           "var_name": str, "approximation": str, "pareto_k_q": float}
 
 
 @dataclass(kw_only=True, repr=False)
@@ -55,6 +55,12 @@ class LooResult(ELPDDataLOO):
       (``pl.loo(..., refit=...)``); ``refit_info`` has each refit's sampler, divergences, R-hat
       of ``log p(y_i | theta)`` and wall time;
     - ``searched``: True where the adaptive search examined the observation;
+    - for draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``, or ``log_q=``):
+      ``approximation`` (its method), ``pareto_k_q`` (k-hat of ``p / q`` over the draws: whether
+      ``q`` is good enough as a proposal for the posterior itself, Yao et al. 2018) and ``approx_ok``
+      (per observation: the plain Eq. 13 weights ``p(theta | y_-i) / q(theta)`` have k-hat at most
+      ``good_k``, so ``q`` alone was good enough there; elsewhere the adaptive proposals, the cavity
+      proposals of the approximation, or ``refit=`` decide);
     - ``log_weights``: the plain-PSIS smoothed log weights over ``(chain, draw, *obs dims)`` (as
       ``arviz_stats.loo``); ``adapted_log_weights``: for each observation whose ``elpd_i`` uses an
       adapted proposal (coordinate ``adapted``: its flat index; ``adapted_transform``,
@@ -84,6 +90,9 @@ class LooResult(ELPDDataLOO):
     adapted_log_weights: DataArray = None
     log_q: DataArray = None
     engine_config: dict | None = None
+    approximation: str | None = None
+    pareto_k_q: float = float("nan")
+    approx_ok: DataArray = None
 
     _display_kind = "loo"
 
@@ -105,6 +114,11 @@ class LooResult(ELPDDataLOO):
                 part = float(elpd_i[mask].sum())
                 lines.append(f"{k} {label}: they carry {part:.2f} of elpd_loo {self.elpd:.2f} "
                              f"({100 * part / self.elpd if self.elpd else float('nan'):.0f}%)")
+        if self.approximation:
+            ok = self._flag("approx_ok")
+            lines.append(f"Draws from a {self.approximation} approximation q: k-hat of p/q {self.pareto_k_q:.2f}; "
+                         f"q alone good enough (k of p(theta|y_-i)/q <= {self.good_k:.2f}) for {int(ok.sum())} of "
+                         f"{ok.size} observations")
         if self.max_rhat > RHAT_VOUCH:
             lines.append(f"The draws have not converged (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}): "
                          "no estimate from them is vouched for.")

@@ -31,6 +31,8 @@ TRANSFORMS = {
     "pmm1_mix": "grid",
     "pmm2_mix": "grid",
     "mm3_mix": "unit",
+    "cavity": "damped",
+    "projective": "damped",
 }
 
 
@@ -38,7 +40,7 @@ TRANSFORMS = {
 TRANSFORM_GROUP = {
     "pmm1": "moments", "pmm2": "moments", "mm1": "moments", "mm2": "moments", "mm3": "moments",
     "mm_iter": "moments", "kl": "gradient flow", "var": "gradient flow", "ll": "gradient flow",
-    "newton": "newton",
+    "newton": "newton", "cavity": "approximation", "projective": "approximation",
 }
 
 

@@ -10,11 +10,13 @@ The model is used only through ``adapt_index``, ``structure``, ``factorizes``, `
 """
 
 
+from functools import partial
 from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.numerics.loo.config import EngineConfig
 from ppl_loo.numerics.moments import normalize_log_weights
 from ppl_loo.numerics.transforms import DiagAffine, LowRank, ObsContext
@@ -32,6 +34,7 @@ class EngineData(NamedTuple):
     grad_logp0: jnp.ndarray  # (S, d) gradient of logp at the draws
     cache: object = None  # model.line_cache(theta)
     stats: object = None  # BlockStats, filled once per run by ``search.prepare`` (shared by all observations)
+    gauss: object = None  # the Gaussian q the draws come from (numerics.gaussian), for the cavity proposals
 
 
 class BlockStats(NamedTuple):
@@ -60,6 +63,7 @@ class SearchContext(NamedTuple):
     stats: BlockStats
     block: np.ndarray  # static: indices of the adapted block
     bidx: object  # static: the same block as a slice where contiguous (no gather), else ``block``
+    gauss: object = None  # SubspaceGaussian / MeanField the draws come from, or None
 
 
 def block_index(adapt_index, d):
@@ -87,9 +91,12 @@ def block_stats(model, data: EngineData) -> BlockStats:
 def search_context(model, cfg, posterior_draws, log_q_fn, data: EngineData) -> SearchContext:
     """Bundle ``data`` (with its :class:`BlockStats` filled) and the static pieces of the search."""
     d = data.theta.shape[1]
+    if log_q_fn is None and data.gauss is not None:  # q of a stored Gaussian approximation, traced
+        log_q_fn = partial(gaussian_log_q, data.gauss)
     block = np.arange(d) if model.adapt_index is None else np.asarray(model.adapt_index)
     return SearchContext(model, cfg, posterior_draws, log_q_fn, data.theta, data.logp0, data.log_q0,
-                         data.grad_logp0, data.cache, data.stats, block, block_index(model.adapt_index, d))
+                         data.grad_logp0, data.cache, data.stats, block, block_index(model.adapt_index, d),
+                         data.gauss)
 
 
 def loglik_i(sc: SearchContext, th, i):

@@ -11,13 +11,26 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from ppl_loo.numerics.gaussian import MeanField, cov_mv
 from ppl_loo.numerics.loo.config import split_name, steps_of
 from ppl_loo.numerics.loo.context import SearchContext, line, loglik_i
 from ppl_loo.numerics.loo.flows import gradient_proposal
 from ppl_loo.numerics.loo.predictor import glm_offset, has_closed_form, is_glm
-from ppl_loo.numerics.transforms import ObsContext, Proposal, mm3, newton, not_applicable, pmm1, pmm2
+from ppl_loo.numerics.qnvb import projective_loo
+from ppl_loo.numerics.transforms import (
+    ObsContext,
+    Proposal,
+    diag_affine,
+    gaussian_newton,
+    mm3,
+    newton,
+    not_applicable,
+    pmm1,
+    pmm2,
+)
 
-__all__ = ["make_proposal", "base_proposal", "newton_proposal", "glm_newton_proposal"]
+__all__ = ["make_proposal", "base_proposal", "newton_proposal", "glm_newton_proposal", "cavity_proposal",
+           "projective_proposal"]
 
 
 def glm_newton_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
@@ -50,6 +63,73 @@ def newton_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
     return newton(ctx, steps, g_bar, V, D)
 
 
+def _cavity_curvature(sc: SearchContext, i, m):
+    """``(V, D)`` with ``V diag(D) V^T`` the curvature of ``log l_i`` at ``m`` on the block: the
+    Bernoulli-logit GLM's rank one, the Gauss-Newton rank one of a model with a Bernoulli output,
+    else the Hessian (blocks up to ``newton_max_dim``); None where none applies."""
+    struct, out = sc.model.structure, sc.model.output
+    if is_glm(struct) and has_closed_form(struct):
+        x = jnp.asarray(struct.X, dtype=m.dtype)[i]
+        s = jax.nn.sigmoid(m[sc.bidx] @ x + glm_offset(struct, i, m.dtype))
+        u, w = x, s * (1.0 - s)
+    elif out is not None and out.likelihood == "bernoulli":
+        f_i, J = jax.value_and_grad(lambda th: out.fn(th)[i, 0])(m)
+        s = jax.nn.sigmoid(f_i)
+        u, w = J[sc.bidx], s * (1.0 - s)
+    elif sc.block.shape[0] <= sc.cfg.newton_max_dim:
+        H = jax.hessian(partial(loglik_i, sc))(m, i)[jnp.ix_(sc.block, sc.block)]
+        D, V = jnp.linalg.eigh(0.5 * (H + H.T))
+        return V, D
+    else:
+        return None
+    nu = jnp.maximum(jnp.linalg.norm(u), 1e-300)
+    return (u / nu)[:, None], jnp.atleast_1d(-w * nu**2)
+
+
+def _on_block(sc: SearchContext, v):
+    """``v`` on the block (``(d_b,)`` or ``(d_b, q)``) embedded into the full vector with zeros."""
+    d = sc.theta.shape[1]
+    return jnp.zeros((d,) + v.shape[1:], v.dtype).at[sc.block].set(v)
+
+
+def cavity_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
+    """The Laplace cavity: remove observation ``i`` from the precision of the Gaussian ``q`` the draws
+    come from and take the Newton step from its mean (Faller & Martin's approximation, notes T5).
+
+    With ``H_i`` the curvature of ``log l_i`` at the mean ``m`` of ``q = N(m, Sigma)`` and ``g_i`` its
+    gradient there, the LOO Gaussian is ``N(m - Sigma_-i g_i, Sigma_-i)`` with
+    ``Sigma_-i = (Sigma^-1 + H_i)^-1``; :func:`~ppl_loo.numerics.transforms.gaussian_newton` maps the
+    draws of ``q`` onto it exactly (exact LOO for a linear-Gaussian model). Not applicable to MCMC draws.
+    """
+    g = sc.gauss
+    if g is None:
+        return not_applicable(ctx, steps)
+    m = g.mean
+    curv = _cavity_curvature(sc, i, m)
+    if curv is None:
+        return not_applicable(ctx, steps)
+    V, D = curv
+    grad = jax.grad(partial(loglik_i, sc))(m, i)[sc.bidx]
+    U = cov_mv(g, _on_block(sc, V))[sc.bidx]
+    sigma_g = cov_mv(g, _on_block(sc, grad))[sc.bidx]
+    return gaussian_newton(sc.stats.theta_b - m[sc.bidx], steps, grad, V, D, U, sigma_g)
+
+
+def projective_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
+    """The projective LOO update of a mean-field ``q`` (QNVB notes, section 7, feature 7): the
+    expected gradient and Hessian diagonal of ``log l_i`` under ``q`` (Hadamard quadrature,
+    Algorithm 2) removed from ``q``'s precision; the draws are mapped componentwise onto
+    ``N(mu_-i, sigma_-i^2)``. Not applicable to MCMC draws or a non-diagonal ``q``."""
+    g = sc.gauss
+    if not isinstance(g, MeanField):
+        return not_applicable(ctx, steps)
+    upd = projective_loo(lambda th: loglik_i(sc, th, i), g.mean, g.sd)
+    b = sc.bidx
+    slope = upd.sigma[b] / g.sd[b] - 1.0
+    shift = (upd.mu[b] - g.mean[b]) - slope * g.mean[b]
+    return diag_affine(steps, sc.theta.shape[0], shift, slope)
+
+
 def base_proposal(sc: SearchContext, name, i, ll0, ctx: ObsContext, steps) -> Proposal:
     """The proposal of a transformation name without its ``_mix`` suffix."""
     if name in ("pmm1", "mm1"):
@@ -62,6 +142,10 @@ def base_proposal(sc: SearchContext, name, i, ll0, ctx: ObsContext, steps) -> Pr
         prop = gradient_proposal(sc, name, i, ll0, steps)
     elif name == "newton":
         prop = newton_proposal(sc, i, ctx, steps)
+    elif name == "cavity":
+        prop = cavity_proposal(sc, i, ctx, steps)
+    elif name == "projective":
+        prop = projective_proposal(sc, i, ctx, steps)
     else:  # pragma: no cover - validated by the caller
         raise ValueError(name)
     return prop

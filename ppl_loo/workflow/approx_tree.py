@@ -1,0 +1,71 @@
+"""The DataTree of draws from an approximation (``pl.pvi``, ``pl.laplace``, ``pl.qnvb``): constrained
+``posterior`` draws named like the model's variables, their ``log_likelihood``, the ``observed_data``,
+and the fit's own group, added to the user's tree."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+__all__ = ["posterior_dataset", "log_likelihood_dataset", "observed_dataset", "obs_coords", "approximation_tree"]
+
+
+def posterior_dataset(pm, theta):
+    values = pm.constrain(theta)
+    data_vars, coords = {}, {}
+    for name, arr in values.items():
+        arr = np.asarray(arr)[None]
+        dims = tuple(pm.layout.dims.get(name, ()))
+        if len(dims) != arr.ndim - 2:
+            dims = tuple(f"{name}_dim_{k}" for k in range(arr.ndim - 2))
+        data_vars[name] = (("chain", "draw") + dims, arr)
+        for dim, size in zip(dims, arr.shape[2:]):
+            c = pm.coords.get(dim)
+            coords[dim] = np.asarray(c) if c is not None and len(c) == size else np.arange(size)
+    coords.update(chain=[0], draw=np.arange(theta.shape[0]))
+    return xr.Dataset(data_vars, coords=coords)
+
+
+def obs_coords(pm):
+    coords = {}
+    for dim, size in zip(pm.obs_dims, pm.obs_shape):
+        c = pm.coords.get(dim)
+        coords[dim] = np.asarray(c) if c is not None and len(c) == size else np.arange(size)
+    return coords
+
+
+def log_likelihood_dataset(pm, ll):
+    S = ll.shape[0]
+    return xr.Dataset({pm.var_name: (("chain", "draw") + tuple(pm.obs_dims), ll.reshape((1, S) + tuple(pm.obs_shape)))},
+                      coords={"chain": [0], "draw": np.arange(S), **obs_coords(pm)})
+
+
+def observed_dataset(pm):
+    """The observed outcomes over the observation dims (and event dims of vector outcomes), or None."""
+    source_y = getattr(pm.source, "observed", None)
+    yv = np.asarray(source_y if source_y is not None else pm.obs.observed)
+    shape = tuple(pm.obs_shape)
+    if not (yv.size == pm.n_obs or yv.shape[: len(shape)] == shape):
+        return None
+    yv = yv.reshape(shape + yv.shape[len(shape):] if yv.size != pm.n_obs else shape)
+    dims = tuple(pm.obs_dims) + tuple(f"{pm.var_name}_event_{k}" for k in range(yv.ndim - len(pm.obs_dims)))
+    return xr.Dataset({pm.notes.get("observed", pm.var_name): (dims, yv)}, coords=obs_coords(pm))
+
+
+def approximation_tree(pm, data, theta, group_name, group, method):
+    """``data``'s groups plus ``posterior`` (the draws ``theta`` of ``q``, constrained), their
+    ``log_likelihood`` and the ``observed_data`` where missing, and the fit's ``group``."""
+    children = {} if data is None else {name: node.to_dataset() for name, node in data.children.items()}
+    post = posterior_dataset(pm, theta)
+    post.attrs.update(inference_library=f"ppl_loo.{method}", method=method)
+    children["posterior"] = post
+    if "log_likelihood" not in children and pm.log_lik is not None:
+        ll = np.asarray(pm.log_lik(jnp.asarray(theta)))
+        children["log_likelihood"] = log_likelihood_dataset(pm, ll)
+    if "observed_data" not in children and pm.obs.observed is not None:
+        observed = observed_dataset(pm)
+        if observed is not None:
+            children["observed_data"] = observed
+    children[group_name] = group
+    return xr.DataTree.from_dict(children)
