@@ -2,7 +2,8 @@
 
 The loop is a ``lax.while_loop`` over ``optax.lbfgs`` with its zoom line search (the recipe of the
 optax documentation), stopped when the largest gradient component is below ``tol`` (relative to
-``1 + |value|``) or after ``max_steps``; the number of steps and whether it converged are returned
+``1 + |value|``), when a step no longer moves (the line search stalls at a kink of a ReLU network or
+at the float64 floor), or after ``max_steps``; the number of steps and whether it converged are returned
 so that the caller can report them.
 """
 
@@ -49,21 +50,23 @@ def map_estimate(neg_logp, theta0, *, max_steps: int = 2000, tol: float = 1e-6, 
         return jnp.max(jnp.abs(g)), jnp.abs(v)
 
     def step(carry):
-        params, state, k = carry
+        params, state, k, _ = carry
         value, grad = value_and_grad(params, state=state)
         updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=neg_logp)
-        return optax.apply_updates(params, updates), state, k + 1
+        new = optax.apply_updates(params, updates)
+        return new, state, k + 1, jnp.all(new == params)
 
     def cond(carry):
-        _, state, k = carry
+        _, state, k, stalled = carry
         gmax, v = crit(state)
         ok = jnp.isfinite(v) & (gmax <= tol * (1.0 + v))
-        return (k == 0) | ((k < max_steps) & ~ok & jnp.isfinite(gmax))
+        # stalled: the line search made no move (a kink of a ReLU network, or the float64 floor)
+        return (k == 0) | ((k < max_steps) & ~ok & ~stalled & jnp.isfinite(gmax))
 
     @jax.jit
     def run(theta0):
         state0 = opt.init(theta0)
-        theta, state, k = jax.lax.while_loop(cond, step, (theta0, state0, jnp.asarray(0)))
+        theta, state, k, _ = jax.lax.while_loop(cond, step, (theta0, state0, jnp.asarray(0), jnp.asarray(False)))
         value, grad = jax.value_and_grad(neg_logp)(theta)
         gmax = jnp.max(jnp.abs(grad))
         return MapResult(theta, value, gmax, k, jnp.isfinite(value) & (gmax <= tol * (1.0 + jnp.abs(value))))
