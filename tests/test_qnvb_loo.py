@@ -97,3 +97,17 @@ def test_bad_arguments_name_the_fix(lin):
         pl.qnvb(jax_model(lin))
     with pytest.raises(ValueError, match="quadrature"):
         pl.qnvb(jax_model(lin), quadrature="simpson", random_seed=0)
+
+
+def test_refit_fallback_from_an_approximation(lin, fits):
+    """refit= on draws of q: NUTS without the observation (4 chains of 1,000 by default: q carries no
+    sampler settings), elpd_i = log mean p(y_i | theta) over the refit draws (no full-data posterior
+    draws to bridge with); it equals the closed form to Monte Carlo error."""
+    model, tree = fits["jax"]
+    res = pl.loo(tree, model, refit=[3, 10], random_seed=5, refit_kwargs={"draws": 500, "warmup": 300},
+                 progressbar=False)
+    exact = lin.exact_elpd_i()
+    for i in (3, 10):
+        assert bool(res.refit.values[i]) and res.transform.values[i] == "refit"
+        assert abs(res.elpd_i.values[i] - exact[i]) < 4 * res.mcse_elpd_i.values[i] + 1e-3
+    assert res.refit_info[3]["sampler"] and res.mcse_elpd_i.values[3] > 0
