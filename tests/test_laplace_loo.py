@@ -233,3 +233,18 @@ def test_laplace_bad_input_names_the_fix(relu):
         pl.laplace(net)
     with pytest.raises(ValueError, match="lowrank-kfac"):
         pl.laplace(_jax_linear_model(m), subspace="lowrank-kfac", rank=2, random_seed=0)
+
+
+def test_laplace_refuses_a_posterior_without_a_mode():
+    """A centred hierarchical model: as tau -> 0 with beta -> 0 the density grows without bound (the
+    funnel), so there is no mode and no Laplace approximation; the error names the scale."""
+    from ppl_loo.model.jax.bijectors import Exp
+
+    y = np.random.default_rng(3).normal(size=40)
+    groups = np.repeat(np.arange(20), 2)
+    model = pl.JaxModel({"tau": ((), Exp()), "beta": ((20,), None)},
+                        lambda v: jst.cauchy.logpdf(v["tau"]) + jnp.sum(jst.norm.logpdf(v["beta"], 0.0, v["tau"])),
+                        lambda v: jst.norm.logpdf(jnp.asarray(y), v["beta"][groups], 3.0), obs_dims=("obs",),
+                        observed=y)
+    with pytest.raises(ValueError, match="no mode.*tau"):
+        pl.laplace(model, random_seed=0)

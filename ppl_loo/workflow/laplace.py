@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -297,9 +298,7 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
     theta0 = (0.1 * jax.random.normal(k_init, (pm.dim,)) if init is None
               else jnp.asarray(np.asarray(init, dtype=np.float64).reshape(pm.dim)))
     mp = map_estimate(lambda th: -pm.logp(th), theta0, max_steps=int(max_steps), tol=float(tol))
-    if not bool(jnp.isfinite(mp.value)):
-        raise ValueError("the optimization of the log posterior diverged (non-finite value); pass init= near the "
-                         "mode or a stronger prior.")
+    _check_mode(pm, mp)
     prec = _precision(pm, curvature, mp.theta, prior_precision)
     J_ref, where = _reference_jacobian(pm, mp.theta, X_ref)
     if subspace in (None, "full"):
@@ -316,6 +315,26 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
                  wall_time_s=time.perf_counter() - t0, random_seed=str(random_seed), **diag)
     group = _laplace_group(pm, mp, q, M, log_q, attrs)
     return approximation_tree(pm, _without_posterior(data), theta, "laplace", group, "laplace")
+
+
+def _check_mode(pm, mp):
+    """Raise where the optimizer ran away (no mode: the log density grows without bound, as a centred
+    hierarchical scale going to zero); warn where it stopped before the gradient criterion."""
+    theta = np.asarray(mp.theta)
+    far = int(np.argmax(np.abs(theta)))
+    label = pm.layout.labels[far] if len(pm.layout.labels) == pm.dim else f"theta[{far}]"
+    if not bool(jnp.isfinite(mp.value)) or (not bool(mp.converged) and (abs(theta[far]) > 50 or mp.grad_norm > 1e8)):
+        raise ValueError(
+            f"the log posterior has no mode in the unconstrained space: L-BFGS ran away along {label} (value "
+            f"{theta[far]:.3g} after {int(mp.steps)} steps, log density {float(-mp.value):.4g} and growing, largest "
+            "gradient component {:.3g}). A centred hierarchical scale going to zero (a funnel) does this; the Laplace "
+            "approximation does not exist there. Use pl.qnvb, a non-centred parameterization, or fixed scales "
+            "(prior_precision=).".format(float(mp.grad_norm)))
+    if not bool(mp.converged):
+        warnings.warn(f"pl.laplace: the optimizer stopped after {int(mp.steps)} steps with largest gradient component "
+                      f"{float(mp.grad_norm):.3g} (not at the tolerance: a kink of a ReLU network, or max_steps); "
+                      "the approximation is centred there. The laplace group records it (map_converged = 0).",
+                      UserWarning, stacklevel=3)
 
 
 def _without_posterior(data):
