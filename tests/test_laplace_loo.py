@@ -248,3 +248,29 @@ def test_laplace_refuses_a_posterior_without_a_mode():
                         observed=y)
     with pytest.raises(ValueError, match="no mode.*tau"):
         pl.laplace(model, random_seed=0)
+
+
+def test_declared_gaussian_output_ggn_and_regression_predictive():
+    """A JAX model that declares its output (the regression mean): the GGN of eq. 6-7 equals the
+    Hessian for a model linear in theta (T9), and the linearized predictive is exact there (eq. 10):
+    mean x^T m, variance x^T Sigma x + sigma^2, the closed-form posterior predictive."""
+    from ppl_loo.model import Output
+
+    m = _problem()
+    X, y = jnp.asarray(m.X), jnp.asarray(m.y)
+
+    def mean_fn(v, X_new=None):
+        return (X if X_new is None else jnp.asarray(X_new)) @ v["beta"]
+
+    model = pl.JaxModel({"beta": ((m.dim,), None)}, lambda v: jnp.sum(jst.norm.logpdf(v["beta"], 0.0, m.tau)),
+                        lambda v: jst.norm.logpdf(y, X @ v["beta"], m.sigma), obs_dims=("obs",),
+                        observed=np.asarray(m.y), output=Output(mean_fn, "gaussian", m.sigma))
+    tree = pl.laplace(model, draws=100, random_seed=0)
+    assert tree["laplace"].attrs["curvature"] == "ggn"
+    mean, cov = m.posterior()
+    np.testing.assert_allclose(tree["laplace"]["sd"].values, np.sqrt(np.diag(cov)), rtol=1e-8)
+    X_new = np.random.default_rng(9).normal(size=(4, m.dim))
+    pred = pl.laplace_predictive(tree, X_new, model)
+    np.testing.assert_allclose(pred["f"].values, X_new @ mean, atol=1e-8)
+    np.testing.assert_allclose(pred["var_y"].values, np.einsum("id,de,ie->i", X_new, cov, X_new) + m.sigma**2,
+                               rtol=1e-8)

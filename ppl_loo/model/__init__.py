@@ -6,6 +6,6 @@
 """
 
 from ppl_loo.model.dispatch import as_model
-from ppl_loo.model.protocol import GLMStructure, Layout, Model, Observations, ReluStructure
+from ppl_loo.model.protocol import GLMStructure, Layout, Model, Observations, Output, ReluStructure
 
-__all__ = ["Model", "Layout", "Observations", "GLMStructure", "ReluStructure", "as_model"]
+__all__ = ["Model", "Layout", "Observations", "Output", "GLMStructure", "ReluStructure", "as_model"]

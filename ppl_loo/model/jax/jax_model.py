@@ -389,6 +389,11 @@ class JaxModel(LayoutMixin, PosteriorModel):
     observed : array, optional
         Observed data of shape ``obs_shape``, written to ``observed_data`` by
         :func:`ppl_loo.sampling.sample_nuts`.
+    output : ppl_loo.model.Output, optional
+        The per-observation output the likelihood is a function of, for the Gauss-Newton curvature
+        of :func:`ppl_loo.laplace` and :func:`ppl_loo.laplace_predictive`: ``Output(fn, likelihood,
+        sigma)`` with ``fn(values, X=None) -> (n, C)`` on constrained values (``X``: new inputs),
+        ``likelihood`` ``"gaussian"`` (``sigma``: the noise sd), ``"bernoulli"`` or ``"categorical"``.
 
     Notes
     -----
@@ -425,8 +430,10 @@ class JaxModel(LayoutMixin, PosteriorModel):
         param_dims: Mapping | None = None,
         coords: Mapping | None = None,
         observed=None,
+        output=None,
     ):
         self.layout = ParameterLayout(params, param_dims)
+        self.output = None if output is None else output._replace(fn=self._output_on_theta(output.fn))
         self._log_prior = log_prior
         self._log_lik = log_lik
         self._loo_log_density = loo_log_density
@@ -464,6 +471,14 @@ class JaxModel(LayoutMixin, PosteriorModel):
             raise ValueError(
                 f"observed has shape {self.observed.shape} but log_lik returns {self.obs_shape}."
             )
+
+    def _output_on_theta(self, fn):
+        def on_theta(theta, X=None):
+            values, _ = self.layout.constrain_with_logdet(theta)
+            out = fn(values) if X is None else fn(values, X)
+            return jnp.reshape(out, (out.shape[0], -1))
+
+        return on_theta
 
     # ------------------------------------------------------------------ per-draw
     def logp(self, theta):
