@@ -234,8 +234,7 @@ def _diagnostics(q, M, J_ref, prec, where):
     """The ``laplace`` group's diagnostics at the reference functions ``X``: ``Tr Sigma_{P,X}`` and its
     Ky Fan bound (eq. 25), the relative error (eq. 20) where ``Sigma_X`` is computable, the share of dead
     parameters and the Jacobian's rank."""
-    K = q.chol @ q.chol.T
-    S_PX = sigma_PX(J_ref, q.basis, jnp.linalg.inv(K))
+    S_PX = sigma_PX(J_ref, q.basis, M)
     out = {"reference": where, "dead_fraction": float(dead_fraction(J_ref)), "jacobian_rank": int(jacobian_rank(J_ref))}
     try:
         S_X = J_ref @ _psi_mat(prec)(J_ref.T)
