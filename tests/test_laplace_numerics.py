@@ -247,7 +247,7 @@ def test_T8_inactive_relu_unit_gives_dead_parameters():
     dead[layers[0].w_index[3]] = dead[layers[0].b_index[3]] = dead[layers[1].w_index[0, 3]] = True
     np.testing.assert_array_equal(la.dead_parameters(J), dead)
     assert la.dead_fraction(J) == pytest.approx(5 / d)
-    assert la.jacobian_rank(J) <= d - 5
+    assert la.jacobian_rank(J) <= d - 5 and la.jacobian_rank(J, method="gram") == la.jacobian_rank(J)
 
 
 def test_T9_hessian_equals_ggn_for_linear_and_zero_residual_models(lin, net):
@@ -329,6 +329,8 @@ def test_relu_net_layout_is_expressible_and_factor_products_are_exact():
     np.testing.assert_allclose(la.factor_rmat(layers, taps, B), V.T @ B, atol=1e-12)
     U = jnp.asarray(rng.normal(size=(V.shape[1], 2)))
     np.testing.assert_allclose(la.factor_mat(layers, taps, U, d), V @ U, atol=1e-12)
+    idx = np.array([d - 1, 0, 5, 10, 3])
+    np.testing.assert_allclose(la.factor_rows(layers, taps, idx), V[idx], atol=1e-14)
     op = la.factor_operator(layers, taps, d, chunk=2)
     np.testing.assert_allclose(la.woodbury_covariance(op, 1.3).psi_mat(B),
                                np.linalg.solve(V @ V.T + 1.3 * np.eye(d), B), atol=1e-12)
@@ -357,3 +359,15 @@ def test_swag_matches_pytorch_sgd_semantics():
     ref = np.mean(np.square(snaps), axis=0) - np.mean(snaps, axis=0) ** 2
     np.testing.assert_allclose(var[:3], ref[:3], rtol=1e-8)
     assert float(var[3]) == 1e-30
+
+
+def test_orthonormalization_keeps_nested_spans_of_ill_conditioned_bases():
+    from ppl_loo.numerics.laplace.subspace import _orthonormalize
+
+    rng = np.random.default_rng(12)
+    A = rng.normal(size=(600, 40)) @ np.diag(np.logspace(0, -12, 40)) @ np.triu(rng.normal(size=(40, 40)))
+    Q = np.asarray(_orthonormalize(A))
+    assert Q.dtype == np.float64 and np.abs(Q.T @ Q - np.eye(40)).max() < 1e-10
+    for k in (1, 5, 20):
+        Qa = np.linalg.qr(A[:, :k])[0]
+        assert np.abs(Qa @ Qa.T - Q[:, :k] @ Q[:, :k].T).max() < 1e-6

@@ -15,6 +15,7 @@ from ppl_loo.numerics.laplace.kfac import (
     factor_mat,
     factor_operator,
     factor_rmat,
+    factor_rows,
     kfac,
     layer_taps,
     mlp_init,
@@ -67,7 +68,7 @@ from ppl_loo.numerics.laplace.swag import swag_diagonal
 __all__ = [
     "KFAC", "LIKELIHOODS", "METHODS", "DenseLayer", "FactorOperator", "Precision", "Predictive", "SubspaceInfo",
     "Taps", "TraceCriterion", "Woodbury", "dead_fraction", "dead_parameters", "dense_apply", "dense_forward",
-    "factor_diag", "factor_gram", "factor_mat", "factor_operator", "factor_rmat", "fisher_factor",
+    "factor_diag", "factor_gram", "factor_mat", "factor_operator", "factor_rmat", "factor_rows", "fisher_factor",
     "ggn_precision", "hessian_precision", "hessian_sqrt", "jacobian_rank", "kfac", "layer_taps",
     "lik_hessian", "lik_hessian_sqrt", "linearized_predictive", "mlp_init", "mlp_layers", "optimal_error_curve",
     "output_jacobian", "predictive_log_density", "predictive_variance", "relative_error", "relu_net_layers",

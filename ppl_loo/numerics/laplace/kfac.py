@@ -49,6 +49,7 @@ __all__ = [
     "factor_mat",
     "factor_operator",
     "factor_rmat",
+    "factor_rows",
     "kfac",
     "layer_taps",
     "mlp_init",
@@ -171,6 +172,30 @@ def factor_mat(layers, taps, U, dim):
     return res
 
 
+def factor_rows(layers, taps, index):
+    """``V[index, :]`` (``(len(index), n K)``): the Fisher-factor rows of a parameter subset (the subset
+    LA's ``P^T V`` for ``P = (e_j)_{j in index}``), gathered without forming ``V``; rows of parameters
+    in no layer are 0."""
+    index = np.asarray(index)
+    n, K = taps.grads[0].shape[:2]
+    out = jnp.zeros((index.shape[0], n * K), dtype=taps.acts[0].dtype)
+    for layer, a, g in zip(layers, taps.acts, taps.grads):
+        n_in = layer.w_index.shape[1]
+        where = {int(t): q for q, t in enumerate(layer.w_index.ravel())}
+        sel = np.array([r for r, j in enumerate(index) if int(j) in where], dtype=int)
+        if sel.size:
+            q = np.array([where[int(index[r])] for r in sel])
+            rows = g[:, :, q // n_in] * a[:, q % n_in][:, None, :]  # (n, K, len(sel))
+            out = out.at[sel].set(rows.reshape(n * K, -1).T)
+        if layer.b_index is not None:
+            where_b = {int(t): o for o, t in enumerate(layer.b_index)}
+            sel = np.array([r for r, j in enumerate(index) if int(j) in where_b], dtype=int)
+            if sel.size:
+                o = np.array([where_b[int(index[r])] for r in sel])
+                out = out.at[sel].set(g[:, :, o].reshape(n * K, -1).T)
+    return out
+
+
 def factor_gram(layers, taps):
     """``V^T V`` (``(n K, n K)``) from the per-layer Grams: ``sum_l (g g^T) * (a a^T [+ 1 with bias])``."""
     n, K = taps.grads[0].shape[:2]
@@ -199,8 +224,10 @@ def factor_operator(layers, taps, dim, *, chunk=128):
     rm = jax.jit(lambda t, B: factor_rmat(layers, t, B))
     mm = jax.jit(lambda t, U: factor_mat(layers, t, U, dim))
 
-    def blocks(fn, X):
-        return jnp.concatenate([fn(taps, X[:, j:j + chunk]) for j in range(0, X.shape[1], chunk)], axis=1)
+    def blocks(fn, X):  # fixed-width blocks (the last one zero-padded): one compiled program
+        k = X.shape[1]
+        Xp = jnp.pad(X, ((0, 0), (0, (-k) % chunk))) if k > chunk else X
+        return jnp.concatenate([fn(taps, Xp[:, j:j + chunk]) for j in range(0, Xp.shape[1], chunk)], axis=1)[:, :k]
 
     gram = jax.jit(lambda t: factor_gram(layers, t))(taps)
     return FactorOperator(lambda U: blocks(mm, U), lambda B: blocks(rm, B), gram, (dim, gram.shape[0]))
@@ -223,9 +250,10 @@ class KFAC(NamedTuple):
     def _apply(self, B, power):
         out = B * self.lam**power
         for layer, (wA, QA, wG, QG) in zip(self.layers, self.factors):
-            Y = jnp.einsum("op,oak,aq->pqk", QG, B[layer.w_index], QA)
-            Y = Y * ((wG[:, None] * wA[None, :] + self.lam) ** power)[..., None]
-            out = out.at[layer.w_index].set(jnp.einsum("op,pqk,aq->oak", QG, Y, QA))
+            Y = jnp.einsum("op,oak->pak", QG, B[layer.w_index])  # Q_G^T X Q_A, in two contractions
+            Y = jnp.einsum("pak,aq->pqk", Y, QA) * ((wG[:, None] * wA[None, :] + self.lam) ** power)[..., None]
+            Z = jnp.einsum("op,pqk->oqk", QG, Y)
+            out = out.at[layer.w_index].set(jnp.einsum("oqk,aq->oak", Z, QA))
             if layer.b_index is not None:
                 y = (QG.T @ B[layer.b_index]) * ((wG + self.lam) ** power)[:, None]
                 out = out.at[layer.b_index].set(QG @ y)

@@ -108,13 +108,27 @@ def dead_fraction(J, threshold=0.0):
     return float(np.mean(dead_parameters(J, threshold)))
 
 
-def jacobian_rank(J, tol=None):
-    """The numerical rank of ``J`` (A9): singular values above ``tol``, by default
-    ``sigma_max max(J.shape) eps`` (the NumPy/PyTorch ``matrix_rank`` rule) in ``J``'s precision."""
+def jacobian_rank(J, tol=None, *, method="svd"):
+    """The numerical rank of ``J`` (A9).
+
+    ``method="svd"``: singular values above ``tol``, by default ``sigma_max max(J.shape) eps`` (the
+    NumPy/PyTorch ``matrix_rank`` rule, as the authors' code) in ``J``'s precision. ``method="gram"``:
+    eigenvalues of the smaller Gram matrix ``J J^T`` or ``J^T J`` above ``tol``, by default
+    ``lambda_max max(J.shape) eps``, i.e. singular values above ``sigma_max sqrt(max(J.shape) eps)``: a
+    coarser tolerance (the Gram squares the condition number), ``O(m^2 n)`` and BLAS-3, for large ``J``.
+    """
     J = np.asarray(J)
     if J.size == 0:
         return 0
+    eps = np.finfo(J.dtype if J.dtype.kind == "f" else np.float64).eps
+    if method == "gram":
+        G = J @ J.T if J.shape[0] <= J.shape[1] else J.T @ J
+        w = np.linalg.eigvalsh(0.5 * (G + G.T))
+        tol = w.max() * max(J.shape) * eps if tol is None else tol
+        return int(np.sum(w > tol))
+    if method != "svd":
+        raise ValueError(f"method={method!r}; pass 'svd' or 'gram'.")
     sv = np.linalg.svd(J, compute_uv=False)
     if tol is None:
-        tol = sv.max() * max(J.shape) * np.finfo(J.dtype if J.dtype.kind == "f" else np.float64).eps
+        tol = sv.max() * max(J.shape) * eps
     return int(np.sum(sv > tol))
