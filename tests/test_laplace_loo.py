@@ -108,7 +108,8 @@ def test_loo_of_laplace_equals_closed_form(linear_laplace):
     err = res.elpd_i.values - exact
     se = np.maximum(res.mcse_elpd_i.values, 1e-3)
     assert np.all(np.abs(err) < 4 * se + 1e-3), (err, se)
-    assert res.approximation == "laplace"
+    assert res.approximation == "laplace" and res.pareto_k_q == -np.inf  # q is the posterior: constant p/q
+    assert bool(np.all(res.approx_ok.values))
     assert abs(res.elpd - exact.sum()) < 4 * np.sqrt(np.sum(se**2)) + 1e-2
     assert not np.any(res.doubtful.values)
 

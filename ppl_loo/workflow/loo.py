@@ -166,8 +166,10 @@ def approx_summary(draws, plain, k_threshold):
     if not draws.approx:
         return {}
     log_r = np.asarray(draws.logp0, dtype=np.float64) - np.asarray(draws.log_q0, dtype=np.float64)
-    _, k_q = psislw(log_r, 1.0)
-    return {"approximation": draws.approx_method, "pareto_k_q": float(np.asarray(k_q).ravel()[0]),
+    k_q = float(np.asarray(psislw(log_r, 1.0)[1]).ravel()[0])
+    if np.ptp(log_r) <= 1e-8 * (1.0 + np.max(np.abs(log_r))):  # q = p up to a constant: constant weights
+        k_q = -np.inf
+    return {"approximation": draws.approx_method, "pareto_k_q": k_q,
             "approx_ok_values": np.asarray(plain.k) <= k_threshold}
 
 
