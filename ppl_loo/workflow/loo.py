@@ -169,6 +169,8 @@ def approx_summary(draws, plain, k_threshold):
     k_q = float(np.asarray(psislw(log_r, 1.0)[1]).ravel()[0])
     if np.ptp(log_r) <= 1e-8 * (1.0 + np.max(np.abs(log_r))):  # q = p up to a constant: constant weights
         k_q = -np.inf
+    elif not np.isfinite(k_q):  # the tail underflows: one draw carries (nearly) all the weight
+        k_q = np.inf
     return {"approximation": draws.approx_method, "pareto_k_q": k_q,
             "approx_ok_values": np.asarray(plain.k) <= k_threshold}
 

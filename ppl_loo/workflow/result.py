@@ -58,7 +58,8 @@ class LooResult(ELPDDataLOO):
     - for draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``, or ``log_q=``):
       ``approximation`` (its method), ``pareto_k_q`` (k-hat of ``p / q`` over the draws: whether
       ``q`` is good enough as a proposal for the posterior itself, Yao et al. 2018; ``-inf`` when
-      ``p / q`` is constant, i.e. ``q`` is the posterior) and ``approx_ok``
+      ``p / q`` is constant, i.e. ``q`` is the posterior; ``inf`` when one draw carries nearly all the
+      weight and no tail can be fitted) and ``approx_ok``
       (per observation: the plain Eq. 13 weights ``p(theta | y_-i) / q(theta)`` have k-hat at most
       ``good_k``, so ``q`` alone was good enough there; elsewhere the adaptive proposals, the cavity
       proposals of the approximation, or ``refit=`` decide);
