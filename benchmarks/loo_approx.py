@@ -175,6 +175,11 @@ def main(argv=None):
         results[name] = run_problem(name, args.methods.split(","), draws, args.quick)
     print(_table(results))
     path = RESULTS / ("loo_approx_quick.json" if args.quick else "loo_approx.json")
+    old = json.loads(path.read_text()) if path.exists() else {}
+    if old.get("draws") == draws:  # a partial run (--problems / --methods) updates its own rows only
+        for name, rows in results.items():
+            old["results"].setdefault(name, {}).update(rows)
+        results = old["results"]
     path.write_text(json.dumps({"draws": draws, "results": results, "cpu_count": __import__("os").cpu_count()},
                                indent=2, default=float))
     print(f"wrote {path}")
