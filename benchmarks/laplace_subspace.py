@@ -3,8 +3,8 @@
     /work/main/.venv/bin/python benchmarks/laplace_subspace.py [--quick]
 
 Prints a table and writes ``benchmarks/results/laplace_subspace.json`` (``--quick``: one seed, small
-reference sets, fewer optimizer steps, no laplace-torch; under a minute; written to
-``laplace_subspace_quick.json``).
+reference sets, 300 digits training points, fewer optimizer steps, no laplace-torch; about half a
+minute on two idle cores; writes nothing unless ``--out`` is given).
 
 What is compared (the paper's Fig. 1/2 on data shipped with scikit-learn)
 -------------------------------------------------------------------------
@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import scipy.linalg
 
 jax.config.update("jax_enable_x64", True)
 
@@ -201,11 +202,11 @@ def subset_large_s(ctx, JtX, order, grid, sx):
     m = ctx["op"].shape[1]
     for s in grid:
         idx = np.sort(order[: int(s)])
-        VS = la.factor_rows(ctx["layers"], ctx["taps"], idx)  # (s, m)
-        JS = JtX[idx].T  # (nC, s)
-        if s > m:
-            K = jnp.linalg.cholesky(LAM * jnp.eye(m) + VS.T @ VS)
-            W = jax.scipy.linalg.solve_triangular(K, (JS @ VS).T, lower=True)
+        VS = np.asarray(la.factor_rows(ctx["layers"], ctx["taps"], idx))  # (s, m)
+        JS = np.asarray(JtX)[idx].T  # (nC, s)
+        if s > m:  # NumPy/SciPy here: no compilation per shape
+            K = np.linalg.cholesky(LAM * np.eye(m) + VS.T @ VS)
+            W = scipy.linalg.solve_triangular(K, (JS @ VS).T, lower=True)
             S = (JS @ JS.T - W.T @ W) / LAM
         else:
             S = la.sigma_PX(None, None, VS @ VS.T + LAM * jnp.eye(int(s)), JP=JS)
@@ -283,6 +284,7 @@ def run_seed(name, seed, cfg):
                data=(Xtr, ytr, Xte[ev], yte[ev]), null_space_share=None)
     if name == "diabetes":
         out["rank_train"] = la.jacobian_rank(jac_T(layers, theta, Xtr, C).T, method="gram")
+    if name == "diabetes" or seed == cfg["seeds"][0]:  # digits: one more m x m Cholesky, first seed only
         out["null_space_share"] = null_space_share(ctx, J["tX"], sx)
     st("diagnostics")
     for method in METHODS:
@@ -335,14 +337,13 @@ def blocks(S, C):
     return np.stack([S[i, :, i, :] for i in range(n)])
 
 
-def compare_laplace_torch(name, res):
+def compare_laplace_torch(name, res, structures):
     """Our full/KFAC/diagonal GLM predictive covariances against laplace-torch's on the same weights."""
     if not LT_PYTHON.exists():
         return dict(available=False, reason=f"{LT_PYTHON} not found (pip install laplace-torch into it)")
     Xtr, ytr, Xev, _ = res["data"]
     ctx, theta = res["ctx"], res["theta"]
     C = 1 if name == "diabetes" else 10
-    structures = ["full", "kron", "diag"] if name == "diabetes" else ["kron", "diag"]
     sizes = (Xtr.shape[1],) + HIDDEN + (C,)
     JtX = jac_T(ctx["layers"], theta, Xev, C)
     ours = {"full": JtX.T @ ctx["wood"].psi_mat(JtX), "kron": JtX.T @ ctx["kfac"].psi_mat(JtX),
@@ -465,41 +466,86 @@ def config(quick):
     return dict(seeds=[0, 1, 2, 3, 4], adam=1000, lbfgs=1000, n_grid=10, n_ref={"diabetes": None, "digits": 100},
                 n_train={"diabetes": None, "digits": None},
                 n_eval={"diabetes": None, "digits": 100},
-                extra={"diabetes": [1000, 2000, 4500, 9000, 13500, 16000, 18049], "digits": [2612]},
+                extra={"diabetes": [1805, 4512, 9025, 13537, 16244, 18049], "digits": [2612]},
                 laplace_torch=True)
+
+
+def clean(o):
+    """JSON-safe: arrays to lists, non-finite floats (log of a zero trace) to None."""
+    if isinstance(o, dict):
+        return {str(k): clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [clean(v) for v in o]
+    if hasattr(o, "tolist"):
+        return clean(o.tolist())
+    if isinstance(o, float) and not np.isfinite(o):
+        return None
+    return o
+
+
+def run_dataset(name, cfg, structures):
+    runs, lt = [], dict(available=False, reason="not requested")
+    for seed in cfg["seeds"]:
+        c = dict(cfg, n_ref=cfg["n_ref"][name], n_eval=cfg["n_eval"][name], n_train=cfg["n_train"][name],
+                 extra=cfg["extra"][name])
+        r = run_seed(name, seed, c)
+        print(f"{name} seed {seed}: " + ", ".join(f"{k} {v:.1f}s" for k, v in r["timing_s"].items()), flush=True)
+        if seed == cfg["seeds"][0]:
+            p = r["ctx"]["dim"]
+            if structures:
+                lt = compare_laplace_torch(name, r, structures)
+                print("laplace-torch:", json.dumps(clean(lt)), flush=True)
+        runs.append({k: v for k, v in r.items() if k not in ("theta", "ctx", "data")})  # frees the GBs
+        del r
+    agg = summarize(name, runs, p)
+    print_table(name, agg, "rel_error")
+    print_table(name, agg, "log_trace")
+    print("diagnostics:", json.dumps(clean({k: v for k, v in agg.items() if isinstance(v, dict) and "n" in v})))
+    out = dict(summary=agg, verdict=verdict(name, agg), laplace_torch=lt, runs=runs)
+    print(json.dumps(clean(out["verdict"]), indent=1))
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one seed, small reference sets (< 1 minute)")
+    ap.add_argument("--out", default=None, help="JSON path (default: results/laplace_subspace.json; none with --quick)")
+    ap.add_argument("--datasets", nargs="+", default=["diabetes", "digits"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=None)
+    ap.add_argument("--laplace-torch-full", action="store_true",
+                    help="only laplace-torch's FullLaplace on diabetes seed 0 (p^3: minutes), merged into the JSON")
     args = ap.parse_args()
     cfg = config(args.quick)
+    if args.seeds:
+        cfg["seeds"] = args.seeds
+    out = Path(args.out) if args.out else (None if args.quick else RESULTS / "laplace_subspace.json")
+    if args.laplace_torch_full:
+        return full_laplace_only(cfg, out)
     t0 = time.perf_counter()
-    result = dict(config={k: v for k, v in cfg.items()}, lam=LAM, hidden=HIDDEN, datasets={})
-    for name in ("diabetes", "digits"):
-        runs = []
-        for seed in cfg["seeds"]:
-            c = dict(cfg, n_ref=cfg["n_ref"][name], n_eval=cfg["n_eval"][name], n_train=cfg["n_train"][name],
-                     extra=cfg["extra"][name])
-            runs.append(run_seed(name, seed, c))
-            print(f"{name} seed {seed}: " + ", ".join(f"{k} {v:.1f}s" for k, v in runs[-1]["timing_s"].items()),
-                  flush=True)
-        p = runs[0]["ctx"]["dim"]
-        agg = summarize(name, runs, p)
-        lt = compare_laplace_torch(name, runs[0]) if cfg["laplace_torch"] else dict(available=False, reason="--quick")
-        strip = ("theta", "ctx", "data")
-        result["datasets"][name] = dict(summary=agg, verdict=verdict(name, agg), laplace_torch=lt,
-                                        runs=[{k: v for k, v in r.items() if k not in strip} for r in runs])
-        print_table(name, agg, "rel_error")
-        print_table(name, agg, "log_trace")
-        print("diagnostics:", json.dumps({k: v for k, v in agg.items() if isinstance(v, dict) and "n" in v}))
-        print(json.dumps(result["datasets"][name]["verdict"], indent=1))
-        print("laplace-torch:", json.dumps(lt, indent=1)[:1500])
+    result = dict(config=cfg, lam=LAM, hidden=HIDDEN, datasets={})
+    for name in args.datasets:
+        structures = ["kron", "diag"] if cfg["laplace_torch"] else []
+        result["datasets"][name] = run_dataset(name, cfg, structures)
     result["total_seconds"] = time.perf_counter() - t0
-    out = RESULTS / ("laplace_subspace_quick.json" if args.quick else "laplace_subspace.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
-    print(f"total {result['total_seconds']:.0f} s; wrote {out}")
+    print(f"total {result['total_seconds']:.0f} s")
+    if out is not None:
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(clean(result), indent=1))
+        print(f"wrote {out}")
+
+
+def full_laplace_only(cfg, out):
+    """laplace-torch ``FullLaplace`` (dense ``p x p`` GGN, ``O(p^3)``) against our Woodbury ``Sigma_X`` on
+    diabetes seed 0; merged into an existing JSON as ``datasets.diabetes.laplace_torch_full``."""
+    c = dict(cfg, seeds=[0], n_ref=None, n_eval=None, n_train=None, extra=[])
+    r = run_seed("diabetes", 0, c)
+    lt = compare_laplace_torch("diabetes", r, ["full"])
+    print(json.dumps(clean(lt), indent=1))
+    if out is not None and out.exists():
+        result = json.loads(out.read_text())
+        result["datasets"]["diabetes"]["laplace_torch_full"] = clean(lt)
+        out.write_text(json.dumps(result, indent=1))
+        print(f"merged into {out}")
 
 
 if __name__ == "__main__":

@@ -174,26 +174,26 @@ def factor_mat(layers, taps, U, dim):
 
 def factor_rows(layers, taps, index):
     """``V[index, :]`` (``(len(index), n K)``): the Fisher-factor rows of a parameter subset (the subset
-    LA's ``P^T V`` for ``P = (e_j)_{j in index}``), gathered without forming ``V``; rows of parameters
-    in no layer are 0."""
-    index = np.asarray(index)
+    LA's ``P^T V`` for ``P = (e_j)_{j in index}``), gathered without forming ``V``: weight ``(o, a)`` of a
+    layer gives ``g_iko a_ia``, a bias ``g_iko``, a parameter in no layer 0."""
+    index = np.asarray(index, dtype=int)
     n, K = taps.grads[0].shape[:2]
-    out = jnp.zeros((index.shape[0], n * K), dtype=taps.acts[0].dtype)
-    for layer, a, g in zip(layers, taps.acts, taps.grads):
-        n_in = layer.w_index.shape[1]
-        where = {int(t): q for q, t in enumerate(layer.w_index.ravel())}
-        sel = np.array([r for r, j in enumerate(index) if int(j) in where], dtype=int)
-        if sel.size:
-            q = np.array([where[int(index[r])] for r in sel])
-            rows = g[:, :, q // n_in] * a[:, q % n_in][:, None, :]  # (n, K, len(sel))
-            out = out.at[sel].set(rows.reshape(n * K, -1).T)
+    dim = max([int(index.max()) + 1] + [int(lay.w_index.max()) + 1 for lay in layers]
+              + [int(lay.b_index.max()) + 1 for lay in layers if lay.b_index is not None])
+    go, ai = np.full(dim, -1), np.full(dim, -1)  # column of the stacked g and a of every parameter
+    g_off = a_off = 0
+    for layer in layers:
+        n_out, n_in = layer.w_index.shape
+        go[layer.w_index] = g_off + np.arange(n_out)[:, None]
+        ai[layer.w_index] = a_off + np.arange(n_in)[None, :]
         if layer.b_index is not None:
-            where_b = {int(t): o for o, t in enumerate(layer.b_index)}
-            sel = np.array([r for r, j in enumerate(index) if int(j) in where_b], dtype=int)
-            if sel.size:
-                o = np.array([where_b[int(index[r])] for r in sel])
-                out = out.at[sel].set(g[:, :, o].reshape(n * K, -1).T)
-    return out
+            go[layer.b_index] = g_off + np.arange(n_out)
+        g_off, a_off = g_off + n_out, a_off + n_in
+    G = jnp.concatenate(list(taps.grads) + [jnp.zeros((n, K, 1), taps.grads[0].dtype)], axis=2)  # last: 0
+    A = jnp.concatenate(list(taps.acts) + [jnp.ones((n, 1), taps.acts[0].dtype)], axis=1)  # last: bias 1
+    gsel = np.where(go[index] >= 0, go[index], g_off)
+    asel = np.where(ai[index] >= 0, ai[index], a_off)
+    return (G[:, :, gsel] * A[:, None, asel]).reshape(n * K, index.shape[0]).T
 
 
 def factor_gram(layers, taps):

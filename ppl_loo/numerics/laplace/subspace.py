@@ -66,11 +66,12 @@ class SubspaceInfo(NamedTuple):
 def _orthonormalize(P):
     """Orthonormal columns with the same nested spans, in float64 (notes A17).
 
-    Shifted CholeskyQR3 (Fukaya et al. 2020) on the column-equilibrated ``P``: one pass of
-    ``P <- P chol(P^T P + shift I)^{-T}`` with ``shift = 11 (d s + s (s + 1)) eps ||P||_F^2``, which makes
-    the Cholesky factor exist for condition numbers up to about ``1/eps``, then two plain passes
-    (BLAS-3, several times faster than Householder QR for tall ``d x s`` bases). Householder QR when
-    a Cholesky factor still fails or the result is not orthonormal to ``1e-10``. Every transform is
+    CholeskyQR2 on the column-equilibrated ``P`` (two passes of ``P <- P chol(P^T P)^{-T}``; BLAS-3,
+    several times faster than Householder QR for tall ``d x s`` bases); if that fails, shifted
+    CholeskyQR3 (Fukaya et al. 2020: a first pass with ``P^T P + shift I``,
+    ``shift = 11 (d s + s (s + 1)) eps ||P||_F^2``, which exists for condition numbers up to about
+    ``1/eps``); Householder QR when a Cholesky factor still fails or the result is not orthonormal to
+    ``1e-10``. Every transform is
     upper triangular, so ``span(P[:, :k])`` is kept for every ``k``.
     """
     P = np.asarray(P, dtype=np.float64)
@@ -78,16 +79,17 @@ def _orthonormalize(P):
     norms = np.linalg.norm(P, axis=0)
     Q = P / np.where(norms > 0, norms, 1.0)
     shift = 11.0 * (d * k + k * (k + 1)) * np.finfo(np.float64).eps * k  # ||Q||_F^2 = k
-    try:
-        for extra in (shift, 0.0, 0.0):
-            L = np.linalg.cholesky(Q.T @ Q + extra * np.eye(k))
-            Q = scipy.linalg.solve_triangular(L, Q.T, lower=True).T
-        ok = np.abs(Q.T @ Q - np.eye(k)).max() < 1e-10
-    except np.linalg.LinAlgError:
-        ok = False
-    if not ok:
-        Q = np.linalg.qr(P)[0]
-    return jnp.asarray(Q)
+    for shifts in ((0.0, 0.0), (shift, 0.0, 0.0)):  # CholeskyQR2, then shifted CholeskyQR3
+        X = Q
+        try:
+            for extra in shifts:
+                L = np.linalg.cholesky(X.T @ X + extra * np.eye(k))
+                X = scipy.linalg.solve_triangular(L, X.T, lower=True).T
+        except np.linalg.LinAlgError:
+            continue
+        if np.abs(X.T @ X - np.eye(k)).max() < 1e-10:
+            return jnp.asarray(X)
+    return jnp.asarray(np.linalg.qr(P)[0])
 
 
 def _psi_approx_mat(method, psi_approx, precision):
