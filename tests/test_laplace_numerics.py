@@ -286,9 +286,9 @@ def test_T6_mode_shift_under_prior_14_and_zero_under_restricted_prior(lin):
 
 
 # ----------------------------------------------------------------------------- KFAC, ReluNet, SWAG
-def test_kfac_is_exact_for_one_data_point_and_inverts_consistently(net):
+def test_kfac_is_exact_for_identical_inputs_and_inverts_consistently(net):
     layers, d, theta, fwd = net["layers"], net["d"], net["theta"], net["fwd"]
-    X1 = net["X"][:1]
+    X1 = jnp.repeat(net["X"][:1], 5, axis=0)  # 5 identical inputs: exact iff A = mean a a^T, G = sum g g^T
     fwd1 = la.dense_forward(layers, X1)
     out1 = lambda t: fwd1(t)[0]
     f = out1(theta)
@@ -296,7 +296,7 @@ def test_kfac_is_exact_for_one_data_point_and_inverts_consistently(net):
     K = la.kfac(layers, la.layer_taps(fwd1, theta, L, layers), 0.7, d)
     ggn = np.asarray(la.to_dense(la.ggn_precision(out1, theta, la.lik_hessian(f, "categorical"), 0.7)))
     Kd = np.asarray(K.prec_mat(jnp.eye(d)))
-    for lay in layers:  # per-layer diagonal blocks (weights; biases) are exact for n = 1
+    for lay in layers:  # per-layer diagonal blocks (weights; biases) are exact here
         for idx in (lay.w_index.ravel(), lay.b_index):
             np.testing.assert_allclose(Kd[np.ix_(idx, idx)], ggn[np.ix_(idx, idx)], atol=1e-12)
     Kf = la.kfac(layers, la.layer_taps(fwd, theta, la.lik_hessian_sqrt(net["out"](theta), "categorical"), layers),
