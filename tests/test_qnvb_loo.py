@@ -111,3 +111,12 @@ def test_refit_fallback_from_an_approximation(lin, fits):
         assert bool(res.refit.values[i]) and res.transform.values[i] == "refit"
         assert abs(res.elpd_i.values[i] - exact[i]) < 4 * res.mcse_elpd_i.values[i] + 1e-3
     assert res.refit_info[3]["sampler"] and res.mcse_elpd_i.values[3] > 0
+
+
+def test_data_with_a_posterior_is_refused_before_fitting(lin, fits):
+    _, tree = fits["jax"]
+    for fit in (pl.qnvb, pl.laplace):
+        with pytest.raises(ValueError, match="already has a posterior"):
+            fit(jax_model(lin), tree, random_seed=0)
+        with pytest.raises(TypeError, match="DataTree"):
+            fit(jax_model(lin), {"posterior": 1}, random_seed=0)

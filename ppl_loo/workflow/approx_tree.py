@@ -8,7 +8,20 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-__all__ = ["posterior_dataset", "log_likelihood_dataset", "observed_dataset", "obs_coords", "approximation_tree"]
+__all__ = ["posterior_dataset", "log_likelihood_dataset", "observed_dataset", "obs_coords", "approximation_tree",
+           "check_input_tree"]
+
+
+def check_input_tree(data, method):
+    """``data`` is None or a DataTree without a ``posterior`` group (the fit writes its draws there)."""
+    if data is None:
+        return None
+    if not isinstance(data, xr.DataTree):
+        raise TypeError(f"data must be an xarray.DataTree or None, got {type(data).__name__}.")
+    if "posterior" in data.children:
+        raise ValueError(f"data already has a posterior group: pl.{method} writes its draws there; pass data "
+                         "without it (its other groups are kept).")
+    return data
 
 
 def posterior_dataset(pm, theta):

@@ -31,7 +31,7 @@ from ppl_loo.numerics.laplace.subspace import subspace_basis
 from ppl_loo.numerics.laplace.swag import swag_diagonal
 from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.random import prng_key
-from ppl_loo.workflow.approx_tree import approximation_tree
+from ppl_loo.workflow.approx_tree import approximation_tree, check_input_tree
 
 __all__ = ["laplace", "CURVATURES", "SUBSPACES", "DENSE_MAX"]
 
@@ -290,6 +290,7 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
         parameters, the Jacobian's rank, and in its attrs the optimizer's steps and convergence.
     """
     _check_args(curvature, subspace, rank, draws, random_seed)
+    data = check_input_tree(data, "laplace")
     t0 = time.perf_counter()
     pm = as_model(model, var_name=var_name, data=data)
     curvature = _curvature_of(pm, curvature)
@@ -313,7 +314,7 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
                                                                          np.asarray(prior_precision).tolist()),
                  wall_time_s=time.perf_counter() - t0, random_seed=str(random_seed), **diag)
     group = _laplace_group(pm, mp, q, M, log_q, attrs)
-    return approximation_tree(pm, _without_posterior(data), theta, "laplace", group, "laplace")
+    return approximation_tree(pm, data, theta, "laplace", group, "laplace")
 
 
 def _check_mode(pm, mp):
@@ -334,12 +335,6 @@ def _check_mode(pm, mp):
                       f"{float(mp.grad_norm):.3g} (not at the tolerance: a kink of a ReLU network, or max_steps); "
                       "the approximation is centred there. The laplace group records it (map_converged = 0).",
                       UserWarning, stacklevel=3)
-
-
-def _without_posterior(data):
-    if data is not None and "posterior" in data.children:
-        raise ValueError("data already has a posterior group: pl.laplace writes its draws there; pass data without it.")
-    return data
 
 
 def _laplace_group(pm, mp, q, M, log_q, attrs):

@@ -24,7 +24,7 @@ from ppl_loo.model import as_model
 from ppl_loo.numerics import gaussian
 from ppl_loo.numerics.qnvb import QNVBConfig, run
 from ppl_loo.numerics.random import prng_key
-from ppl_loo.workflow.approx_tree import approximation_tree
+from ppl_loo.workflow.approx_tree import approximation_tree, check_input_tree
 
 __all__ = ["qnvb"]
 
@@ -118,9 +118,8 @@ def qnvb(model, data=None, *, n_pairs=2, quadrature="hadamard", steps=3000, mini
     """
     _check_args(n_pairs, quadrature, steps, minibatch, sigma_min, sigma_max, draws, random_seed)
     t0 = time.perf_counter()
+    data = check_input_tree(data, "qnvb")
     pm = as_model(model, var_name=var_name, data=data)
-    if data is not None and "posterior" in data.children:
-        raise ValueError("data already has a posterior group: pl.qnvb writes its draws there; pass data without it.")
     k_init, k_run, k_draw = jax.random.split(prng_key(random_seed), 3)
     mu0 = (0.1 * jax.random.normal(k_init, (pm.dim,)) if init is None
            else jnp.asarray(np.asarray(init, dtype=np.float64).reshape(pm.dim)))
