@@ -4,12 +4,29 @@ and the fit's own group, added to the user's tree."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.numerics import gaussian
+
 __all__ = ["posterior_dataset", "log_likelihood_dataset", "observed_dataset", "obs_coords", "approximation_tree",
-           "check_input_tree"]
+           "check_input_tree", "check_draws_and_seed", "gaussian_draws"]
+
+
+def check_draws_and_seed(method, draws, random_seed, seeds):
+    """``draws >= 10`` and an explicit seed (the only source of the fit's randomness)."""
+    if int(draws) < 10:
+        raise ValueError(f"draws={draws} must be >= 10 (pl.loo needs at least 10; use hundreds).")
+    if random_seed is None:
+        raise TypeError(f"pl.{method} needs random_seed= (an int, a numpy Generator or a JAX key): it seeds {seeds}.")
+
+
+def gaussian_draws(q, draws, dim, key):
+    """``draws`` draws of the Gaussian ``q`` (:mod:`ppl_loo.numerics.gaussian`) and their ``log q``."""
+    theta = np.asarray(gaussian.sample(q, jax.random.normal(key, (int(draws), int(dim)))))
+    return theta, np.asarray(jax.vmap(lambda th: gaussian.log_q(q, th))(jnp.asarray(theta)))
 
 
 def check_input_tree(data, method):

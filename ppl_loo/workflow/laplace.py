@@ -31,7 +31,7 @@ from ppl_loo.numerics.laplace.subspace import subspace_basis
 from ppl_loo.numerics.laplace.swag import swag_diagonal
 from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.random import prng_key
-from ppl_loo.workflow.approx_tree import approximation_tree, check_input_tree
+from ppl_loo.workflow.approx_tree import approximation_tree, check_draws_and_seed, check_input_tree, gaussian_draws
 
 __all__ = ["laplace", "CURVATURES", "SUBSPACES", "DENSE_MAX"]
 
@@ -50,11 +50,7 @@ def _check_args(curvature, subspace, rank, draws, random_seed):
                          "Laplace approximation).")
     if subspace not in (None, "full") and (rank is None or int(rank) < 1):
         raise ValueError(f"subspace={subspace!r} needs rank= (the subspace size s >= 1).")
-    if int(draws) < 10:
-        raise ValueError(f"draws={draws} must be >= 10 (pl.loo needs at least 10; use hundreds).")
-    if random_seed is None:
-        raise TypeError("pl.laplace needs random_seed= (an int, a numpy Generator or a JAX key): it seeds the "
-                        "starting point of the optimization and the draws.")
+    check_draws_and_seed("laplace", draws, random_seed, "the starting point of the optimization and the draws")
 
 
 def _curvature_of(pm, curvature):
@@ -305,8 +301,7 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
         q, M = _full_q(mp.theta, prec)
     else:
         q, M = _subspace_q(mp.theta, prec, _orth(_subspace(pm, subspace, rank, mp.theta, prec, J_ref, k_swag)))
-    theta = np.asarray(gaussian.sample(q, jax.random.normal(k_draw, (int(draws), pm.dim))))
-    log_q = np.asarray(jax.vmap(lambda th: gaussian.log_q(q, th))(jnp.asarray(theta)))
+    theta, log_q = gaussian_draws(q, draws, pm.dim, k_draw)
     diag = _diagnostics(q, M, J_ref, prec, where)
     attrs = dict(curvature=curvature, subspace=str(subspace or "full"), rank=int(q.basis.shape[1]),
                  map_steps=int(mp.steps), map_converged=int(bool(mp.converged)), map_grad_norm=float(mp.grad_norm),

@@ -24,7 +24,7 @@ from ppl_loo.model import as_model
 from ppl_loo.numerics import gaussian
 from ppl_loo.numerics.qnvb import QNVBConfig, run
 from ppl_loo.numerics.random import prng_key
-from ppl_loo.workflow.approx_tree import approximation_tree, check_input_tree
+from ppl_loo.workflow.approx_tree import approximation_tree, check_draws_and_seed, check_input_tree, gaussian_draws
 
 __all__ = ["qnvb"]
 
@@ -44,11 +44,7 @@ def _check_args(n_pairs, quadrature, steps, minibatch, sigma_min, sigma_max, dra
         raise ValueError(f"minibatch={minibatch} must be a positive number of observations (or None: all).")
     if not (0 < float(sigma_min) <= float(sigma_max)):
         raise ValueError(f"need 0 < sigma_min <= sigma_max; got sigma_min={sigma_min}, sigma_max={sigma_max}.")
-    if int(draws) < 10:
-        raise ValueError(f"draws={draws} must be >= 10 (pl.loo needs at least 10; use hundreds).")
-    if random_seed is None:
-        raise TypeError("pl.qnvb needs random_seed= (an int, a numpy Generator or a JAX key): it seeds the "
-                        "quadrature (qmc, mc), the minibatches and the draws.")
+    check_draws_and_seed("qnvb", draws, random_seed, "the quadrature (qmc, mc), the minibatches and the draws")
 
 
 def _loss(model, pm, minibatch, var_name):
@@ -131,8 +127,7 @@ def qnvb(model, data=None, *, n_pairs=2, quadrature="hadamard", steps=3000, mini
     if not (bool(jnp.all(jnp.isfinite(q.mean))) and bool(jnp.all(jnp.isfinite(q.sd)))):
         raise ValueError("QNVB diverged (non-finite mu or sigma): lower lam or sigma_max, or pass init= nearer the "
                          "posterior.")
-    theta = np.asarray(gaussian.sample(q, jax.random.normal(k_draw, (int(draws), pm.dim))))
-    log_q = np.asarray(jax.vmap(lambda th: gaussian.log_q(q, th))(jnp.asarray(theta)))
+    theta, log_q = gaussian_draws(q, draws, pm.dim, k_draw)
     attrs = dict(n_pairs=int(n_pairs), quadrature=quadrature, steps=int(steps), minibatch=int(minibatch or 0),
                  sigma_min=float(sigma_min), sigma_max=float(sigma_max), lam=float(lam), s_min=float(s_min),
                  s_max=float(s_max), tau1=float(tau1), tau2=float(tau2), hessian=hessian, gradient_evaluations=int(2 * int(n_pairs) * int(steps)),
