@@ -275,3 +275,12 @@ def test_declared_gaussian_output_ggn_and_regression_predictive():
     np.testing.assert_allclose(pred["f"].values, X_new @ mean, atol=1e-8)
     np.testing.assert_allclose(pred["var_y"].values, np.einsum("id,de,ie->i", X_new, cov, X_new) + m.sigma**2,
                                rtol=1e-8)
+
+
+def test_laplace_predictive_bad_input_names_the_fix(relu):
+    X, y, net = relu
+    tree = pl.laplace(net, draws=20, random_seed=0)
+    with pytest.raises(ValueError, match=r"X has shape \(4, 7\).*rows of 21 inputs \(or 20"):
+        pl.laplace_predictive(tree, np.zeros((4, 7)), net)
+    with pytest.raises(ValueError, match="no laplace group"):
+        pl.laplace_predictive(pl.qnvb(net, steps=5, draws=20, random_seed=0), X[:2], net)

@@ -120,3 +120,27 @@ def test_data_with_a_posterior_is_refused_before_fitting(lin, fits):
             fit(jax_model(lin), tree, random_seed=0)
         with pytest.raises(TypeError, match="DataTree"):
             fit(jax_model(lin), {"posterior": 1}, random_seed=0)
+
+
+@pytest.mark.parametrize("fit", ["laplace", "qnvb"])
+def test_bad_numbers_name_the_input(lin, fit):
+    """Rows of bad input of both entry points: each error names the argument and what it must be."""
+    fn, model = getattr(pl, fit), jax_model(lin)
+    with pytest.raises(ValueError, match="init must be 3 finite values"):
+        fn(model, init=[0.0, np.nan, 0.0], random_seed=0)
+    with pytest.raises(ValueError, match="init must be 3 finite values.*shape \\(2,\\)"):
+        fn(model, init=[0.0, 0.0], random_seed=0)
+    with pytest.raises(ValueError, match="draws=5 must be >= 10"):
+        fn(model, draws=5, random_seed=0)
+
+
+def test_bad_settings_name_the_input(lin):
+    model = jax_model(lin)
+    with pytest.raises(ValueError, match="minibatch=0"):
+        pl.qnvb(model, minibatch=0, random_seed=0)
+    with pytest.raises(ValueError, match="sigma_min <= sigma_max"):
+        pl.qnvb(model, sigma_min=1.0, sigma_max=0.1, random_seed=0)
+    with pytest.raises(ValueError, match="prior_precision must be positive and finite"):
+        pl.laplace(model, curvature="hessian", prior_precision=np.nan, random_seed=0)
+    with pytest.raises(ValueError, match="subspace='diagonal'"):
+        pl.laplace(model, subspace="diagonal", rank=2, random_seed=0)

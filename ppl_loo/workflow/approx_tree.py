@@ -12,7 +12,20 @@ import xarray as xr
 from ppl_loo.numerics import gaussian
 
 __all__ = ["posterior_dataset", "log_likelihood_dataset", "observed_dataset", "obs_coords", "approximation_tree",
-           "check_input_tree", "check_draws_and_seed", "gaussian_draws"]
+           "check_input_tree", "check_draws_and_seed", "gaussian_draws", "initial_point"]
+
+
+def initial_point(init, dim, key, method):
+    """The starting point in the unconstrained space: ``init`` (checked: ``dim`` finite values) or small
+    random values (zero is a saddle point of a ReLU network)."""
+    if init is None:
+        return 0.1 * jax.random.normal(key, (int(dim),))
+    x = np.asarray(init, dtype=np.float64)
+    if x.size != int(dim) or not np.all(np.isfinite(x)):
+        raise ValueError(f"pl.{method}: init must be {dim} finite values (a point in the model's unconstrained "
+                         f"space, ppl_loo.as_model(model).layout.labels); got shape {x.shape}"
+                         + ("" if x.size != int(dim) else " with non-finite values") + ".")
+    return jnp.asarray(x.reshape(int(dim)))
 
 
 def check_draws_and_seed(method, draws, random_seed, seeds):

@@ -31,7 +31,13 @@ from ppl_loo.numerics.laplace.subspace import subspace_basis
 from ppl_loo.numerics.laplace.swag import swag_diagonal
 from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.random import prng_key
-from ppl_loo.workflow.approx_tree import approximation_tree, check_draws_and_seed, check_input_tree, gaussian_draws
+from ppl_loo.workflow.approx_tree import (
+    approximation_tree,
+    check_draws_and_seed,
+    check_input_tree,
+    gaussian_draws,
+    initial_point,
+)
 
 __all__ = ["laplace", "CURVATURES", "SUBSPACES", "DENSE_MAX"]
 
@@ -291,8 +297,7 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
     pm = as_model(model, var_name=var_name, data=data)
     curvature = _curvature_of(pm, curvature)
     k_init, k_draw, k_swag = jax.random.split(prng_key(random_seed), 3)
-    theta0 = (0.1 * jax.random.normal(k_init, (pm.dim,)) if init is None
-              else jnp.asarray(np.asarray(init, dtype=np.float64).reshape(pm.dim)))
+    theta0 = initial_point(init, pm.dim, k_init, "laplace")
     mp = map_estimate(lambda th: -pm.logp(th), theta0, max_steps=int(max_steps), tol=float(tol))
     _check_mode(pm, mp)
     prec = _precision(pm, curvature, mp.theta, prior_precision)

@@ -24,7 +24,13 @@ from ppl_loo.model import as_model
 from ppl_loo.numerics import gaussian
 from ppl_loo.numerics.qnvb import QNVBConfig, run
 from ppl_loo.numerics.random import prng_key
-from ppl_loo.workflow.approx_tree import approximation_tree, check_draws_and_seed, check_input_tree, gaussian_draws
+from ppl_loo.workflow.approx_tree import (
+    approximation_tree,
+    check_draws_and_seed,
+    check_input_tree,
+    gaussian_draws,
+    initial_point,
+)
 
 __all__ = ["qnvb"]
 
@@ -117,8 +123,7 @@ def qnvb(model, data=None, *, n_pairs=2, quadrature="hadamard", steps=3000, mini
     data = check_input_tree(data, "qnvb")
     pm = as_model(model, var_name=var_name, data=data)
     k_init, k_run, k_draw = jax.random.split(prng_key(random_seed), 3)
-    mu0 = (0.1 * jax.random.normal(k_init, (pm.dim,)) if init is None
-           else jnp.asarray(np.asarray(init, dtype=np.float64).reshape(pm.dim)))
+    mu0 = initial_point(init, pm.dim, k_init, "qnvb")
     cfg = QNVBConfig(lam=float(lam), sigma_min=float(sigma_min), sigma_max=float(sigma_max), s_min=float(s_min),
                      s_max=float(s_max), tau1=float(tau1), tau2=float(tau2), n_pairs=int(n_pairs),
                      quadrature=quadrature, hessian=hessian)
