@@ -1,4 +1,4 @@
-"""The ``ppl-loo`` command line (user surface).
+"""``ppl-loo demo``: the embedded demo.
 
 ``ppl-loo demo`` runs the whole workflow on the ovarian microarray data shipped in the package:
 fit a Bayesian logistic regression with NUTS, run plain PSIS-LOO and adaptive LOO on the same
@@ -22,7 +22,7 @@ from ppl_loo.models import LogisticRegression
 from ppl_loo.sampling import sample_nuts
 from ppl_loo.workflow.inputs import RHAT_VOUCH
 
-__all__ = ["main", "demo"]
+__all__ = ["add_parser", "demo", "run"]
 
 
 def _fmt_table(rows, headers):
@@ -141,10 +141,13 @@ def _report_refits(plain, res, seconds, out):
     print(f"elpd_loo  with refits: {res.elpd:9.2f}  (SE {res.se:.2f}); refits took {seconds:.0f} s", file=out)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ppl-loo", description="Adaptive importance-sampling LOO-CV.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="run the embedded ovarian demo end to end")
+def add_parser(sub):
+    """The ``demo`` subcommand (its options are unchanged since the first ``ppl-loo``)."""
+    d = sub.add_parser("demo", help="run the embedded ovarian demo end to end",
+                       description="Fit a Bayesian logistic regression to the embedded ovarian microarray data "
+                                   "with NUTS, then plain PSIS-LOO vs adaptive LOO on the same draws.",
+                       epilog="example:\n  ppl-loo demo --prior normal --draws 300 --no-progress",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     d.add_argument("--prior", choices=["horseshoe", "normal"], default="horseshoe")
     d.add_argument("--chains", type=int, default=2)
     d.add_argument("--warmup", type=int, default=500)
@@ -154,12 +157,12 @@ def main(argv=None):
     d.add_argument("--no-progress", action="store_true")
     d.add_argument("--refit", action="store_true",
                    help="also refit the model without each doubtful observation (exact LOO, minutes)")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        demo(prior=args.prior, chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed,
-             max_tree_depth=args.max_tree_depth, progressbar=not args.no_progress, refit=args.refit)
+    d.set_defaults(run=run)
+    return d
+
+
+def run(args):
+    """``ppl-loo demo``: exit status 0."""
+    demo(prior=args.prior, chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed,
+         max_tree_depth=args.max_tree_depth, progressbar=not args.no_progress, refit=args.refit)
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
