@@ -20,7 +20,7 @@ from ppl_loo.cli.errors import COMPILE_ERROR, CliError, compile_summary, one_lin
 from ppl_loo.io import read_cmdstan_csv
 from ppl_loo.stan import StanCompileError, StanDataError, as_data_dict
 
-__all__ = ["check_output", "expand_csv_args", "load_data", "load_program", "load_results", "observed_mapping",
+__all__ = ["check_output", "check_program_file", "expand_csv_args", "load_data", "load_program", "load_results", "observed_mapping",
            "read_csvs", "check_csv_matches_program", "write_atomic"]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -49,9 +49,14 @@ def load_data(path):
                        "give CmdStan's data file: JSON (.json) or R dump (.R)") from None
 
 
+def check_program_file(stan_file):
+    """The Stan program exists (checked before any other work)."""
+    _existing_file(stan_file, "Stan program", "give the path of the .stan file")
+
+
 def load_program(stan_file, data, data_path, *, n_obs=None, log_lik="log_lik", sampler=False):
     """``pl.StanModel(stan_file, data)``, compiled with the cache; errors name the program or the data file."""
-    _existing_file(stan_file, "Stan program", "give the path of the .stan file")
+    check_program_file(stan_file)
     try:
         return pl.StanModel(stan_file, data, n_obs=n_obs, log_lik=log_lik, sampler=sampler)
     except StanCompileError as err:

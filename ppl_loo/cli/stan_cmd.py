@@ -14,7 +14,7 @@ import numpy as np
 import ppl_loo as pl
 from ppl_loo.cli.errors import (BAD_INPUT, DOUBTFUL, EXIT_EPILOG, OK, STAN_ERROR, CliError, one_line,
                                 warnings_to_stderr)
-from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, expand_csv_args, load_data, load_program,
+from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, check_program_file, expand_csv_args, load_data, load_program,
                                 observed_mapping, read_csvs, write_atomic)
 from ppl_loo.stan import StanDataError, StanEvaluationError
 from ppl_loo.stan.compile import cache_dir, cache_key
@@ -142,10 +142,10 @@ def _run_loo(args, tree, model):
 def run_loo(args):
     """``ppl-loo loo``; exit status 0, or 1 when some observations are doubtful."""
     out = check_output(args.out, args.overwrite)
+    check_program_file(args.stan_file)
     data = load_data(args.data)
     paths = expand_csv_args(args.csv)
     pp, observed = observed_mapping(args.posterior_predictive, data, args.data, paths[0])
-    _say(args, f"reading {len(paths)} CSV file(s)")
     if args.log_lik in ("", "none"):  # no log-likelihood column: by data deletion
         args.log_lik = None
     tree = read_csvs(paths, log_lik=args.log_lik, posterior_predictive=pp, observed=observed)
@@ -218,6 +218,7 @@ def run_sample(args):
     if args.chains < 1 or args.draws < 1 or args.warmup < 0 or args.thin < 1:
         raise CliError("--chains/--draws/--warmup/--thin", "must be positive (warmup: non-negative)",
                        "e.g. --chains 4 --warmup 1000 --draws 1000", BAD_INPUT)
+    check_program_file(args.stan_file)
     data = load_data(args.data)
     model = _compile(args, data, sampler=True)
     _say(args, f"sampling {args.stan_file}: {args.chains} chains x ({args.warmup} warmup + {args.draws} draws), "
