@@ -76,14 +76,20 @@ def test_eight_schools_setup(eight_schools):
     post = dt.posterior.to_dataset()
     np.testing.assert_allclose(back["mu"], post["mu"].values.reshape(-1)[:5], rtol=1e-5)
     np.testing.assert_allclose(back["theta"], post["theta"].values.reshape(-1, 8)[:5], rtol=1e-5, atol=1e-5)
-    # without loo_extra a dimension-changing deletion is refused with an explanation
+    assert model.loo_method is None or model.loo_method == "loo_extra"
+    model.deleted_model(0)
+    assert model.loo_method == "loo_extra"  # the override
+    # without loo_extra a dimension-changing deletion uses logp - log_lik[i] (the derived program) ...
     bare = StanPosterior(MODELS / "eight_schools_noncentered.stan", data, n_obs="J")
-    with pytest.raises(ValueError, match="loo_extra"):
-        bare.deleted_model(0)
-    # the same error through pl.loo with a StanModel that lacks loo_extra
-    with pytest.raises(Exception, match="loo_extra"), warnings.catch_warnings():
+    assert bare.deleted_model(0)[1] == "log_lik program" and bare.loo_method == "log_lik program"
+    # ... and without a log_lik generated quantity it is refused with an explanation naming both fixes
+    no_ll = StanPosterior(MODELS / "eight_schools_noncentered.stan", data, n_obs="J", log_lik=None)
+    with pytest.raises(ValueError, match="no log_lik generated quantity.*loo_extra"):
+        no_ll.deleted_model(0)
+    with pytest.raises(Exception, match="no log_lik generated quantity"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pl.loo(dt, pl.StanModel(MODELS / "eight_schools_noncentered.stan", data), progressbar=False)
+        pl.loo(dt, pl.StanModel(MODELS / "eight_schools_noncentered.stan", data, log_lik=None), var_name="log_lik",
+               progressbar=False)
 
 
 def test_eight_schools_loglik_and_deletion_identity(eight_schools):

@@ -109,8 +109,13 @@ def compare_log_lik(data, var_name, ll, joint_ok=False):
             f"log_likelihood[{var_name!r}] has {arr.shape[1]} observations x {arr.shape[0]} draws but "
             f"the model gives {ll.shape[1]} x {ll.shape[0]}: the data or the draws do not match the model."
         )
+    # values written with s significant digits (CmdStan CSV: attrs["sig_figs"], 6 by default) are off by
+    # up to 0.5 10^(1-s) relative, and the model's values at the rounded draws by the propagated rounding
+    # of the draws: compare at 10^(2-s) relative; full-precision draws at 1e-6
+    sig = getattr(data, "attrs", {}).get("sig_figs")
+    rtol = 10.0 ** (2 - int(sig)) if sig is not None and 0 < int(sig) < 15 else 1e-6
     diff = np.nanmax(np.abs(arr - ll))
-    if diff > 1e-6 * (1.0 + np.nanmax(np.abs(ll))):
+    if diff > rtol * (1.0 + np.nanmax(np.abs(ll))):
         warnings.warn(
             f"the stored log_likelihood[{var_name!r}] differs from the model's by up to {diff:.3g} at "
             "the same draws; ppl_loo uses the model's values. Check that the model and its data are "

@@ -14,10 +14,17 @@ tangent (a Hessian-vector product). Hence ``jax.grad``, ``jax.jacfwd(jax.grad(f)
 ``jax.hessian(f)`` work; reverse mode over the gradient does not (a callback cannot be transposed).
 
 Programs whose parameter dimension depends on the number of observations (one parameter per
-group, as ``theta_tilde`` in eight schools) lose coordinates when an observation is deleted. The
-deleted program then gives the LOO density of the remaining coordinates only; the missing factor
-(the conditional density of the dropped coordinates given the others, usually their prior) must be
-supplied as ``loo_extra(theta, i)`` (a JAX function of one full unconstrained draw).
+group, as ``theta_tilde`` in eight schools, or an observation-level random effect) lose coordinates
+when an observation is deleted, so the deleted program does not give the LOO density of the full
+parameter vector. For them the LOO density is ``log p(theta | D) - log p(y_i | theta)`` in the full
+parameter space, with ``log p(y_i | theta)`` the program's own ``log_lik[i]`` generated quantity,
+differentiated by Stan's autodiff through a derived program (:mod:`ppl_loo.stan.derived`: the
+generated quantities moved into the model block, ``target += log_lik[i]``), checked against the
+generated quantity before use. This assumes, as PSIS-LOO with that ``log_lik`` does, that the
+likelihood factorizes over observations with ``log_lik[i]`` as the factor of observation ``i``.
+``loo_extra(theta, i)`` (a JAX function of one full unconstrained draw: the log conditional
+density of the dropped coordinates given the others, usually their prior) overrides this and uses
+the deleted program instead.
 
 No Python loop over draws: every host call passes a whole batch to the bridge, which loops in C++.
 Draws at which Stan throws ``std::domain_error`` (a transformed draw far in the tails, where a
@@ -48,6 +55,8 @@ from ppl_loo.model.stan.data import (
     split_name,
     unconstrain_draws,
 )
+from ppl_loo.stan.compile import StanCompileError
+from ppl_loo.stan.derived import OBS_INDEX, loglik_program
 from ppl_loo.stan.model import StanDataError, StanModel, merge_loo_options
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 
@@ -55,6 +64,8 @@ __all__ = ["StanPosterior", "detect_n_obs", "loo_adapter", "resolve_var_name"]
 
 #: keywords of :class:`StanPosterior` besides the LOO options that only matter when it builds the StanModel
 _BUILD_OPTIONS = ("seed", "n_threads")
+#: ``deleted_model``'s ``keep`` for an observation whose LOO density is ``logp - log_lik[i]`` (derived program)
+LOG_LIK = "log_lik program"
 
 
 def _bridge_and_options(stan_file_or_code, data, options: dict) -> tuple[StanModel, dict]:
@@ -141,7 +152,7 @@ class StanPosterior(PosteriorModel):
           ``logp - loo_logp`` for every observation.
         - ``loo_extra``: ``loo_extra(theta, i)``, log conditional density of the coordinates that
           the deleted program lacks (only for programs whose parameter dimension depends on
-          ``n_obs``).
+          ``n_obs``); without it such programs use ``logp - log_lik[i]`` (module docstring).
         - ``n_threads``, ``seed`` (and the build options): used when the program is built here.
     """
 
@@ -167,11 +178,15 @@ class StanPosterior(PosteriorModel):
         self.loo_extra = opts["loo_extra"]
         self.fd_eps = float(fd_eps)
         self.n_rejected = 0  # draws rejected (log density -inf) in host calls so far
-        self._deleted: list = [None] * self.n_obs  # (StanModel, keep index or None), built lazily
+        self._deleted: list = [None] * self.n_obs  # (StanModel, keep index, None or LOG_LIK), built lazily
+        self._loglik_base = None  # the derived log_lik program (StanModel), built on first need
+        #: how the LOO density is obtained: "deletion", "loo_extra" or LOG_LIK (known after the first deletion)
+        self.loo_method = None
         self._param_dims = bridge.get_dims(include_tp=False, include_gq=False)
         self.param_names = tuple(self._param_dims)
         self.param_dims = dim_names(self._param_dims)
         # the log_lik generated quantity, if any
+        self._log_lik_name = log_lik
         self._ll_cols = (None if ll_shape is None
                          else _log_lik_columns(bridge, log_lik, ll_shape[0], self.n_obs_key, self.n_obs))
         self._jax_fns = self._build_jax()
@@ -183,7 +198,13 @@ class StanPosterior(PosteriorModel):
         return observation_data(self.data, self.n_obs_key, self.obs_keys, keep)
 
     def deleted_model(self, i: int):
-        """``(StanModel on the data without i, keep)``; ``keep`` maps its coordinates into ``theta``."""
+        """``(StanModel, keep)`` giving the LOO density of observation ``i``.
+
+        ``keep`` is None when the program on the data without ``i`` has the same parameters; an index
+        array mapping its coordinates into ``theta`` when it lost some and ``loo_extra`` is given; and
+        :data:`LOG_LIK` when it lost some and the model is the derived ``log_lik`` program on
+        observation ``i`` (the LOO density is then ``logp - log_lik[i]``).
+        """
         i = int(i)
         if not 0 <= i < self.n_obs:
             raise IndexError(f"observation {i} out of range (n_obs = {self.n_obs})")
@@ -196,19 +217,56 @@ class StanPosterior(PosteriorModel):
                     f"obs_keys {list(self.obs_keys)} subset along their first axis): {err}. Check n_obs and "
                     "obs_keys: every data entry indexed by observation must be listed in obs_keys."
                 ) from None
-            keep = None if m.dim == self.dim else self._keep_index(m, i)
-            self._deleted[i] = (m, keep)
+            if m.dim == self.dim:
+                self._deleted[i], self.loo_method = (m, None), "deletion"
+            elif self.loo_extra is not None:
+                self._deleted[i], self.loo_method = (m, self._keep_index(m, i)), "loo_extra"
+            else:
+                self._deleted[i], self.loo_method = (self._loglik_model(i, m.dim), LOG_LIK), LOG_LIK
         return self._deleted[i]
+
+    def _loglik_model(self, i: int, deleted_dim: int) -> StanModel:
+        """The derived program whose log density (``jacobian=False``) is ``log_lik[i]``, checked."""
+        why = (f"deleting observation {i} changes the number of parameters ({self.dim} -> {deleted_dim}): the "
+               "program has parameters indexed by the observations, so the deleted program alone does not give "
+               "the LOO density of the full parameter vector")
+        fix = ("Pass loo_extra(theta, i), the log conditional density of the dropped coordinates given the "
+               "others (usually their prior), to use the deleted program instead")
+        if self._ll_cols is None:
+            raise ValueError(f"{why}; ppl_loo uses log p(theta | D) - log_lik[i] for such programs, but the "
+                             "program has no log_lik generated quantity (log_lik= names it). Add one with "
+                             f"log p(y_i | theta) per observation, or: {fix}.")
+        if self._loglik_base is None:
+            try:
+                code = loglik_program(self.code, self._log_lik_name)
+                data = {**self.data, OBS_INDEX: 1}
+                self._loglik_base = StanModel(code, data, seed=self._seed, n_threads=self.bridge.n_threads,
+                                              log_lik=None)
+            except (ValueError, StanCompileError, StanDataError) as err:
+                raise ValueError(f"{why}. ppl_loo differentiates the {self._log_lik_name!r} generated quantity "
+                                 "through a derived program (its statements moved into the model block) for such "
+                                 f"programs, which failed here:\n{err}\n{fix}.") from None
+        m = self._loglik_base.with_data({**self.data, OBS_INDEX: i + 1})
+        self._check_loglik_model(m, i)
+        return m
+
+    def _check_loglik_model(self, m: StanModel, i: int) -> None:
+        """The derived program's value equals the generated quantity ``log_lik[i]`` at test points."""
+        rng = np.random.default_rng(i)
+        x = np.vstack([np.zeros(self.dim), rng.normal(0.0, 0.5, (3, self.dim))])
+        derived = m.log_density(x, jacobian=False, on_error="reject")
+        gq = self.bridge.param_constrain(x, include_tp=True, include_gq=True, seed=self._seed)[:, self._ll_cols[i]]
+        ok = np.isfinite(derived) & np.isfinite(gq)
+        bad = ok & ~np.isclose(derived, gq, rtol=1e-9, atol=1e-9)
+        if np.any(bad):
+            j = int(np.argmax(bad))
+            raise ValueError(
+                f"the derived log_lik program disagrees with the {self._log_lik_name!r} generated quantity for "
+                f"observation {i} ({derived[j]!r} vs {gq[j]!r}): its value depends on something the derivation "
+                "cannot keep (a random number?). Pass loo_extra(theta, i) to use the deleted program instead.")
 
     def _keep_index(self, m: StanModel, i: int) -> np.ndarray:
         """Coordinates of the full unconstrained vector that the deleted program keeps, in its order."""
-        if self.loo_extra is None:
-            raise ValueError(
-                f"deleting observation {i} changes the number of parameters ({self.dim} -> {m.dim}): the "
-                "program has parameters indexed by the observations, so the deleted program alone does not "
-                "give the LOO density of the full parameter vector. Pass loo_extra(theta, i), the log "
-                "conditional density of the dropped coordinates given the others (usually their prior)."
-            )
         full_dims = self._param_dims
         del_dims = m.get_dims(include_tp=False, include_gq=False)
         axis_of = {}
@@ -243,14 +301,25 @@ class StanPosterior(PosteriorModel):
         return keep
 
     # ------------------------------------------------------------------ host evaluations
-    def _safe_eval(self, model: StanModel, x: np.ndarray, grad: bool):
+    def _safe_eval(self, model: StanModel, x: np.ndarray, grad: bool, jacobian: bool = True):
         """One batched bridge call; draws where Stan throws ``std::domain_error`` get ``-inf``."""
         if grad:
-            out = model.log_density_gradient(x, on_error="reject")
+            out = model.log_density_gradient(x, on_error="reject", jacobian=jacobian)
         else:
-            out = model.log_density(x, on_error="reject"), None
+            out = model.log_density(x, on_error="reject", jacobian=jacobian), None
         self.n_rejected += model.last_n_rejected
         return out
+
+    def _minus_loglik(self, model: StanModel, x: np.ndarray, grad: bool):
+        """``logp - log_lik[i]`` (and its gradient) with the derived program ``model``; ``-inf`` where
+        either is rejected or not finite."""
+        lp, g = self._safe_eval(self.bridge, x, grad)
+        ll, gl = self._safe_eval(model, x, grad, jacobian=False)
+        good = np.isfinite(lp) & np.isfinite(ll)
+        out = np.where(good, lp - np.where(good, ll, 0.0), -np.inf)
+        if grad:
+            g = np.where(good[:, None], g - gl, 0.0)
+        return out, g
 
     def _host(self, theta, i, grad: bool):
         """``(lp, grad)`` at ``theta (..., d)`` for observation indices ``i`` (``< 0``: full model).
@@ -278,6 +347,11 @@ class StanPosterior(PosteriorModel):
                 model, keep = self.bridge, None
             else:
                 model, keep = self.deleted_model(int(u))
+            if keep is LOG_LIK:
+                lp[sel], g_u = self._minus_loglik(model, np.ascontiguousarray(x[sel]), grad)
+                if grad:
+                    g[sel] = g_u
+                continue
             xs = x[sel] if keep is None else x[sel][:, keep]
             lp_u, g_u = self._safe_eval(model, np.ascontiguousarray(xs), grad)
             lp[sel] = lp_u
@@ -409,10 +483,11 @@ class StanPosterior(PosteriorModel):
         """Draws without observation ``i``: Stan's own NUTS (in-process, :mod:`ppl_loo.stan.sampler`) on
         the program with the data without ``i``, with the original fit's settings.
 
-        A program whose parameters are indexed by observation (``loo_extra``) has fewer parameters
-        without ``i``; its refit draws would lack the coordinates ``log p(y_i | theta)`` needs, so it
-        is refit with NumPyro's NUTS on the deletion density in the full parameter space
-        (:meth:`~ppl_loo.model.jax.base.PosteriorModel.refit_draws`, Stan's gradients).
+        A program whose parameters are indexed by observation has fewer parameters without ``i``;
+        its refit draws would lack the coordinates ``log p(y_i | theta)`` needs, so it is refit with
+        NumPyro's NUTS on the LOO density in the full parameter space (``logp - log_lik[i]``, or the
+        deleted program plus ``loo_extra``; :meth:`~ppl_loo.model.jax.base.PosteriorModel.refit_draws`,
+        Stan's gradients).
         """
         m, keep = self.deleted_model(int(i))
         if keep is not None:

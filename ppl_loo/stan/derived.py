@@ -1,0 +1,234 @@
+"""A derived Stan program whose log density is one entry of the ``log_lik`` generated quantity.
+
+Exact LOO by data deletion needs the program on the data without observation ``i`` to have the
+same parameters. Programs with a parameter per observation (eight schools' ``theta_tilde``, an
+observation-level random effect) lose a coordinate instead. For those, the LOO density in the full
+parameter space is ``log p(theta | D) - log p(y_i | theta)``, and ``log p(y_i | theta)`` is the
+``log_lik[i]`` generated quantity the user already wrote. Generated quantities are evaluated in
+double precision, without derivatives; :func:`loglik_program` rewrites the program so that Stan's
+autodiff differentiates them:
+
+- the ``model`` block is replaced by the statements of the ``generated quantities`` block followed by
+  ``target += log_lik[ppl_loo_obs_index];`` (a new ``int`` data entry);
+- statements that call a ``*_rng`` function (not allowed in the model block; posterior predictive
+  draws such as ``y_hat``) are removed;
+- the constraints of the generated quantities' top-level declarations are dropped (locals of the
+  model block cannot be constrained);
+- the ``generated quantities`` block itself is removed.
+
+The data, transformed data, parameters and transformed parameters blocks are unchanged, so the
+derived program has the same unconstrained parameters, in the same order; its log density with
+``jacobian=False`` is ``log_lik[i]`` and its gradient is Stan's reverse-mode autodiff.
+
+The rewrite works on stanc's canonical print of the program (``stanc --print-canonical``), with
+a scanner that skips comments and strings. A program it cannot rewrite (``log_lik`` computed from a
+random number, a constrained type such as ``simplex`` declared in the generated quantities) fails
+to compile, and the caller says so; :class:`~ppl_loo.model.stan.posterior.StanPosterior` also
+checks the derived value against the generated quantity at test points before using it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ppl_loo.stan.compile import StanCompileError, stanc_path
+
+__all__ = ["OBS_INDEX", "loglik_program", "canonical"]
+
+#: the data entry of the derived program that selects the observation (1-based)
+OBS_INDEX = "ppl_loo_obs_index"
+
+_BLOCKS = ("functions", "data", "transformed data", "parameters", "transformed parameters", "model",
+           "generated quantities")
+#: constrained vector/matrix types -> the unconstrained local type (its size expression kept)
+_VECTOR_TYPES = {"simplex": "vector", "unit_vector": "vector", "ordered": "vector", "positive_ordered": "vector",
+                 "sum_to_zero_vector": "vector"}
+
+
+def canonical(code: str) -> str:
+    """The program as ``stanc --print-canonical`` prints it (blocks at column 0, one statement per line)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "program.stan"
+        path.write_text(code)
+        proc = subprocess.run([str(stanc_path()), "--print-canonical", str(path)], capture_output=True, text=True,
+                              timeout=120, check=False)
+    if proc.returncode != 0:
+        msg = (proc.stderr.strip() or proc.stdout.strip()) or f"stanc exited with {proc.returncode}"
+        raise StanCompileError(f"stanc could not read the Stan program:\n{msg}")
+    return proc.stdout
+
+
+def _code_mask(text: str) -> list[bool]:
+    """``mask[k]``: character ``k`` is code (not inside a comment or a string literal)."""
+    mask = [True] * len(text)
+    k, n = 0, len(text)
+    while k < n:
+        if text.startswith("//", k) or text[k] == "#":
+            end = text.find("\n", k)
+            end = n if end < 0 else end
+        elif text.startswith("/*", k):
+            end = text.find("*/", k + 2)
+            end = n if end < 0 else end + 2
+        elif text[k] == '"':
+            end = text.find('"', k + 1)
+            end = n if end < 0 else end + 1
+        else:
+            k += 1
+            continue
+        for j in range(k, end):
+            mask[j] = False
+        k = end
+    return mask
+
+
+def _blocks(text: str) -> dict[str, tuple[int, int, int]]:
+    """``{block name: (start of its header, start of its body, index of its closing brace)}``."""
+    mask = _code_mask(text)
+    out = {}
+    pattern = re.compile(r"^(" + "|".join(b.replace(" ", r"\s+") for b in _BLOCKS) + r")\s*\{", re.MULTILINE)
+    for m in pattern.finditer(text):
+        if not mask[m.start()]:
+            continue
+        depth, k = 0, m.end() - 1
+        while k < len(text):
+            if mask[k] and text[k] == "{":
+                depth += 1
+            elif mask[k] and text[k] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            k += 1
+        name = " ".join(m.group(1).split())
+        if name in out or depth != 0:
+            raise ValueError(f"cannot parse the {name!r} block of the program")
+        out[name] = (m.start(), m.end(), k)
+    return out
+
+
+def _strip_comments(text: str) -> str:
+    mask = _code_mask(text)
+    return "".join(c if keep or c == "\n" else " " for c, keep in zip(text, mask))
+
+
+def _drop_rng_statements(body: str) -> str:
+    """Remove every brace-free statement that calls a ``*_rng`` function."""
+    part = r"(?:[^;{}]|\{[^;{}]*\})"  # statement text; braces only around an array expression
+    pattern = re.compile(rf"(?<=[;{{}}]){part}*?\b\w+_rng\s*\({part}*;")
+    return pattern.sub(_keep_declaration, "{" + body)[1:]  # a statement at the start follows a brace
+
+
+_DECLARATION = re.compile(r"^\s*(?:array\s*\[.*\]\s*)?\w+\s*(?:<.*>)?\s*(?:\[.*\])?\s+\w+\s*$", re.DOTALL)
+
+
+def _keep_declaration(match: re.Match) -> str:
+    """A declaration keeps its variable (without the random initial value); other statements go."""
+    left = match.group(0).split("=", 1)[0]
+    return left.rstrip() + ";" if "=" in match.group(0) and _DECLARATION.match(left) else ""
+
+
+def _matching_angle(text: str, k: int) -> int:
+    """Index of the ``>`` closing the ``<`` at ``k`` (angle brackets and parentheses nested)."""
+    depth = 0
+    for j in range(k, len(text)):
+        c = text[j]
+        if c in "<(":
+            depth += 1
+        elif c in ">)":
+            depth -= 1
+            if depth == 0:
+                return j
+    raise ValueError("unbalanced '<' in a declaration of the generated quantities")
+
+
+def _unconstrain_declarations(body: str) -> str:
+    """Drop ``<lower=..., upper=...>`` and constrained types from the top-level declarations."""
+    out, depth = [], 0
+    for line in body.splitlines(keepends=True):
+        if depth == 0:
+            line = _unconstrain_line(line)
+        depth += line.count("{") - line.count("}")
+        out.append(line)
+    return "".join(out)
+
+
+def _unconstrain_line(line: str) -> str:
+    m = re.match(r"(\s*(?:array\s*\[[^\]]*\]\s*)?)(\w+)", line)
+    if m is None:
+        return line
+    kind = m.group(2)
+    rest = line[m.end():]
+    if kind in _VECTOR_TYPES:
+        kind = _VECTOR_TYPES[kind]
+    elif kind not in ("int", "real", "complex", "vector", "row_vector", "matrix", "complex_vector",
+                      "complex_row_vector", "complex_matrix"):
+        return line
+    if rest.lstrip().startswith("<"):
+        k = len(rest) - len(rest.lstrip())
+        rest = rest[_matching_angle(rest, k) + 1:]
+    return m.group(1) + kind + rest
+
+
+def loglik_program(code: str, log_lik: str = "log_lik") -> str:
+    """The derived program whose log density (``jacobian=False``) is ``log_lik[ppl_loo_obs_index]``.
+
+    Parameters
+    ----------
+    code
+        The Stan program (text).
+    log_lik
+        Name of the generated quantity holding the pointwise log-likelihood (a vector or 1-D array).
+
+    Raises
+    ------
+    ValueError
+        The program has no ``generated quantities`` block, does not declare ``log_lik`` in it, or
+        already uses the name ``ppl_loo_obs_index``.
+    StanCompileError
+        stanc cannot read the program.
+    """
+    text = _strip_comments(canonical(code))
+    blocks = _blocks(text)
+    if "generated quantities" not in blocks:
+        raise ValueError(f"the program has no generated quantities block, so no {log_lik!r} to differentiate")
+    if re.search(rf"\b{OBS_INDEX}\b", text):
+        raise ValueError(f"the program already uses the name {OBS_INDEX!r}")
+    _, gq_body_start, gq_end = blocks["generated quantities"]
+    gq_body = text[gq_body_start:gq_end]
+    if not re.search(rf"^\s*(?:array\s*\[[^\]]*\]\s*)?\w+(?:<[^;]*>)?(?:\[[^\]]*\])?\s+{re.escape(log_lik)}\s*[;=]",
+                     gq_body, re.MULTILINE):
+        raise ValueError(f"{log_lik!r} is not declared at the top of the generated quantities block")
+    body = _drop_rng_statements(_unconstrain_declarations(gq_body))
+    model_body = f"{body.rstrip()}\n  target += {log_lik}[{OBS_INDEX}];\n"
+    pieces = []
+    pos = 0
+    for name in sorted(blocks, key=lambda b: blocks[b][0]):
+        start, body_start, end = blocks[name]
+        pieces.append(text[pos:start])
+        if name == "generated quantities":
+            pass
+        elif name == "model":
+            pieces.append("model {" + model_body + "}")
+        elif name == "data":
+            pieces.append(text[start:end].rstrip() + f"\n  int<lower=1> {OBS_INDEX};\n}}")
+        else:
+            pieces.append(text[start:end + 1])
+        pos = end + 1
+    pieces.append(text[pos:])
+    derived = "".join(pieces)
+    if "data" not in blocks:
+        derived = _insert_data_block(derived, blocks)
+    if "model" not in blocks:
+        derived = derived.rstrip() + "\nmodel {" + model_body + "}\n"
+    return derived
+
+
+def _insert_data_block(derived: str, blocks: dict) -> str:
+    """Add ``data { int ppl_loo_obs_index; }`` after the functions block (or first)."""
+    decl = f"data {{\n  int<lower=1> {OBS_INDEX};\n}}\n"
+    if "functions" not in blocks:
+        return decl + derived
+    inner = _blocks(derived)["functions"]
+    return derived[:inner[2] + 1] + "\n" + decl + derived[inner[2] + 1:]
