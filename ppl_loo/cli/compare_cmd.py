@@ -11,7 +11,7 @@ import numpy as np
 
 import ppl_loo as pl
 from ppl_loo.cli.errors import DOUBTFUL, EXIT_EPILOG, OK, warnings_to_stderr
-from ppl_loo.cli.inputs import check_output, load_results, write_atomic
+from ppl_loo.cli.inputs import check_output, load_results
 
 __all__ = ["add_compare_parser", "add_report_parser", "compare_records", "run_compare", "run_report"]
 
@@ -76,7 +76,7 @@ def _status(results):
 def _report(results, path, args):
     kwargs = {"title": args.title} if args.title else {}
     with warnings_to_stderr(args.quiet):
-        write_atomic(path, lambda tmp: pl.report(results, tmp, overwrite=True, **kwargs))
+        pl.report(results, path, overwrite=args.overwrite, **kwargs)  # written atomically by pl.report
     if not args.quiet:
         print(f"ppl-loo: wrote {path}", file=sys.stderr)
 
@@ -90,7 +90,7 @@ def _plain(v):
 
 
 def compare_records(df):
-    """``pl.compare``'s DataFrame as a list of ``{"name": ..., column: value}`` in rank order (NaN as null)."""
+    """``pl.compare``'s DataFrame (``round_to="none"``) as a list of ``{"name": ..., column: value}`` in rank order (NaN as null)."""
     return [{"name": str(name), **{str(k): _plain(v) for k, v in row.items()}} for name, row in df.iterrows()]
 
 
@@ -98,8 +98,8 @@ def run_compare(args):
     """``ppl-loo compare``; exit status 0, or 1 when a result has doubtful observations."""
     html = check_output(args.html, args.overwrite, "HTML report")
     results = load_results(args.results, args.names)
-    with warnings_to_stderr(args.quiet):
-        df = pl.compare(results)
+    with warnings_to_stderr(args.quiet):  # the table as pl.compare rounds it; JSON: the raw numbers
+        df = pl.compare(results, round_to="none") if args.json else pl.compare(results)
     if args.json:
         print(json.dumps({"models": compare_records(df)}, indent=1))
     else:
