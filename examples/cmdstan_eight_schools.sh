@@ -17,13 +17,13 @@ DRAWS="${DRAWS:-1000}"
 OUT="${1:-eight_schools_out}"
 mkdir -p "$OUT"
 
-# Run one ppl-loo command, echoing it; status 1 (results written, some observations doubtful) is not a
-# failure of the walk-through, 2 and above are.
+# Run one ppl-loo command, echoing it and its exit status on stderr; status 1 (results written, some
+# observations doubtful) is not a failure of the walk-through, 2 and above are.
 ppl_loo() {
-    echo "+ ppl-loo $*"
+    echo "+ ppl-loo $*" >&2
     $PPL_LOO "$@"
     local rc=$?
-    echo "(exit status $rc)"
+    echo "(exit status $rc)" >&2
     if [ "$rc" -gt 1 ]; then
         echo "ppl-loo failed with exit status $rc" >&2
         exit "$rc"
