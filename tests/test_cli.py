@@ -279,7 +279,8 @@ def test_posterior_predictive_mapping_errors(work):
     assert code == 2 and "no data entry 'nope'" in _one_error_line(err, work / "data.json")
     code, out, err = run_cli("loo", NORMAL, "--data", work / "data.json", work / "csv", "--posterior-predictive",
                              "y_hat=y")
-    assert code == 2 and "y_hat" in _one_error_line(err, work / "csv" / "output_1.csv")
+    line = _one_error_line(err, work / "csv" / "output_1.csv")
+    assert code == 2 and "'y_hat' is not a variable of the CmdStan output" in line and "log_lik" in line
 
 
 @pytest.mark.skipif(ES_DIR is None, reason="shared eight-schools data missing")
@@ -306,6 +307,18 @@ def test_result_file_without_loo_group(work, tmp_path):
     assert not (tmp_path / "r.html").exists()
     code, out, err = run_cli("compare", work / "fit.nc", work / "fit.nc", "--names", "a")
     assert code == 2 and "1 names for 2 files" in _one_error_line(err, "--names")
+    code, out, err = run_cli("compare", work / "fit.nc")
+    assert code == 2 and "one result, nothing to compare it with" in _one_error_line(err, work / "fit.nc")
+
+
+def test_results_of_other_data_are_refused(work, tmp_path):
+    tree = pl.from_cmdstan(sorted(str(p) for p in (work / "csv").glob("*.csv")))
+    tree["log_likelihood"] = tree["log_likelihood"].to_dataset().isel(log_lik_dim_0=slice(0, 11))
+    pl.add_loo(tree, pl.loo(tree)).to_netcdf(tmp_path / "eleven.nc")  # plain PSIS on 11 of the 12 observations
+    for cmd in (("compare",), ("report", "--out", tmp_path / "r.html")):
+        code, out, err = run_cli(*cmd[:1], work / "fit.nc", tmp_path / "eleven.nc", *cmd[1:])
+        line = _one_error_line(err, f"{work / 'fit.nc'}, {tmp_path / 'eleven.nc'}")
+        assert code == 2 and "differ in their number of observations" in line and "12" in line and "11" in line
 
 
 def test_compile_error_is_status_3(work, tmp_path):

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 import ppl_loo as pl
-from ppl_loo.cli.errors import DOUBTFUL, EXIT_EPILOG, OK, warnings_to_stderr
+from ppl_loo.cli.errors import DOUBTFUL, EXIT_EPILOG, OK, CliError, one_line, warnings_to_stderr
 from ppl_loo.cli.inputs import check_output, load_results
 
 __all__ = ["add_compare_parser", "add_report_parser", "compare_records", "run_compare", "run_report"]
@@ -64,6 +64,13 @@ def add_report_parser(sub):
     return p
 
 
+def _load(args):
+    """The results to compare (two or more)."""
+    if len(args.results) < 2:
+        raise CliError(args.results[0], "one result, nothing to compare it with", "give two or more .nc files")
+    return load_results(args.results, args.names)
+
+
 def _status(results):
     """1 when a result has doubtful observations, else 0."""
     for tree in results.values():
@@ -75,8 +82,11 @@ def _status(results):
 
 def _report(results, path, args):
     kwargs = {"title": args.title} if args.title else {}
-    with warnings_to_stderr(args.quiet):
-        pl.report(results, path, overwrite=args.overwrite, **kwargs)  # written atomically by pl.report
+    try:
+        with warnings_to_stderr(args.quiet):
+            pl.report(results, path, overwrite=args.overwrite, **kwargs)  # written atomically by pl.report
+    except ValueError as err:
+        raise CliError(", ".join(args.results), one_line(err), "give results fitted to the same data") from err
     if not args.quiet:
         print(f"ppl-loo: wrote {path}", file=sys.stderr)
 
@@ -97,9 +107,12 @@ def compare_records(df):
 def run_compare(args):
     """``ppl-loo compare``; exit status 0, or 1 when a result has doubtful observations."""
     html = check_output(args.html, args.overwrite, "HTML report")
-    results = load_results(args.results, args.names)
-    with warnings_to_stderr(args.quiet):  # the table as pl.compare rounds it; JSON: the raw numbers
-        df = pl.compare(results, round_to="none") if args.json else pl.compare(results)
+    results = _load(args)
+    try:
+        with warnings_to_stderr(args.quiet):  # the table as pl.compare rounds it; JSON: the raw numbers
+            df = pl.compare(results, round_to="none") if args.json else pl.compare(results)
+    except ValueError as err:  # results that cannot be compared (different observations, scales)
+        raise CliError(", ".join(args.results), one_line(err), "give results fitted to the same data") from err
     if args.json:
         print(json.dumps({"models": compare_records(df)}, indent=1))
     else:
@@ -112,7 +125,7 @@ def run_compare(args):
 def run_report(args):
     """``ppl-loo report``; exit status 0, or 1 when a result has doubtful observations."""
     out = check_output(args.out, args.overwrite, "HTML report")
-    results = load_results(args.results, args.names)
+    results = _load(args)
     _report(results, out, args)
     print(out)
     return _status(results)

@@ -49,7 +49,7 @@ class CliError(Exception):
     """A failure with its file, what is wrong, the fix and the exit status."""
 
     def __init__(self, where, what, fix, code=BAD_INPUT):
-        super().__init__(f"{where}: {what}; {fix}")
+        super().__init__(f"{where}: {str(what).rstrip('. ')}; {fix}")
         self.code = code
 
 

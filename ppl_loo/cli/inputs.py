@@ -106,7 +106,7 @@ def read_csvs(paths, *, log_lik, posterior_predictive, observed):
         return pl.from_cmdstan(paths, log_likelihood=log_lik, posterior_predictive=posterior_predictive or None,
                                observed_data=observed or None)
     except KeyError as err:
-        raise CliError(paths[0], f"no column {one_line(err.args[0] if err.args else err)}",
+        raise CliError(paths[0], one_line(err.args[0] if err.args else err),
                        "check --log-lik / --posterior-predictive against the CSV header") from err
     except Exception as err:  # noqa: BLE001 - cmdstanpy raises bare ValueErrors, among others
         bad, why = _culprit(paths)
