@@ -14,6 +14,7 @@ from arviz_base import load_arviz_data
 
 import ppl_loo as pl
 from ppl_loo.workflow.report import SECTIONS
+from gaussian_models import leverage_regression
 from report_helpers import ReportReader, logistic_fits, png_bytes, png_shape, same_value
 
 pytest.importorskip("pymc")
@@ -27,6 +28,16 @@ def eight():
         warnings.simplefilter("ignore")
         res = {k: pl.loo(t) for k, t in trees.items()}
     return trees, res
+
+
+@pytest.fixture(scope="module")
+def leverage():
+    """Gaussian linear regression with two high-leverage outliers, exact posterior draws (no sampler)."""
+    model = leverage_regression(seed=1, n=40)
+    data = model.exact_draws(n_chains=2, n_draws=500, seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pl.loo(data, model, progressbar=False), pl.loo(data)
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +82,26 @@ def test_compare_is_arviz_stats_compare_plus_flag_counts(logit):
             n_adapted, n_doubtful, n_refit)
         assert got.loc[name, "diff_flagged"] == pytest.approx(diff, rel=1e-12, abs=1e-12)
     assert got.loc["adaptive", "n_adapted"] > 0 and got.loc["psis", "n_adapted"] == 0
-    # flagged observations carry part of elpd_diff; every observation flagged: all of it
-    flagged_all = got.loc["pvi"]  # every observation of the PVI result is adapted or doubtful here
-    if flagged_all["n_adapted"] + flagged_all["n_doubtful"] >= 40 and got.index[0] != "pvi":
-        assert flagged_all["diff_flagged"] == pytest.approx(flagged_all["elpd_diff"], abs=1e-9)
+    # the PVI result (best) has every observation doubtful: the flagged part is all of elpd_diff
+    assert got.index[0] == "pvi" and got.loc["pvi", "n_doubtful"] == 40
+    for name in ("psis", "adaptive"):
+        assert got.loc[name, "diff_flagged"] == pytest.approx(got.loc[name, "elpd_diff"], abs=1e-9)
+
+
+def test_diff_flagged_is_the_adapted_part_of_elpd_diff(leverage):
+    """Known partial case: adaptive vs plain PSIS of the same exact draws; only the adapted observations
+    (some, not all) differ, so diff_flagged is all of elpd_diff and the unflagged rest contributes 0."""
+    res, plain = leverage
+    got = pl.compare({"adaptive": res, "plain": plain}, round_to="none")
+    best, hand = _hand_flag_columns({"adaptive": res, "plain": plain})
+    other = "plain" if best == "adaptive" else "adaptive"
+    adapted = np.asarray(res.transform.values) != "psis"
+    assert 0 < adapted.sum() < adapted.size and got.loc["adaptive", "n_adapted"] == adapted.sum()
+    assert got.loc[other, "diff_flagged"] == pytest.approx(hand[other][3], rel=1e-12)
+    diff = np.asarray(plain.elpd_i.values) - np.asarray(res.elpd_i.values)
+    np.testing.assert_allclose(diff[~adapted & ~np.asarray(res.doubtful.values)], 0.0, atol=1e-10)
+    assert got.loc[other, "diff_flagged"] == pytest.approx(got.loc[other, "elpd_diff"], abs=1e-9)
+    assert got.loc[other, "diff_flagged"] != 0.0
 
 
 def test_compare_accepts_trees_paths_and_lists(eight, tmp_path):

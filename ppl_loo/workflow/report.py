@@ -332,7 +332,8 @@ def _versions():
 def _settings_html(named):
     rows = []
     for name, res in named.items():
-        config = json.dumps(res.engine_config, indent=1, default=str) if res.engine_config else "plain PSIS (no model)"
+        config = ("\n".join(f"{k}: {json.dumps(v, default=str)}" for k, v in res.engine_config.items())
+                  if res.engine_config else "plain PSIS (no model)")
         rows.append([f'<th scope="row" class="text">{escape(name)}</th>', f'<td class="text">{escape(str(res.var_name))}</td>',
                      _cell("n_samples", res.n_samples), _cell("n_data_points", res.n_data_points),
                      _cell("good_k", res.good_k), _cell("max_rhat", res.max_rhat),
