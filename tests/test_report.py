@@ -127,6 +127,10 @@ def test_compare_names_bad_inputs(eight, logit):
         pl.compare({"eight": res["centered"], "logit": logit["plain"]})
     with pytest.raises(ValueError, match=r"model 'x': the DataTree has no 'loo' group"):
         pl.compare({"x": load_arviz_data("centered_eight"), "y": res["centered"]})
+    with pytest.raises(ValueError, match=r"pl.compare got no results"):
+        pl.compare({})
+    with pytest.raises(TypeError, match=r"results must be a dict \{name: result\} or a list of results, got LooResult"):
+        pl.compare(res["centered"])
     with pytest.raises(ValueError, match=r"scale='deviance'"):
         pl.compare(list(res.values()), scale="deviance")
 
@@ -207,6 +211,15 @@ def test_report_escapes_names_and_refuses_overwrite(eight, tmp_path):
     with pytest.raises(ValueError, match=r"models names models \['nope'\]"):
         pl.report({"a": res["centered"], "b": res["non_centered"]}, tmp_path / "s.html", models={"nope": None})
     assert not (tmp_path / "s.html").exists()
+
+
+def test_report_of_one_model(eight, tmp_path):
+    _, res = eight
+    text = pl.report({"only": res["centered"]}, tmp_path / "one.html").read_text(encoding="utf-8")
+    page = ReportReader(text)
+    assert page.h2 == [head for _, head in SECTIONS]
+    assert float(page.tables["compare-table"]["only"]["elpd"]) == res["centered"].elpd
+    assert "Only one model (only): no differences to show." in text and len(page.images) == 1
 
 
 def test_report_without_data_says_why(eight, tmp_path):

@@ -206,6 +206,8 @@ def _diff_html(named, best):
     ref_elpd = np.asarray(ref.elpd_i.values, float).reshape(-1)
     ref_masks, ref_tr = flag_masks(ref), _transforms(ref)
     labels = _obs_labels(ref)
+    if len(named) == 1:
+        parts.append(_note(f"Only one model ({best}): no differences to show."))
     for name, res in named.items():
         if name == best:
             continue
