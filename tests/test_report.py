@@ -155,7 +155,8 @@ def test_report_sections_table_and_images(logit_report, logit):
         assert set(cells[name]) == set(table.columns)
         for col in table.columns:
             assert same_value(cells[name][col], row[col]), (name, col, cells[name][col], row[col])
-    # Pareto k (3) + elpd differences (2) + LOO-PIT (3: all have posterior_predictive? the PVI tree has none)
+    # Pareto k (3) + elpd differences (2) + LOO-PIT (2: the PVI tree has no posterior_predictive) + ROC/PR (2)
+    assert len(page.images) == 3 + 2 + 2 + 2
     srcs = [img["src"] for img in page.images]
     for src in srcs:
         h, w = png_shape(src)[:2]
