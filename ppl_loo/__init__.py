@@ -12,6 +12,7 @@ from ppl_loo.model.jax.jax_model import JaxModel
 from ppl_loo.model.jax.pvi import SimulatorModel
 from ppl_loo.stan import StanModel
 from ppl_loo.workflow.add_loo import add_loo
+from ppl_loo.workflow.compare import compare
 from ppl_loo.workflow.expectation import loo_expectation
 from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
 from ppl_loo.workflow.predictive import LooROC, loo_roc
@@ -20,9 +21,11 @@ from ppl_loo.workflow.pvi_eval import predictive_scores
 from ppl_loo.workflow.laplace import laplace
 from ppl_loo.workflow.laplace_predictive import laplace_predictive
 from ppl_loo.workflow.qnvb import qnvb
+from ppl_loo.workflow.report import report
 from ppl_loo.workflow.result import LooResult
 
 __version__ = "0.1.0"
 
 __all__ = ["loo", "add_loo", "loo_expectation", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
-           "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model", "qnvb", "laplace", "laplace_predictive"]
+           "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model", "qnvb", "laplace", "laplace_predictive",
+           "compare", "report"]

@@ -1,0 +1,238 @@
+"""pl.compare and pl.report on real results: arviz_base's eight schools (plain PSIS) and a PyMC logistic
+regression (MCMC with adaptation, plain PSIS of the same draws, and a PVI fit). No mocks."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import arviz_stats as azs
+import numpy as np
+import pandas as pd
+import pytest
+from arviz_base import load_arviz_data
+
+import ppl_loo as pl
+from ppl_loo.workflow.report import SECTIONS
+from gaussian_models import leverage_regression
+from report_helpers import ReportReader, logistic_fits, png_bytes, png_shape, same_value
+
+pytest.importorskip("pymc")
+
+
+@pytest.fixture(scope="module")
+def eight():
+    """Centered and non-centered eight schools (8 observations, posterior_predictive included)."""
+    trees = {"centered": load_arviz_data("centered_eight"), "non_centered": load_arviz_data("non_centered_eight")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = {k: pl.loo(t) for k, t in trees.items()}
+    return trees, res
+
+
+@pytest.fixture(scope="module")
+def leverage():
+    """Gaussian linear regression with two high-leverage outliers, exact posterior draws (no sampler)."""
+    model = leverage_regression(seed=1, n=40)
+    data = model.exact_draws(n_chains=2, n_draws=500, seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pl.loo(data, model, progressbar=False), pl.loo(data)
+
+
+@pytest.fixture(scope="module")
+def logit():
+    model, tree, res, plain, pvi_tree, res_pvi = logistic_fits()
+    return {"model": model, "tree": tree, "res": res, "plain": plain, "pvi_tree": pvi_tree, "res_pvi": res_pvi}
+
+
+def _hand_flag_columns(named):
+    """n_adapted, n_doubtful, n_refit and diff_flagged by explicit loops over the observations."""
+    best = max(named, key=lambda k: named[k].elpd)
+    out = {}
+    for name, res in named.items():
+        tr = [str(t) for t in np.asarray(res.transform.values).ravel()]
+        dbt = [bool(v) for v in np.asarray(res.doubtful.values).ravel()]
+        rft = [False] * len(tr) if res.refit is None else [bool(v) for v in np.asarray(res.refit.values).ravel()]
+        b = named[best]
+        btr = [str(t) for t in np.asarray(b.transform.values).ravel()]
+        bd = [bool(v) for v in np.asarray(b.doubtful.values).ravel()]
+        br = [False] * len(btr) if b.refit is None else [bool(v) for v in np.asarray(b.refit.values).ravel()]
+        e, eb = np.asarray(res.elpd_i.values).ravel(), np.asarray(b.elpd_i.values).ravel()
+        total = 0.0
+        for i in range(len(tr)):
+            if tr[i] != "psis" or dbt[i] or rft[i] or btr[i] != "psis" or bd[i] or br[i]:
+                total += e[i] - eb[i]
+        out[name] = (sum(t != "psis" for t in tr), sum(dbt), sum(rft), 0.0 if name == best else total)
+    return best, out
+
+
+def test_compare_is_arviz_stats_compare_plus_flag_counts(logit):
+    named = {"adaptive": logit["res"], "psis": logit["plain"], "pvi": logit["res_pvi"]}
+    for kwargs in ({}, {"round_to": "none"}, {"method": "pseudo-BMA"}):
+        got = pl.compare(named, **kwargs)
+        ref = azs.compare(named, **kwargs)
+        pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
+        assert list(got.columns) == list(ref.columns) + ["n_adapted", "n_doubtful", "n_refit", "diff_flagged"]
+    got = pl.compare(named, round_to="none")
+    best, hand = _hand_flag_columns(named)
+    assert got.index[0] == best and got.loc[best, "diff_flagged"] == 0.0
+    for name, (n_adapted, n_doubtful, n_refit, diff) in hand.items():
+        assert (got.loc[name, "n_adapted"], got.loc[name, "n_doubtful"], got.loc[name, "n_refit"]) == (
+            n_adapted, n_doubtful, n_refit)
+        assert got.loc[name, "diff_flagged"] == pytest.approx(diff, rel=1e-12, abs=1e-12)
+    assert got.loc["adaptive", "n_adapted"] > 0 and got.loc["psis", "n_adapted"] == 0
+    # the PVI result (best) has every observation doubtful: the flagged part is all of elpd_diff
+    assert got.index[0] == "pvi" and got.loc["pvi", "n_doubtful"] == 40
+    for name in ("psis", "adaptive"):
+        assert got.loc[name, "diff_flagged"] == pytest.approx(got.loc[name, "elpd_diff"], abs=1e-9)
+
+
+def test_diff_flagged_is_the_adapted_part_of_elpd_diff(leverage):
+    """Known partial case: adaptive vs plain PSIS of the same exact draws; only the adapted observations
+    (some, not all) differ, so diff_flagged is all of elpd_diff and the unflagged rest contributes 0."""
+    res, plain = leverage
+    got = pl.compare({"adaptive": res, "plain": plain}, round_to="none")
+    best, hand = _hand_flag_columns({"adaptive": res, "plain": plain})
+    other = "plain" if best == "adaptive" else "adaptive"
+    adapted = np.asarray(res.transform.values) != "psis"
+    assert 0 < adapted.sum() < adapted.size and got.loc["adaptive", "n_adapted"] == adapted.sum()
+    assert got.loc[other, "diff_flagged"] == pytest.approx(hand[other][3], rel=1e-12)
+    diff = np.asarray(plain.elpd_i.values) - np.asarray(res.elpd_i.values)
+    np.testing.assert_allclose(diff[~adapted & ~np.asarray(res.doubtful.values)], 0.0, atol=1e-10)
+    assert got.loc[other, "diff_flagged"] == pytest.approx(got.loc[other, "elpd_diff"], abs=1e-9)
+    assert got.loc[other, "diff_flagged"] != 0.0
+
+
+def test_compare_accepts_trees_paths_and_lists(eight, tmp_path):
+    trees, res = eight
+    tree_c = pl.add_loo(trees["centered"], res["centered"])
+    path = tmp_path / "non_centered.nc"
+    pl.add_loo(trees["non_centered"], res["non_centered"]).to_netcdf(path)
+    ref = azs.compare({"centered": res["centered"], "non_centered": res["non_centered"]}, round_to="none")
+    for inputs in ({"centered": tree_c, "non_centered": path}, {"centered": res["centered"], "non_centered": str(path)}):
+        got = pl.compare(inputs, round_to="none")
+        pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
+        assert (got["n_adapted"] == 0).all() and (got["diff_flagged"] == 0.0).all()
+    listed = pl.compare([res["centered"], res["non_centered"]], round_to="none")
+    assert sorted(listed.index) == ["model_0", "model_1"]
+    assert listed.loc["model_0", "elpd"] == ref.loc["centered", "elpd"]
+
+
+def test_compare_names_bad_inputs(eight, logit):
+    _, res = eight
+    with pytest.raises(TypeError, match=r"model 'b' is a dict; pl.compare accepts a pl.LooResult, an xarray.DataTree"):
+        pl.compare({"a": res["centered"], "b": {"elpd": 1.0}})
+    with pytest.raises(ValueError, match=r"model 'eight' has 8 and model 'logit' has 40"):
+        pl.compare({"eight": res["centered"], "logit": logit["plain"]})
+    with pytest.raises(ValueError, match=r"model 'x': the DataTree has no 'loo' group"):
+        pl.compare({"x": load_arviz_data("centered_eight"), "y": res["centered"]})
+    with pytest.raises(ValueError, match=r"pl.compare got no results"):
+        pl.compare({})
+    with pytest.raises(TypeError, match=r"results must be a dict \{name: result\} or a list of results, got LooResult"):
+        pl.compare(res["centered"])
+    with pytest.raises(ValueError, match=r"scale='deviance'"):
+        pl.compare(list(res.values()), scale="deviance")
+
+
+@pytest.fixture(scope="module")
+def logit_report(logit, tmp_path_factory):
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    results = {"adaptive": logit["tree"], "psis": logit["plain"], "pvi": logit["pvi_tree"]}
+    out = pl.report(results, path, data={"psis": logit["tree"]}, models={"adaptive": logit["model"],
+                                                                         "pvi": logit["model"]})
+    return out, results, path.read_text(encoding="utf-8")
+
+
+def test_report_sections_table_and_images(logit_report, logit):
+    out, results, text = logit_report
+    page = ReportReader(text)
+    assert page.h2 == [head for _, head in SECTIONS]
+    table = pl.compare(results, round_to="none")
+    cells = page.tables["compare-table"]
+    assert list(cells) == list(table.index)
+    for name, row in table.iterrows():
+        assert set(cells[name]) == set(table.columns)
+        for col in table.columns:
+            assert same_value(cells[name][col], row[col]), (name, col, cells[name][col], row[col])
+    # Pareto k (3) + elpd differences (2) + LOO-PIT (2: the PVI tree has no posterior_predictive) + ROC/PR (2)
+    assert len(page.images) == 3 + 2 + 2 + 2
+    srcs = [img["src"] for img in page.images]
+    for src in srcs:
+        h, w = png_shape(src)[:2]
+        assert h > 50 and w > 50
+    alts = [img["alt"] for img in page.images]
+    assert sum(a.startswith("Pareto k of ") for a in alts) == 3
+    assert sum(a.startswith("elpd differences of ") for a in alts) == 2
+    assert [a for a in alts if a.startswith("LOO-PIT")] == ["LOO-PIT of adaptive (y)", "LOO-PIT of psis (y)"]
+    assert "No LOO-PIT for pvi: the data has no posterior_predictive group." in text
+    assert "it uses plain PSIS weights" in text
+    assert not any(tag in ("script", "link", "iframe") for tag, _ in page.elements)
+    assert "http://" not in text and "https://" not in text
+
+
+def test_report_roc_pvi_and_settings(logit_report, logit):
+    _, _, text = logit_report
+    page = ReportReader(text)
+    roc = pl.loo_roc(logit["tree"], logit["res"], model=logit["model"])
+    aucs = [float(a["data-auc"]) for _, a in page.elements if "data-auc" in a]
+    assert aucs[0] == roc.auc and len(aucs) == 2
+    assert sum(a["alt"].startswith("ROC and PR of ") for a in page.images) == 2
+    assert "No ROC/PR for psis: no model given" in text
+    het = logit["pvi_tree"]["pvi"].to_dataset()
+    assert "pvi-pvi" in page.tables and "psis: no pvi group in the data" in text
+    sd = float(het["pvi_sd"].values[0])
+    assert f'data-col="pvi_sd" data-value="{sd!r}"' in text
+    assert "newton" in text or "pmm" in text  # the engine_config's transforms are listed
+    for dist in ("ppl_loo", "arviz_stats", "arviz_base", "numpy", "jax", "pymc", "httpstan"):
+        assert f"<td class=\"text\">{dist}</td>" in text
+    n_before = int(np.sum(logit["res"].pareto_k_psis.values > logit["res"].good_k))
+    assert f"{n_before} with plain PSIS" in text
+
+
+def test_report_escapes_names_and_refuses_overwrite(eight, tmp_path):
+    trees, res = eight
+    evil = "<script>alert(1)</script>"
+    path = tmp_path / "r.html"
+    out = pl.report({evil: res["centered"], "ok": res["non_centered"]}, path, data={evil: trees["centered"]},
+                    title="<b>t</b>")
+    assert out == path
+    text = path.read_text(encoding="utf-8")
+    assert "<script" not in text and "<b>t</b>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "<title>&lt;b&gt;t&lt;/b&gt;</title>" in text
+    page = ReportReader(text)
+    assert set(page.tables["compare-table"]) == {evil, "ok"}  # the parser unescapes attribute values
+    assert evil in page.h3
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match=r"r\.html' exists; pass overwrite=True"):
+        pl.report({"a": res["centered"], "b": res["non_centered"]}, path)
+    assert path.read_bytes() == before
+    pl.report({"a": res["centered"], "b": res["non_centered"]}, path, overwrite=True)
+    assert ">a</th>" in path.read_text(encoding="utf-8") and sorted(os.listdir(tmp_path)) == ["r.html"]
+    with pytest.raises(ValueError, match=r"models names models \['nope'\]"):
+        pl.report({"a": res["centered"], "b": res["non_centered"]}, tmp_path / "s.html", models={"nope": None})
+    assert not (tmp_path / "s.html").exists()
+
+
+def test_report_of_one_model(eight, tmp_path):
+    _, res = eight
+    text = pl.report({"only": res["centered"]}, tmp_path / "one.html").read_text(encoding="utf-8")
+    page = ReportReader(text)
+    assert page.h2 == [head for _, head in SECTIONS]
+    assert float(page.tables["compare-table"]["only"]["elpd"]) == res["centered"].elpd
+    assert "Only one model (only): no differences to show." in text and len(page.images) == 1
+
+
+def test_report_without_data_says_why(eight, tmp_path):
+    _, res = eight
+    path = pl.report([res["centered"], res["non_centered"]], tmp_path / "bare.html")
+    text = path.read_text(encoding="utf-8")
+    page = ReportReader(text)
+    assert page.h2 == [head for _, head in SECTIONS]
+    assert text.count("No LOO-PIT for model_") == 2 and "no data for this model" in text
+    assert text.count("no model given") == 2 and text.count("no pvi group") == 2
+    assert len(page.images) == 2 + 1  # Pareto k per model, one elpd difference
+    assert all(png_bytes(img["src"]) for img in page.images)
+    ref = azs.compare({"model_0": res["centered"], "model_1": res["non_centered"]}, round_to="none")
+    cells = page.tables["compare-table"]
+    assert float(cells["model_1"]["elpd"]) == ref.loc["model_1", "elpd"]
