@@ -3,6 +3,8 @@
 #   bash dev.sh demo   - the embedded demo (ppl-loo demo)
 #   bash dev.sh test   - the test suite
 #   bash dev.sh env    - only the environment
+# `test` and `env` also install headless Chromium and its driver (Debian's chromium, chromium-driver; the browser
+# test of the HTML report needs them) when they are missing and apt-get can be run as root; otherwise they say so.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${PPL_LOO_VENV:-.venv}"
@@ -21,13 +23,28 @@ find_python() {
   return 1
 }
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import ppl_loo, pytest' >/dev/null 2>&1; then
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import ppl_loo, pytest, selenium' >/dev/null 2>&1; then
   PY=$(find_python) || { echo "error: ppl_loo needs Python >= 3.12 (PyMC 6, ArviZ 1.x); none found. Install one (e.g. pyenv install 3.12) or set PPL_LOO_PYTHON." >&2; exit 1; }
   echo "using $PY ($("$PY" --version 2>&1)) for $VENV" >&2
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q -e ".[test]"
 fi
+
+install_chromium() {
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then return 0; fi
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing chromium and chromium-driver (browser test of the HTML report)" >&2
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver ||
+      echo "note: apt-get could not install chromium chromium-driver; tests/test_report_browser.py will fail until they are installed" >&2
+  else
+    echo "note: chromium/chromedriver not found and apt-get cannot be run as root here; install chromium and chromium-driver (Debian) for tests/test_report_browser.py" >&2
+  fi
+}
+
+case "${1:-test}" in
+  test|env) install_chromium ;;
+esac
 
 case "${1:-test}" in
   demo) shift; exec "$VENV/bin/ppl-loo" demo "$@" ;;

@@ -38,11 +38,11 @@ ppl_loo loo "$ROOT/stan_models/eight_schools_noncentered.stan" --data "$ES_DATA/
 
 # 2. The centred program has no CmdStan output here: write CmdStan-format CSV files with Stan's NUTS
 #    in-process (no CmdStan installation needed).
-ppl_loo sample "$HERE/eight_schools_centered.stan" --data "$ES_DATA/eight_schools.data.R" \
+ppl_loo sample "$ROOT/stan_models/eight_schools_centered.stan" --data "$ES_DATA/eight_schools.data.R" \
     --out-dir "$OUT/centered" --chains 4 --warmup "$DRAWS" --draws "$DRAWS" --seed 1 --overwrite
 
 # 3. Adaptive LOO of the centred program, the same way.
-ppl_loo loo "$HERE/eight_schools_centered.stan" --data "$ES_DATA/eight_schools.data.R" \
+ppl_loo loo "$ROOT/stan_models/eight_schools_centered.stan" --data "$ES_DATA/eight_schools.data.R" \
     "$OUT/centered/output_*.csv" --posterior-predictive y_hat=y --out "$OUT/centered.nc" --overwrite
 
 # 4. Compare the two saved results, and write the HTML report.

@@ -15,12 +15,13 @@ import ppl_loo as pl
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def logistic_fits(n=40, seed=0):
+def logistic_fits(n=40, seed=0, with_pvi=True):
     """A PyMC Bernoulli-logit model on ``n`` points: MCMC draws (with posterior_predictive) and a PVI fit.
 
     Returns ``(model, mcmc_tree, res_adaptive, res_plain, pvi_tree, res_pvi)``: the adaptive
     result with the model, plain PSIS of the same draws (no model), and the adaptive result on the
-    PVI draws. ``mcmc_tree`` and ``pvi_tree`` hold their result as group ``loo``.
+    PVI draws (both None unless ``with_pvi``). ``mcmc_tree`` and ``pvi_tree`` hold their result as
+    group ``loo``.
     """
     import pymc as pm
 
@@ -39,6 +40,8 @@ def logistic_fits(n=40, seed=0):
         warnings.simplefilter("ignore")
         res = pl.loo(tree, model, progressbar=False)
         plain = pl.loo(tree)
+        if not with_pvi:
+            return model, pl.add_loo(tree, res), res, plain, None, None
         pvi_tree = pl.pvi(model, score="log", steps=300, draws_per_step=50, random_seed=3, num_draws=500)
         res_pvi = pl.loo(pvi_tree, model, progressbar=False)
     return model, pl.add_loo(tree, res), res, plain, pl.add_loo(pvi_tree, res_pvi), res_pvi

@@ -307,8 +307,9 @@ def test_result_file_without_loo_group(work, tmp_path):
     assert not (tmp_path / "r.html").exists()
     code, out, err = run_cli("compare", work / "fit.nc", work / "fit.nc", "--names", "a")
     assert code == 2 and "1 names for 2 files" in _one_error_line(err, "--names")
-    code, out, err = run_cli("compare", work / "fit.nc")
-    assert code == 2 and "one result, nothing to compare it with" in _one_error_line(err, work / "fit.nc")
+    code, out, err = run_cli("compare", work / "fit.nc", "--json")  # one result: its row alone, as pl.compare
+    rows = json.loads(out)["models"]
+    assert code == 0 and [r["name"] for r in rows] == ["fit"] and rows[0]["elpd_diff"] == 0.0
 
 
 def test_results_of_other_data_are_refused(work, tmp_path):

@@ -14,6 +14,7 @@ from arviz_base import load_arviz_data
 
 import ppl_loo as pl
 from ppl_loo.workflow.report import SECTIONS
+from gaussian_models import leverage_regression
 from report_helpers import ReportReader, logistic_fits, png_bytes, png_shape, same_value
 
 pytest.importorskip("pymc")
@@ -27,6 +28,16 @@ def eight():
         warnings.simplefilter("ignore")
         res = {k: pl.loo(t) for k, t in trees.items()}
     return trees, res
+
+
+@pytest.fixture(scope="module")
+def leverage():
+    """Gaussian linear regression with two high-leverage outliers, exact posterior draws (no sampler)."""
+    model = leverage_regression(seed=1, n=40)
+    data = model.exact_draws(n_chains=2, n_draws=500, seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pl.loo(data, model, progressbar=False), pl.loo(data)
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +82,26 @@ def test_compare_is_arviz_stats_compare_plus_flag_counts(logit):
             n_adapted, n_doubtful, n_refit)
         assert got.loc[name, "diff_flagged"] == pytest.approx(diff, rel=1e-12, abs=1e-12)
     assert got.loc["adaptive", "n_adapted"] > 0 and got.loc["psis", "n_adapted"] == 0
-    # flagged observations carry part of elpd_diff; every observation flagged: all of it
-    flagged_all = got.loc["pvi"]  # every observation of the PVI result is adapted or doubtful here
-    if flagged_all["n_adapted"] + flagged_all["n_doubtful"] >= 40 and got.index[0] != "pvi":
-        assert flagged_all["diff_flagged"] == pytest.approx(flagged_all["elpd_diff"], abs=1e-9)
+    # the PVI result (best) has every observation doubtful: the flagged part is all of elpd_diff
+    assert got.index[0] == "pvi" and got.loc["pvi", "n_doubtful"] == 40
+    for name in ("psis", "adaptive"):
+        assert got.loc[name, "diff_flagged"] == pytest.approx(got.loc[name, "elpd_diff"], abs=1e-9)
+
+
+def test_diff_flagged_is_the_adapted_part_of_elpd_diff(leverage):
+    """Known partial case: adaptive vs plain PSIS of the same exact draws; only the adapted observations
+    (some, not all) differ, so diff_flagged is all of elpd_diff and the unflagged rest contributes 0."""
+    res, plain = leverage
+    got = pl.compare({"adaptive": res, "plain": plain}, round_to="none")
+    best, hand = _hand_flag_columns({"adaptive": res, "plain": plain})
+    other = "plain" if best == "adaptive" else "adaptive"
+    adapted = np.asarray(res.transform.values) != "psis"
+    assert 0 < adapted.sum() < adapted.size and got.loc["adaptive", "n_adapted"] == adapted.sum()
+    assert got.loc[other, "diff_flagged"] == pytest.approx(hand[other][3], rel=1e-12)
+    diff = np.asarray(plain.elpd_i.values) - np.asarray(res.elpd_i.values)
+    np.testing.assert_allclose(diff[~adapted & ~np.asarray(res.doubtful.values)], 0.0, atol=1e-10)
+    assert got.loc[other, "diff_flagged"] == pytest.approx(got.loc[other, "elpd_diff"], abs=1e-9)
+    assert got.loc[other, "diff_flagged"] != 0.0
 
 
 def test_compare_accepts_trees_paths_and_lists(eight, tmp_path):
@@ -100,6 +127,10 @@ def test_compare_names_bad_inputs(eight, logit):
         pl.compare({"eight": res["centered"], "logit": logit["plain"]})
     with pytest.raises(ValueError, match=r"model 'x': the DataTree has no 'loo' group"):
         pl.compare({"x": load_arviz_data("centered_eight"), "y": res["centered"]})
+    with pytest.raises(ValueError, match=r"pl.compare got no results"):
+        pl.compare({})
+    with pytest.raises(TypeError, match=r"results must be a dict \{name: result\} or a list of results, got LooResult"):
+        pl.compare(res["centered"])
     with pytest.raises(ValueError, match=r"scale='deviance'"):
         pl.compare(list(res.values()), scale="deviance")
 
@@ -124,7 +155,8 @@ def test_report_sections_table_and_images(logit_report, logit):
         assert set(cells[name]) == set(table.columns)
         for col in table.columns:
             assert same_value(cells[name][col], row[col]), (name, col, cells[name][col], row[col])
-    # Pareto k (3) + elpd differences (2) + LOO-PIT (3: all have posterior_predictive? the PVI tree has none)
+    # Pareto k (3) + elpd differences (2) + LOO-PIT (2: the PVI tree has no posterior_predictive) + ROC/PR (2)
+    assert len(page.images) == 3 + 2 + 2 + 2
     srcs = [img["src"] for img in page.images]
     for src in srcs:
         h, w = png_shape(src)[:2]
@@ -180,6 +212,15 @@ def test_report_escapes_names_and_refuses_overwrite(eight, tmp_path):
     with pytest.raises(ValueError, match=r"models names models \['nope'\]"):
         pl.report({"a": res["centered"], "b": res["non_centered"]}, tmp_path / "s.html", models={"nope": None})
     assert not (tmp_path / "s.html").exists()
+
+
+def test_report_of_one_model(eight, tmp_path):
+    _, res = eight
+    text = pl.report({"only": res["centered"]}, tmp_path / "one.html").read_text(encoding="utf-8")
+    page = ReportReader(text)
+    assert page.h2 == [head for _, head in SECTIONS]
+    assert float(page.tables["compare-table"]["only"]["elpd"]) == res["centered"].elpd
+    assert "Only one model (only): no differences to show." in text and len(page.images) == 1
 
 
 def test_report_without_data_says_why(eight, tmp_path):

@@ -65,9 +65,7 @@ def add_report_parser(sub):
 
 
 def _load(args):
-    """The results to compare (two or more)."""
-    if len(args.results) < 2:
-        raise CliError(args.results[0], "one result, nothing to compare it with", "give two or more .nc files")
+    """The results (one alone is allowed, as in ``pl.compare``)."""
     return load_results(args.results, args.names)
 
 

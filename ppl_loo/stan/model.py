@@ -222,10 +222,11 @@ class StanModel:
         ``data[n_obs]``). Default ``"log_lik"``; programs without it get the log-likelihood by
         data deletion.
     loo_extra
-        For LOO, only for programs with parameters indexed by observation (one per group, such as
-        ``theta_tilde`` in eight schools): ``loo_extra(theta, i)``, a JAX function of one
+        For LOO, optional, only for programs with parameters indexed by observation (one per group,
+        such as ``theta_tilde`` in eight schools): ``loo_extra(theta, i)``, a JAX function of one
         unconstrained draw giving the log conditional density of the coordinates that deleting
-        observation ``i`` removes (usually their prior). See
+        observation ``i`` removes (usually their prior). Without it such programs use
+        ``logp - log_lik[i]`` with ``log_lik`` differentiated through a derived program. See
         :class:`~ppl_loo.model.stan.posterior.StanPosterior`.
     seed
         Seed of the model constructor (used by ``transformed data`` RNG calls).
@@ -257,8 +258,7 @@ class StanModel:
     Examples
     --------
     >>> import ppl_loo as pl
-    >>> model = pl.StanModel("eight_schools.stan", "eight_schools.data.R", n_obs="J",
-    ...                      loo_extra=lambda theta, i: jax.scipy.stats.norm.logpdf(theta[2 + i]))
+    >>> model = pl.StanModel("eight_schools.stan", "eight_schools.data.R")
     >>> res = pl.loo(pl.from_cmdstan(["output_1.csv", "output_2.csv"]), model=model)  # doctest: +SKIP
     """
 

@@ -61,11 +61,11 @@ def compare(results, *, method="stacking", scale="log", round_to="auto") -> pd.D
         An item is none of the accepted kinds (the message names it).
     ValueError
         The results differ in their number of observations (the message names both models and their
-        sizes), a result is not on the log scale, or fewer than two results are given.
+        sizes), a result is not on the log scale, or no result is given.
     """
     named, _ = named_results(results)
-    if len(named) < 2:
-        raise ValueError(f"pl.compare needs at least two results; got {len(named)}.")
+    if not named:
+        raise ValueError("pl.compare got no results: pass {name: result, ...} or a list of results.")
     if scale != "log":
         raise ValueError(f"scale={scale!r}: arviz_stats.compare compares pointwise elpd on the log scale; "
                          "use scale='log' (and pl.loo's default scale).")

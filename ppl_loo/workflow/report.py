@@ -206,6 +206,8 @@ def _diff_html(named, best):
     ref_elpd = np.asarray(ref.elpd_i.values, float).reshape(-1)
     ref_masks, ref_tr = flag_masks(ref), _transforms(ref)
     labels = _obs_labels(ref)
+    if len(named) == 1:
+        parts.append(_note(f"Only one model ({best}): no differences to show."))
     for name, res in named.items():
         if name == best:
             continue
@@ -332,7 +334,8 @@ def _versions():
 def _settings_html(named):
     rows = []
     for name, res in named.items():
-        config = json.dumps(res.engine_config, indent=1, default=str) if res.engine_config else "plain PSIS (no model)"
+        config = ("\n".join(f"{k}: {json.dumps(v, default=str)}" for k, v in res.engine_config.items())
+                  if res.engine_config else "plain PSIS (no model)")
         rows.append([f'<th scope="row" class="text">{escape(name)}</th>', f'<td class="text">{escape(str(res.var_name))}</td>',
                      _cell("n_samples", res.n_samples), _cell("n_data_points", res.n_data_points),
                      _cell("good_k", res.good_k), _cell("max_rhat", res.max_rhat),

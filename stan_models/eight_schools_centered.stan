@@ -1,6 +1,5 @@
-// Eight schools, centred parameterization (Rubin 1981; Gelman et al. BDA3 5.5): theta drawn directly
-// from normal(mu, tau). Same data and the same generated quantities (log_lik, y_hat) as
-// stan_models/eight_schools_noncentered.stan, so the two can be compared with ppl-loo compare.
+// Eight schools, centred parameterization (Rubin 1981; Gelman et al. BDA3 5.5): the same model as
+// eight_schools_noncentered.stan, with theta itself a parameter (one per school, i.e. per observation).
 data {
   int<lower=0> J;
   vector[J] y;
