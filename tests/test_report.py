@@ -236,3 +236,38 @@ def test_report_without_data_says_why(eight, tmp_path):
     ref = azs.compare({"model_0": res["centered"], "model_1": res["non_centered"]}, round_to="none")
     cells = page.tables["compare-table"]
     assert float(cells["model_1"]["elpd"]) == ref.loc["model_1", "elpd"]
+
+
+def test_loo_pit_with_a_stan_log_lik_name(eight, tmp_path):
+    """A Stan tree: the log-likelihood is ``log_lik`` (dim log_lik_dim_0) while the replicates and the data are
+    ``y`` (what ``ppl-loo loo --posterior-predictive y_hat=y`` writes). The report draws the LOO-PIT of y with
+    log_lik's values, and the PIT it plots equals arviz_stats.loo_pit of the same tree written under one name."""
+    import xarray as xr
+    from ppl_loo.workflow.report import _pit_reason
+
+    tree = load_arviz_data("non_centered_eight")
+    ll = tree["log_likelihood"]["obs"]
+    stan = xr.DataTree.from_dict({
+        "posterior": tree["posterior"].to_dataset(),
+        "log_likelihood": xr.Dataset({"log_lik": (("chain", "draw", "log_lik_dim_0"), ll.values)}),
+        "posterior_predictive": xr.Dataset({"y": (("chain", "draw", "y_dim_0"),
+                                                  tree["posterior_predictive"]["obs"].values)}),
+        "observed_data": xr.Dataset({"y": (("y_dim_0",), tree["observed_data"]["obs"].values)}),
+    })
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(stan)
+    stan = pl.add_loo(stan, res)
+    reason, var, plotted = _pit_reason(res, stan)
+    assert reason is None and var == "y"
+    np.testing.assert_array_equal(plotted["log_likelihood"]["y"].values, ll.values)
+    pit = azs.loo_pit(plotted, var_names="y")["y"].values
+    def _renamed(ds):
+        return ds.rename({k: v for k, v in {"obs": "y", "school": "y_dim_0"}.items() if k in ds.variables})
+
+    renamed = xr.DataTree.from_dict({g: _renamed(tree[g].to_dataset())
+                                     for g in ("posterior", "log_likelihood", "posterior_predictive", "observed_data")})
+    np.testing.assert_allclose(pit, azs.loo_pit(renamed, var_names="y")["y"].values, rtol=1e-12)
+    path = pl.report({"stan": stan}, tmp_path / "r.html")
+    text = path.read_text()
+    assert 'alt="LOO-PIT of stan (y)"' in text and "No LOO-PIT" not in text

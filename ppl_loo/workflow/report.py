@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 
 from ppl_loo.workflow.compare import compare, flag_masks, named_results
 from ppl_loo.workflow.predictive import loo_roc
@@ -245,26 +246,43 @@ def _var_name(res, tree):
 
 
 def _pit_reason(res, tree):
-    """Why no LOO-PIT can be drawn (None when it can), and the variable."""
+    """``(why no LOO-PIT can be drawn or None, the predictive variable, the tree to plot)``.
+
+    The log-likelihood variable may be named otherwise than the predictive one (a Stan program's
+    ``log_lik`` for ``y``, ``ppl-loo loo --posterior-predictive y_hat=y``): when the
+    ``posterior_predictive`` and ``observed_data`` groups share exactly one variable of the same shape,
+    the plotted tree carries the log-likelihood under that name.
+    """
     if tree is None:
-        return "no data for this model (pass data={name: tree}, or the DataTree holding the loo group)", None
+        return "no data for this model (pass data={name: tree}, or the DataTree holding the loo group)", None, None
     var = _var_name(res, tree)
     for group in ("posterior_predictive", "observed_data", "log_likelihood"):
         if group not in tree.children:
-            return f"the data has no {group} group", var
-        if var is None or var not in tree[group].data_vars:
-            return f"the {group} group has no variable {var!r}", var
-    return None, var
+            return f"the data has no {group} group", var, None
+    pp, obs = tree["posterior_predictive"].data_vars, tree["observed_data"].data_vars
+    ll = tree["log_likelihood"].data_vars
+    if var in pp and var in obs and var in ll:
+        return None, var, tree
+    shared = [v for v in pp if v in obs]
+    if var in ll and len(shared) == 1 and tree["posterior_predictive"][shared[0]].shape == ll[var].shape:
+        pred = tree["posterior_predictive"][shared[0]]
+        ds = tree["log_likelihood"].to_dataset()
+        ds[shared[0]] = xr.DataArray(np.asarray(ll[var].values), dims=pred.dims, coords=pred.coords)
+        plotted = tree.copy()
+        plotted["log_likelihood"] = xr.DataTree(ds)
+        return None, shared[0], plotted
+    return (f"the posterior_predictive and observed_data groups have no variable {var!r} (nor exactly one "
+            "shared variable of its shape)"), var, None
 
 
 def _pit_html(named, trees):
     parts = [_note("LOO-PIT from arviz_plots.plot_loo_pit: it uses plain PSIS weights (arviz_stats.loo_pit), "
                    "not the adapted proposals of ppl_loo.")]
     for name, res in named.items():
-        reason, var = _pit_reason(res, trees.get(name))
+        reason, var, plotted = _pit_reason(res, trees.get(name))
         if reason is None:
             try:
-                uri = loo_pit_figure(trees[name], var)
+                uri = loo_pit_figure(plotted, var)
             except Exception as err:  # noqa: BLE001 - a plot that fails is reported, the report still written
                 reason = f"arviz_plots.plot_loo_pit failed: {type(err).__name__}: {err}"
         if reason is not None:
