@@ -8,7 +8,9 @@
   ``jax_enable_x64`` set process-wide, as such a user would (``jax.config.update``), and restores it.
 """
 
+import faulthandler
 import os
+import sys
 
 import jax
 import pytest
@@ -16,8 +18,39 @@ import pytest
 os.environ.setdefault("PPL_LOO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "ppl_loo", "xla"))
 
 
+#: with PPL_LOO_TEST_TRACE=<file> (set by .ci/run), each test's start (node id and the process' resident memory)
+#: is appended to <file>, and a fatal signal's traceback (every thread) goes to <file>.crash, so that a crash of
+#: the whole test process names the test and the native frame even when the console output is truncated
+_TRACE = os.environ.get("PPL_LOO_TEST_TRACE", "")
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "x64: run the test module with jax_enable_x64 (JAX float64) enabled")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    if _TRACE:
+        crash = open(_TRACE + ".crash", "w")  # noqa: SIM115 - kept open for the process' lifetime
+        faulthandler.enable(file=crash, all_threads=True)
+        sys.modules[__name__]._crash_file = crash
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _TRACE:
+        with open(_TRACE, "a") as fh:
+            fh.write(f"{nodeid} rss={_rss_mb():.0f}MB\n")
 
 
 @pytest.fixture(scope="module", autouse=True)
