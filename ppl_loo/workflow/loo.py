@@ -141,6 +141,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
                              "each observation.")
         return plain_psis_loo(data, var_name, k_threshold, reff)
     check_posterior_draws(data)
+    if not (isinstance(transforms, str) or (np.iterable(transforms) and all(isinstance(t, str) for t in transforms))):
+        raise ValueError(f"transforms={transforms!r}: give 'all' or a sequence of transformation names, e.g. "
+                         "('pmm1', 'kl', 'newton').")
     names = check_transforms(transforms, DEFAULT_TRANSFORMS)
     hbar = _check_hbar(hbar)
     if adapt not in ("auto", "all", "flagged"):
