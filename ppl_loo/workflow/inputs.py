@@ -170,8 +170,8 @@ def check_posterior_draws(data):
             bad = np.any(~np.isfinite(a.reshape(a.shape[0], a.shape[1], -1)), axis=-1)
             chains = sorted({int(c) for c in np.nonzero(bad)[0]})
             raise ValueError(
-                f"posterior variable {name!r} has {what} value(s) (in chain(s) {chains}): importance sampling needs "
-                "finite draws. Drop the chains or draws that hold them (data.isel(chain=...)) or rerun the sampler.")
+                f"posterior variable {name!r} has non-finite draws: {what} value(s) (in chain(s) {chains}); "
+                "importance sampling needs finite draws. Drop the chains or draws that hold them (data.isel(chain=...)) or rerun the sampler.")
     S = int(post.sizes["chain"]) * int(post.sizes["draw"])
     if S < MIN_DRAWS:
         raise ValueError(

@@ -21,7 +21,7 @@ from ppl_loo.workflow.adapt import Candidates, Pointwise, check_transforms, deci
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
 from ppl_loo.workflow.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
-                                     get_log_likelihood, identical_chains, max_rhat_of)
+                                     get_log_likelihood, identical_chains, max_rhat_of, obs_labels)
 from ppl_loo.workflow.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
 from ppl_loo.workflow.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
                                     plain_psis_loo, pointwise_reasons, stable_se, stable_sum)
@@ -176,8 +176,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     # a NaN or infinite estimate is never vouched for (k = -inf: exactly uniform weights, a constant term)
     pw.doubtful |= np.isnan(pw.k) | (pw.k == np.inf) | ~np.isfinite(pw.elpd)
     refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
-    _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx))
     reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where)
+    _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
+          _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason,
                    max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
                                                                                                    k_threshold))
@@ -245,12 +246,22 @@ def _check_hbar(hbar):
     return hbar
 
 
-def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched):
+def _which(data, var_name, model, mask, reason, limit=5):
+    """``"y[i=3]: reason; ..."`` for the first ``limit`` observations of ``mask``."""
+    idx = np.flatnonzero(mask)
+    if not idx.size:
+        return ""
+    ref0 = _pointwise_factory(data, var_name, model, mask.size)(np.zeros(mask.size), var_name)
+    text = "; ".join(f"{obs_labels(ref0, [i])}: {reason[i]}" for i in idx[:limit])
+    return text + (f"; and {idx.size - limit} more" if idx.size > limit else "")
+
+
+def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched, which=""):
     n_doubtful = int(np.sum(pw.doubtful))
     if unconverged and n_doubtful:
         warn_unconverged(max_rhat, rhat_where, n_doubtful)
     elif n_doubtful:
-        warn_doubtful(pw, k_threshold)
+        warn_doubtful(pw, k_threshold, which)
     n_identity = int(np.sum(pw.identity_failed > 0))
     if n_identity:
         warn_identity(n_identity, n_searched, float(np.nanmax(cands.table["max_log_ratio"])))

@@ -27,16 +27,17 @@ def warn_unconverged(max_rhat, where, n_doubtful):
           f"Run longer or more chains (or reparameterize) and call pl.loo again, or refit: {_REFIT}.")
 
 
-def warn_doubtful(pw, k_threshold):
-    """Observations without a proposal the engine can vouch for."""
+def warn_doubtful(pw, k_threshold, which=""):
+    """Observations without a proposal the engine can vouch for (``which``: the first of them, with their
+    reasons)."""
     doubtful = pw.doubtful
     n_failed = int(np.sum((pw.transform == "failed") & doubtful))
     _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful): the adaptive search found no "
           f"proposal it can vouch for ({n_failed} where no candidate passed every check with Pareto k at most "
           f"{k_threshold:.2f}, the others without an independent confirmation), so they keep their plain PSIS "
           f"elpd_i, which can be off by more than its Monte Carlo error. Together they carry "
-          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo. Exact LOO: {_REFIT} refits the model without "
-          "each of them.")
+          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: {_REFIT} "
+          "refits the model without each of them.")
 
 
 def warn_identity(n_identity, n_searched, worst):

@@ -15,6 +15,7 @@ import xarray as xr
 from scipy import stats
 
 pm = pytest.importorskip("pymc")
+pt = pytest.importorskip("pytensor.tensor")
 
 import ppl_loo as pl
 from rows import Row, check_row, params
@@ -106,12 +107,75 @@ def nan_mu(ds):
     return ds.assign(mu=(ds["mu"].dims, mu))
 
 
+def dup_data():
+    _, idata = fit()
+    return xr.DataTree.from_dict({"posterior": duplicated_chain(idata["posterior"].to_dataset()),
+                                  "log_likelihood": duplicated_chain(idata["log_likelihood"].to_dataset())})
+
+
 def call(data=None, **kw):
     model, idata = fit()
     return pl.loo(idata if data is None else data, model, progressbar=False, **kw)
 
 
+@functools.cache
+def edge_fit():
+    """``y_j ~ N(mu, 1)`` (6), ``z``: a normal likelihood capped at a ceiling that 95% of the draws reach (a
+    saturated observation: log p(z | mu) ties at the cap), ``c ~ N(0, 1)``: a term free of the parameters."""
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=6)
+    sd = 1 / np.sqrt(6 + 1 / 9)
+    cap = -0.5 * np.log(2 * np.pi) - 0.5 * (1.96 * sd) ** 2
+    z = float(y.sum() / (6 + 1 / 9))
+
+    def capped_logp(value, mu):
+        return pt.minimum(pm.logp(pm.Normal.dist(mu, 1.0), value), cap)
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 3.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+        pm.CustomDist("z", mu, logp=capped_logp, observed=np.array([z]))
+        pm.Normal("c", 0.0, 1.0, observed=np.array([0.5]))
+        idata = pm.sample(draws=500, tune=500, chains=2, cores=1, progressbar=False, random_seed=1,
+                          compute_convergence_checks=False, nuts_sampler="pymc", idata_kwargs={"log_likelihood": True})
+    return model, idata
+
+
+def edge(var):
+    model, idata = edge_fit()
+    return pl.loo(idata, model, var_name=var, progressbar=False)
+
+
+def check_capped(res):
+    ll = edge_fit()[1]["log_likelihood"]["z"].values.ravel()
+    assert np.unique(ll, return_counts=True)[1].max() / ll.size > 0.9  # the input: mostly tied
+    assert np.isnan(res.pareto_k_psis.values[0])
+    assert bool(res.doubtful.values[0]) and res.warning
+    assert "tie" in str(res.reason.values[0])
+
+
+def check_constant(res):
+    assert res.elpd_i.values[0] == pytest.approx(stats.norm.logpdf(0.5), abs=1e-12)
+    assert res.pareto_k.values[0] == -np.inf and res.p_loo_i.values[0] == pytest.approx(0.0, abs=1e-12)
+    assert not bool(res.doubtful.values[0]) and not res.warning and str(res.reason.values[0]) == ""
+
+
+def duplicated_chain(ds):
+    return xr.concat([ds, ds.isel(chain=[0]).assign_coords(chain=[2])], dim="chain")
+
+
+def check_dup(res):
+    got, mcse = res.elpd_i.transpose("a", "b").values, res.mcse_elpd_i.transpose("a", "b").values
+    assert np.all(np.abs(got - exact_elpd()) <= 4 * mcse + 0.05)
+
+
 ROWS = [
+    Row(E, "ties and constants", "95% of the draws tie at a capped likelihood", lambda: edge("z"), check=check_capped,
+        warns=UserWarning, says=("doubtful", "z[z_dim_0=0]", "tie"), issue16=True),
+    Row(E, "ties and constants", "term free of the parameters: exact LOO density", lambda: edge("c"),
+        check=check_constant, warns=None),
+    Row(E, "duplicates", "the same chain twice", lambda: call(dup_data()), check=check_dup, warns=UserWarning,
+        says=("chains 0 and 2", "identical")),
     Row(E, "dimensions", "log_likelihood dims ('b', 'a'), model's ('a', 'b')", transposed, check=check_exact,
         warns=None, issue16=True),
     Row(E, "dimensions", "stored log-likelihood as the model's: exact elpd_i", loo_as_stored, check=check_exact,
