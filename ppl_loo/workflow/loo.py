@@ -63,7 +63,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     hbar : sequence of float, optional
         Step grid; default ``4.0 ** -np.arange(11)`` (the papers' grid).
     k_threshold : float, optional
-        Default ``min(1 - 1/log10(S), 0.7)``.
+        At most 1; default ``min(1 - 1/log10(S), 0.7)``. Lower values adapt more observations (``-inf``: all).
     pointwise : bool
         Keep pointwise results (always computed).
     progressbar : bool

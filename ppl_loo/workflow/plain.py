@@ -162,16 +162,18 @@ def pointwise_reasons(k, k_threshold, log_ratios, elpd_i=None):
 
 
 def check_k_threshold(k_threshold):
-    """``k_threshold`` as a float in (0, 1], or a ValueError naming it."""
+    """``k_threshold`` as a float of at most 1 (``-inf`` allowed: adapt every observation), or a ValueError
+    naming it."""
     if k_threshold is None:
         return None
     try:
         value = float(k_threshold)
     except (TypeError, ValueError):
         value = float("nan")
-    if isinstance(k_threshold, bool) or not 0 < value <= 1:
-        raise ValueError(f"k_threshold={k_threshold!r}: use a number in (0, 1] (Pareto k-hat; 0.7 is the usual "
-                         "limit) or None for the default min(1 - 1/log10(S), 0.7).")
+    if isinstance(k_threshold, (bool, str)) or not value <= 1:
+        raise ValueError(f"k_threshold={k_threshold!r}: use a number of at most 1 (a Pareto k-hat: 0.7 is the usual "
+                         "limit, lower values adapt more observations) or None for the default "
+                         "min(1 - 1/log10(S), 0.7).")
     return value
 
 
