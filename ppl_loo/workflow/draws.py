@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
-from ppl_loo.workflow.inputs import check_finite, get_log_likelihood, r_eff_of, stack_draws
+from ppl_loo.workflow.inputs import align_obs_dims, check_finite, get_log_likelihood, r_eff_of, stack_draws
 from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian
 
 __all__ = ["LooDraws", "loo_draws", "compare_log_lik"]
@@ -53,7 +53,7 @@ def loo_draws(data, model, var_name, log_q) -> LooDraws:
     ll = np.asarray(model.log_lik(theta_j))  # (S, n)
     check_finite(np.asarray(logp0), "the model's log density at the posterior draws", _OFF_MODEL)
     check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws", _OFF_MODEL)
-    compare_log_lik(data, var_name, ll, joint_ok=not model.factorizes)
+    compare_log_lik(data, var_name, ll, joint_ok=not model.factorizes, obs_dims=model.obs_dims)
     stored = stored_gaussian(data, theta) if log_q is None else None
     if stored is not None:  # draws of pl.laplace / pl.qnvb: their Gaussian q (Eq. 13), traced into the search
         method, gauss = stored
@@ -89,11 +89,13 @@ def _draws_density(data, theta, logp0, log_q):
     return log_q0, log_q_fn, True
 
 
-def compare_log_lik(data, var_name, ll, joint_ok=False):
+def compare_log_lik(data, var_name, ll, joint_ok=False, obs_dims=None):
     """Warn when a stored log_likelihood group disagrees with the model at the same draws.
 
     ``joint_ok``: the model does not factorize, and a stored group with one joint term per draw
     (what PyMC writes for, e.g., one ``pm.MvNormal`` over all observations) is not compared.
+    ``obs_dims``: the model's observation dims; a stored variable with the same dims in another order is
+    compared (and reported) in the model's order, one with other names is refused.
     """
     try:
         stored = get_log_likelihood(data, var_name)
@@ -101,6 +103,8 @@ def compare_log_lik(data, var_name, ll, joint_ok=False):
         return
     if stored is None:
         return
+    if obs_dims is not None:
+        stored = align_obs_dims(stored, obs_dims, f"log_likelihood[{stored.name!r}]")
     arr = stack_draws(stored)
     if joint_ok and arr.shape[1] == 1 and ll.shape[1] != 1:
         return

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH", "SAMPLE_DIMS"]
+__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH",
+           "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels"]
 
 SAMPLE_DIMS = ("chain", "draw")
 #: MCMC draws are vouched for only up to this rank-normalized split R-hat of every posterior variable
@@ -13,6 +16,8 @@ SAMPLE_DIMS = ("chain", "draw")
 #: them, plain PSIS or adapted, can be vouched for (ovarian horseshoe, benchmarks/truth: R-hat 1.065, an
 #: observation with k-hat 0.49 was 0.27 nats optimistic, 3.7 combined SEs)
 RHAT_VOUCH = 1.01
+#: PSIS fits a Pareto tail to at least 5 draws: ``floor(S / 5) >= 5`` needs ``S >= 25`` (arviz_stats too)
+MIN_DRAWS = 25
 
 
 def check_datatree(data):
@@ -149,3 +154,79 @@ def rank_rhat(a):
     out = np.maximum(bulk, tail)
     out[np.any(np.isnan(a), axis=(0, 1))] = np.nan
     return out
+
+
+def check_posterior_draws(data):
+    """Refuse posterior draws PSIS cannot use, naming the variable and the fix: NaN or infinite draws, fewer
+    than :data:`MIN_DRAWS` draws in all."""
+    post = data["posterior"].to_dataset()
+    for name, da in post.data_vars.items():
+        if not np.issubdtype(da.dtype, np.number):
+            continue
+        a = np.asarray(da.values)
+        n_nan, n_inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+        if n_nan or n_inf:
+            what = " and ".join(f"{c} {w}" for c, w in ((n_nan, "NaN"), (n_inf, "infinite")) if c)
+            bad = np.any(~np.isfinite(a.reshape(a.shape[0], a.shape[1], -1)), axis=-1)
+            chains = sorted({int(c) for c in np.nonzero(bad)[0]})
+            raise ValueError(
+                f"posterior variable {name!r} has non-finite draws: {what} value(s) (in chain(s) {chains}); "
+                "importance sampling needs finite draws. Drop the chains or draws that hold them (data.isel(chain=...)) or rerun the sampler.")
+    S = int(post.sizes["chain"]) * int(post.sizes["draw"])
+    if S < MIN_DRAWS:
+        raise ValueError(
+            f"the posterior has {S} draws ({post.sizes['chain']} chain(s) x {post.sizes['draw']} draw(s)): PSIS "
+            f"fits a Pareto tail to the largest importance ratios and needs at least {MIN_DRAWS} draws (use "
+            "hundreds or thousands). Sample more draws.")
+
+
+def identical_chains(data):
+    """Pairs ``(a, b)`` of posterior chains that hold exactly the same draws of every variable."""
+    post = data["posterior"].to_dataset()
+    n_chains = int(post.sizes["chain"])
+    if n_chains < 2:
+        return []
+    keys = [b"".join(np.ascontiguousarray(np.asarray(post[v].isel(chain=c).values)).tobytes()
+                     for v in sorted(post.data_vars, key=str)) for c in range(n_chains)]
+    first, pairs = {}, []
+    for c, key in enumerate(keys):
+        if key in first:
+            pairs.append((first[key], c))
+        else:
+            first[key] = c
+    return pairs
+
+
+def _auto_named(dims):
+    return all(re.fullmatch(r".*_dim_\d+", str(d)) for d in dims)
+
+
+def align_obs_dims(da, obs_dims, what):
+    """``da`` ``(chain, draw, *obs)`` with its observation dims in the order ``obs_dims`` (matched by name, as
+    xarray does); refuses names that differ (where matching by position would be a guess)."""
+    found = tuple(d for d in da.dims if d not in SAMPLE_DIMS)
+    expected = tuple(obs_dims or ())
+    if found == expected or len(found) < 2 or len(found) != len(expected):
+        return da
+    if set(found) == set(expected):
+        return da.transpose(*SAMPLE_DIMS, *expected)
+    if _auto_named(found) or _auto_named(expected):
+        return da
+    raise ValueError(
+        f"{what} has observation dims {found} but the model's are {expected}: ppl_loo matches observations by "
+        f"dimension name, not position. Rename the dims of {what} to {expected} (DataArray.rename) or pass the "
+        "model whose log-likelihood it holds.")
+
+
+def obs_labels(ref0, idx, limit=10):
+    """Labels ``"y[a=1, b='u']"`` of the flat observation indices ``idx`` of ``ref0`` (the obs dims only)."""
+    idx = [int(i) for i in np.atleast_1d(idx)]
+    out = []
+    for i in idx[:limit]:
+        pos = np.unravel_index(i, ref0.shape) if ref0.ndim else ()
+        parts = []
+        for d, p in zip(ref0.dims, pos):
+            val = ref0.coords[d].values[p] if d in ref0.coords else p
+            parts.append(f"{d}={val.item() if hasattr(val, 'item') else val!r}")
+        out.append(f"{ref0.name or ''}[{', '.join(parts)}]")
+    return ", ".join(out) + (f" and {len(idx) - limit} more" if len(idx) > limit else "")

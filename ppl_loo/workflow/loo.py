@@ -20,9 +20,11 @@ from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.adapt import Candidates, Pointwise, check_transforms, decide, run_search
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
-from ppl_loo.workflow.inputs import RHAT_VOUCH, SAMPLE_DIMS, check_datatree, get_log_likelihood, max_rhat_of
-from ppl_loo.workflow.messages import warn_doubtful, warn_identity, warn_unconverged
-from ppl_loo.workflow.plain import flag_observations, logmeanexp, plain_psis, plain_psis_loo
+from ppl_loo.workflow.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
+                                     get_log_likelihood, identical_chains, max_rhat_of, obs_labels)
+from ppl_loo.workflow.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
+from ppl_loo.workflow.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
+                                    plain_psis_loo, pointwise_reasons, stable_se, stable_sum)
 from ppl_loo.workflow.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.result import LooResult
 
@@ -38,7 +40,7 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 @uses_x64
 def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
         progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
-        min_ess=None, refit=None, refit_kwargs=None, adapt="auto"):
+        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -61,7 +63,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     hbar : sequence of float, optional
         Step grid; default ``4.0 ** -np.arange(11)`` (the papers' grid).
     k_threshold : float, optional
-        Default ``min(1 - 1/log10(S), 0.7)``.
+        At most 1; default ``min(1 - 1/log10(S), 0.7)``. Lower values adapt more observations (``-inf``: all).
     pointwise : bool
         Keep pointwise results (always computed).
     progressbar : bool
@@ -108,25 +110,52 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         no guarantee either: in the ground-truth suite plain PSIS with k = 0.47 was 0.19 nats off on
         a Poisson model with one latent variable per observation). ``"auto"`` (default): all when
         there are at most 100 observations, else the flagged ones.
+    reff : float, optional
+        Relative efficiency ``ESS / S`` of the draws (``arviz_stats.loo``'s ``reff``): it sets the length of the
+        Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1
+        for draws of an approximation). With ``reff`` given the result does not depend on the order of the
+        draws.
+
+    Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
+    draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
+    warning; a constant log-likelihood gets its exact LOO density (the constant) and k-hat ``-inf``.
 
     Returns
     -------
     LooResult
     """
     data = check_datatree(data)
+    k_threshold = check_k_threshold(k_threshold)
+    reff = check_reff(reff)
+    if var_name is not None and not isinstance(var_name, str):
+        raise TypeError(f"var_name={var_name!r}: give the name of the log-likelihood variable as a string "
+                        "(e.g. var_name='y'), or None when there is one.")
+    if model is None or reff is None:
+        check_posterior_draws(data)
+    pairs = identical_chains(data)
+    if pairs:
+        warn_identical_chains(pairs)
     if model is None:
         if refit is not None:
             raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
                              "each observation.")
-        return plain_psis_loo(data, var_name, k_threshold)
-    model = as_model(model, var_name=var_name, data=data)
+        return plain_psis_loo(data, var_name, k_threshold, reff)
+    check_posterior_draws(data)
+    if not (isinstance(transforms, str) or (np.iterable(transforms) and all(isinstance(t, str) for t in transforms))):
+        raise ValueError(f"transforms={transforms!r}: give 'all' or a sequence of transformation names, e.g. "
+                         "('pmm1', 'kl', 'newton').")
     names = check_transforms(transforms, DEFAULT_TRANSFORMS)
     hbar = _check_hbar(hbar)
+    if adapt not in ("auto", "all", "flagged"):
+        raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
+    model = as_model(model, var_name=var_name, data=data)
     draws = loo_draws(data, model, var_name, log_q)
+    if reff is not None and not draws.approx:
+        draws = draws._replace(r_eff=reff)
     names = names + approximation_transforms(draws, transforms, names)
     S, n = draws.ll.shape
     check_refit_args(refit, refit_kwargs, random_seed, data, n)
-    k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
+    k_threshold = khat_threshold(S) if k_threshold is None else k_threshold
     cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), jacobian,
                        min_ess=min(100.0, S / 10.0) if min_ess is None else float(min_ess),
                        n_chains=draws.n_chains, k_threshold=float(k_threshold))
@@ -144,11 +173,42 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     unconverged = bool(max_rhat > RHAT_VOUCH)
     if unconverged:
         pw.doubtful[:] = True
+    # a NaN or infinite estimate is never vouched for (k = -inf: exactly uniform weights, a constant term)
+    pw.doubtful |= np.isnan(pw.k) | (pw.k == np.inf) | ~np.isfinite(pw.elpd)
     refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
-    _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx))
-    return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info,
+    reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where)
+    _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
+          _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
+    return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason,
                    max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
                                                                                                    k_threshold))
+
+
+def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where):
+    """Why each doubtful observation is doubtful, in words (``""`` elsewhere)."""
+    n = pw.k.shape[0]
+    reason = np.full(n, "", dtype=object)
+    _, plain_reason = pointwise_reasons(plain.k, k_threshold, plain.log_ratios)
+    for i in np.flatnonzero(pw.doubtful & ~pw.refit):
+        k = pw.k[i]
+        if unconverged:
+            text = f"the posterior draws have not converged (R-hat {max_rhat:.3f} for {rhat_where})"
+        elif pw.identity_failed[i]:
+            text = "the draws fail the change-of-variables check of the adapted proposals"
+        elif not np.isfinite(pw.elpd[i]):
+            text = "elpd_i is not finite"
+        elif np.isnan(k) or k == np.inf:
+            text = plain_reason[i] or f"k-hat {k} could not be estimated"
+        elif pw.transform[i] == "failed":
+            text = (f"no proposal reached k-hat {k_threshold:.2f} (best {k:.2f}; plain PSIS "
+                    f"{plain.k[i]:.2f})")
+        else:
+            text = (f"no adapted proposal was independently confirmed (k-hat {k:.2f}; plain PSIS "
+                    f"{plain.k[i]:.2f})")
+        if plain_reason[i] and plain_reason[i] not in text and "could not be estimated" in plain_reason[i]:
+            text += f"; plain PSIS: {plain_reason[i]}"
+        reason[i] = text
+    return reason.astype(str)
 
 
 def approximation_transforms(draws, transforms, names):
@@ -176,24 +236,39 @@ def approx_summary(draws, plain, k_threshold):
 
 
 def _check_hbar(hbar):
-    hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
-    if any((not np.isfinite(h)) or h < 0 for h in hbar):
+    try:
+        hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"hbar={hbar!r}: give the step-size grid as a sequence of non-negative numbers (default "
+                         "4.0 ** -np.arange(11)).") from err
+    if not hbar or any((not np.isfinite(h)) or h < 0 for h in hbar):
         raise ValueError(f"hbar must be finite and non-negative; got {hbar}.")
     return hbar
 
 
-def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched):
+def _which(data, var_name, model, mask, reason, limit=5):
+    """``"y[i=3]: reason; ..."`` for the first ``limit`` observations of ``mask``."""
+    idx = np.flatnonzero(mask)
+    if not idx.size:
+        return ""
+    ref0 = _pointwise_factory(data, var_name, model, mask.size)(np.zeros(mask.size), var_name)
+    text = "; ".join(f"{obs_labels(ref0, [i])}: {reason[i]}" for i in idx[:limit])
+    return text + (f"; and {idx.size - limit} more" if idx.size > limit else "")
+
+
+def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched, which=""):
     n_doubtful = int(np.sum(pw.doubtful))
     if unconverged and n_doubtful:
         warn_unconverged(max_rhat, rhat_where, n_doubtful)
     elif n_doubtful:
-        warn_doubtful(pw, k_threshold)
+        warn_doubtful(pw, k_threshold, which)
     n_identity = int(np.sum(pw.identity_failed > 0))
     if n_identity:
         warn_identity(n_identity, n_searched, float(np.nanmax(cands.table["max_log_ratio"])))
 
 
-def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, approx_ok_values=None, **extra):
+def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason, approx_ok_values=None,
+            **extra):
     """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
     candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
     S, n = draws.ll.shape
@@ -203,12 +278,12 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
     arrays = {"elpd_i": pw.elpd, "pareto_k": pw.k, "p_loo_i": p_loo_i, "influence_pareto_k": plain.k,
               "n_eff_i": pw.n_eff, "pareto_k_psis": plain.k, "transform": pw.transform.astype(str),
               "hbar_used": pw.hbar, "mcse_elpd_i": pw.mcse, "influence": plain.influence, "doubtful": pw.doubtful,
-              "refit": pw.refit, "searched": flagged}
+              "refit": pw.refit, "searched": flagged, "reason": reason}
     if approx_ok_values is not None:
         arrays["approx_ok"] = approx_ok_values
     return LooResult(
-        elpd=float(np.sum(pw.elpd)), se=float(np.sqrt(n * np.var(pw.elpd, ddof=1))) if n > 1 else 0.0,
-        p=float(np.sum(p_loo_i)), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),
+        elpd=stable_sum(pw.elpd), se=stable_se(pw.elpd),
+        p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),
         approx_posterior=draws.approx, refit_info=refit_info, candidates=cands.as_dict(), var_name=draws.var_name,
         log_weights=draws_array(data, plain.lw.T, da(plain.k, None), "log_weights"),
         adapted_log_weights=adapted_weights_array(obs_idx[used], [cands.labels[b] for b in cands.best[used]],
@@ -226,6 +301,7 @@ def _pointwise_factory(data, var_name, model, n):
     except ValueError:
         ref = None
     if ref is not None and int(np.prod([ref.sizes[d] for d in ref.dims if d not in SAMPLE_DIMS])) == n:
+        ref = align_obs_dims(ref, model.obs_dims, f"log_likelihood[{ref.name!r}]")
         ref0 = ref.isel(chain=0, draw=0, drop=True)
         dims, shape, coords = ref0.dims, ref0.shape, {k: v for k, v in ref0.coords.items()}
     else:

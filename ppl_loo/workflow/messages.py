@@ -6,9 +6,10 @@ import warnings
 
 import numpy as np
 
-from ppl_loo.workflow.inputs import RHAT_VOUCH
+from ppl_loo.workflow.inputs import RHAT_VOUCH, obs_labels
 
-__all__ = ["warn_unconverged", "warn_doubtful", "warn_identity", "warn_refits_not_converged", "warn_refit_budget"]
+__all__ = ["warn_unconverged", "warn_doubtful", "warn_identity", "warn_refits_not_converged", "warn_refit_budget", "warn_plain",
+           "warn_identical_chains"]
 
 _REFIT = "pl.loo(data, model, refit='doubtful', random_seed=...)"
 
@@ -26,16 +27,17 @@ def warn_unconverged(max_rhat, where, n_doubtful):
           f"Run longer or more chains (or reparameterize) and call pl.loo again, or refit: {_REFIT}.")
 
 
-def warn_doubtful(pw, k_threshold):
-    """Observations without a proposal the engine can vouch for."""
+def warn_doubtful(pw, k_threshold, which=""):
+    """Observations without a proposal the engine can vouch for (``which``: the first of them, with their
+    reasons)."""
     doubtful = pw.doubtful
     n_failed = int(np.sum((pw.transform == "failed") & doubtful))
     _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful): the adaptive search found no "
           f"proposal it can vouch for ({n_failed} where no candidate passed every check with Pareto k at most "
           f"{k_threshold:.2f}, the others without an independent confirmation), so they keep their plain PSIS "
           f"elpd_i, which can be off by more than its Monte Carlo error. Together they carry "
-          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo. Exact LOO: {_REFIT} refits the model without "
-          "each of them.")
+          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: {_REFIT} "
+          "refits the model without each of them.")
 
 
 def warn_identity(n_identity, n_searched, worst):
@@ -62,3 +64,31 @@ def warn_refit_budget(skipped):
     _warn(f"refit: the time budget was spent before {len(skipped)} doubtful observation(s) "
           f"{skipped[:10]}{' ...' if len(skipped) > 10 else ''} could be refit; they keep "
           "their importance-sampling estimate (res.doubtful).")
+
+
+def warn_plain(ref0, k, doubtful, reason, k_threshold):
+    """Plain PSIS-LOO (``pl.loo(data)``): observations with k-hat above the threshold (what
+    ``arviz_stats.loo`` warns), NaN or infinite, named with their reasons."""
+    k = np.asarray(k, dtype=float)
+    high = np.flatnonzero(doubtful & np.isfinite(k) & (k > k_threshold))
+    odd = np.flatnonzero(doubtful & ~(np.isfinite(k) & (k > k_threshold)))
+    parts = []
+    if high.size:
+        parts.append(f"Estimated shape parameter of Pareto distribution is greater than {k_threshold:.2f} for "
+                     f"{high.size} observation(s) ({obs_labels(ref0, high)}): importance sampling is less likely "
+                     "to work well there, the marginal posterior and the LOO posterior being very different.")
+    if odd.size:
+        shown = "; ".join(f"{obs_labels(ref0, [i])}: {reason[i]}" for i in odd[:5])
+        parts.append(f"{odd.size} observation(s) have no usable Pareto k-hat ({shown}"
+                     f"{' ...' if odd.size > 5 else ''}).")
+    parts.append("They are doubtful (res.doubtful, res.reason). pl.loo(data, model) adapts the importance-sampling "
+                 "proposal for them (and refit='doubtful' refits the model without each).")
+    _warn(" ".join(parts))
+
+
+def warn_identical_chains(pairs):
+    """The same chain given twice (e.g. one CSV file passed twice): R-hat and ESS would count it twice."""
+    shown = ", ".join(f"{a} and {b}" for a, b in pairs[:5])
+    _warn(f"posterior chains {shown} hold identical draws (the same chain given twice, e.g. the same CSV file "
+          "passed twice): R-hat looks perfect and the effective sample size counts the draws twice. Drop the "
+          "duplicate (data.isel(chain=[...])) or pass the other chain's output.")

@@ -17,7 +17,7 @@ __all__ = ["LooResult", "loo_datatree"]
 
 #: DataArrays over the observation dims, written as variables of the result's node
 POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
-             "influence", "doubtful", "refit", "searched", "influence_pareto_k", "approx_ok")
+             "influence", "doubtful", "reason", "refit", "searched", "influence_pareto_k", "approx_ok")
 #: DataArrays over other dims (draws, adapted observations)
 WEIGHTS = ("log_weights", "log_q", "adapted_log_weights")
 #: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
@@ -49,6 +49,10 @@ class LooResult(ELPDDataLOO):
       ``elpd_i`` is the plain PSIS value unless a refit replaced it. Every observation not refit is
       doubtful when the MCMC draws have not converged (``max_rhat`` above 1.01); its ``elpd_i`` is
       then what the search gave (a confirmed candidate's, else plain PSIS);
+    - ``reason``: why an observation is doubtful, in words (``""`` where nothing is wrong), e.g.
+      ``"k-hat 1.10 above 0.70: ..."`` or ``"k-hat nan could not be estimated: 93% of the draws tie ..."``;
+      every NaN or infinite ``elpd_i`` or ``pareto_k`` (other than ``-inf``: exactly uniform weights, a
+      constant log-likelihood) has one, and ``warning`` is then True;
     - ``max_rhat``: the largest rank-normalized split R-hat over the posterior variables (NaN for
       draws of an approximation) and ``max_rhat_var``, where it is;
     - ``refit``: True where ``elpd_i`` comes from refitting the model without the observation
@@ -82,6 +86,7 @@ class LooResult(ELPDDataLOO):
     mcse_elpd_i: DataArray = None
     influence: DataArray = None
     doubtful: DataArray = None
+    reason: DataArray = None
     refit: DataArray = None
     refit_info: Any = None
     candidates: Any = None  # per-observation table of every (transform, hbar) k-hat and elpd_i
@@ -147,6 +152,7 @@ class LooResult(ELPDDataLOO):
             "mcse_elpd_i": self.mcse_elpd_i,
             "influence": self.influence,
             "doubtful": self.doubtful,
+            "reason": self.reason,
             "refit": self.refit,
         }
         df = pd.DataFrame({k: np.asarray(v.values).ravel() for k, v in cols.items() if v is not None})
