@@ -12,7 +12,7 @@ import numpy as np
 
 from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.workflow.inputs import check_finite, get_log_likelihood, r_eff_of, stack_draws
-from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian
+from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian, stored_log_q
 
 __all__ = ["LooDraws", "loo_draws", "compare_log_lik"]
 
@@ -60,8 +60,11 @@ def loo_draws(data, model, var_name, log_q) -> LooDraws:
         log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, _gaussian_values(gauss, theta))
     else:
         method, gauss = None, None
+        stored_q = stored_log_q(data) if log_q is None else None  # CmdStan method=variational draws
+        if stored_q is not None:
+            method, log_q = stored_q
         log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, log_q)
-        if approx:
+        if approx and method is None:
             method = "pvi" if log_q is None else "log_q"
     r_eff = 1.0 if approx else r_eff_of(data, S)
     n_chains = int(data["posterior"].sizes.get("chain", 1))
