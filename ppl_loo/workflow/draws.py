@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import xarray as xr
 
 from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.workflow.inputs import check_finite, get_log_likelihood, r_eff_of, stack_draws
@@ -101,6 +102,13 @@ def compare_log_lik(data, var_name, ll, joint_ok=False):
     try:
         stored = get_log_likelihood(data, var_name)
     except ValueError:
+        group = data["log_likelihood"] if isinstance(data, xr.DataTree) and "log_likelihood" in data.children else None
+        found = [] if group is None else list(group.to_dataset().data_vars)
+        if var_name is not None and found and var_name not in found:  # the model names another variable
+            raise ValueError(
+                f"var_name={var_name!r}, the model's log-likelihood variable, is not in the data's log_likelihood "
+                f"group, which has {found}: pass the name the draws use (JaxModel(..., var_name=...) or "
+                "pl.loo(..., var_name=...))") from None
         return
     if stored is None:
         return

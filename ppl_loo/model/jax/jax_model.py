@@ -440,7 +440,10 @@ class JaxModel(LayoutMixin, PosteriorModel):
         self._log_var_target = log_var_target
         if log_var_target is not None:
             self.var_target_fn = self._var_target_on_theta
-        self.var_name = str(var_name)
+        if not isinstance(var_name, str) or not var_name.isidentifier():
+            raise TypeError(f"JaxModel: var_name={var_name!r} must be the name (a non-empty string such as 'y') of "
+                            "the log-likelihood variable, as in the DataTree's log_likelihood group")
+        self.var_name = var_name
         self.structure = structure
         self.adapt_index = None if adapt_index is None else np.asarray(adapt_index, dtype=int)
         self.factorizes = loo_log_density is None
