@@ -108,13 +108,27 @@ def read_csvs(paths, *, log_lik, posterior_predictive, observed):
     except KeyError as err:
         raise CliError(paths[0], one_line(err.args[0] if err.args else err),
                        "check --log-lik / --posterior-predictive against the CSV header") from err
-    except Exception as err:  # noqa: BLE001 - cmdstanpy raises bare ValueErrors, among others
-        bad, why = _culprit(paths)
+    except (ValueError, OSError) as err:  # pl.from_cmdstan's input errors start with the file: "<file>: what; fix"
+        msg = one_line(err)
+        bad = next((p for p in paths if msg.startswith(f"{p}:")), None)
+        if bad is None and paths and msg.startswith(f"{', '.join(paths)}:"):
+            bad = ", ".join(paths)
         if bad is None:
-            msg = one_line(err)
-            bad = next((p for p in paths if p in msg), paths[0])
-            why = msg.replace(f"{bad!r}", "this file").replace(bad, "this file")
-        raise CliError(bad, f"not a readable CmdStan CSV file ({why})", fix) from err
+            raise _read_error(paths, err, fix) from err
+        what, _, hint = msg[len(bad) + 1:].strip().rpartition("; ")
+        raise CliError(bad, what or hint, hint if what else fix) from err
+    except Exception as err:  # noqa: BLE001 - cmdstanpy raises bare ValueErrors, among others
+        raise _read_error(paths, err, fix) from err
+
+
+def _read_error(paths, err, fix):
+    """The first file that does not parse, named with the reason."""
+    bad, why = _culprit(paths)
+    if bad is None:
+        msg = one_line(err)
+        bad = next((p for p in paths if p in msg), paths[0])
+        why = msg.replace(f"{bad!r}", "this file").replace(bad, "this file")
+    return CliError(bad, f"not a readable CmdStan CSV file ({why})", fix)
 
 
 def check_csv_matches_program(tree, model, paths, stan_file, data_path=None):
