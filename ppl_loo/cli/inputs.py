@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,11 @@ def expand_csv_args(args):
                 raise CliError(arg, "no .csv files in this directory", "give the CmdStan output files")
         else:
             paths = [os.fspath(_existing_file(arg, "CSV file", "give the CmdStan output files (output_*.csv)"))]
-        out += [p for p in paths if p not in out]
+        for p in paths:
+            if p in out:
+                warnings.warn(f"{p} is given twice; it is read once (one chain)", UserWarning, stacklevel=2)
+            else:
+                out.append(p)
     return out
 
 

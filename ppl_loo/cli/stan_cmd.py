@@ -149,11 +149,12 @@ def run_loo(args):
     out = check_output(args.out, args.overwrite)
     check_program_file(args.stan_file)
     data = load_data(args.data)
-    paths = expand_csv_args(args.csv)
-    pp, observed = observed_mapping(args.posterior_predictive, data, args.data, paths[0])
-    if args.log_lik in ("", "none"):  # no log-likelihood column: by data deletion
-        args.log_lik = None
-    tree = read_csvs(paths, log_lik=args.log_lik, posterior_predictive=pp, observed=observed)
+    with warnings_to_stderr(args.quiet):  # a file given twice, identical chains
+        paths = expand_csv_args(args.csv)
+        pp, observed = observed_mapping(args.posterior_predictive, data, args.data, paths[0])
+        if args.log_lik in ("", "none"):  # no log-likelihood column: by data deletion
+            args.log_lik = None
+        tree = read_csvs(paths, log_lik=args.log_lik, posterior_predictive=pp, observed=observed)
     model = _compile(args, data)
     check_csv_matches_program(tree, model, paths, args.stan_file, args.data)
     _say(args, f"adaptive LOO of {args.stan_file} on {tree['posterior'].sizes['chain']} chains x "

@@ -336,12 +336,13 @@ def check_files(paths: list[str]) -> dict[str, CmdStanCSV]:
         with open(p, "rb") as fh:
             head = fh.read(65536)
         if b"\0" in head:
-            raise ValueError(f"{p}: a binary file, not a CmdStan CSV file (text); {_FIX}")
+            raise ValueError(f"{p}: not a readable CmdStan CSV file (a binary file, not text); {_FIX}")
         try:
             head.decode("utf-8")
         except UnicodeDecodeError as err:
             if err.start < len(head) - 4:  # not a character cut at the read boundary
-                raise ValueError(f"{p}: not a text file (bytes that are not UTF-8 at offset {err.start}); "
+                raise ValueError(f"{p}: not a readable CmdStan CSV file (not a text file: bytes that are not UTF-8 at "
+                                 f"offset {err.start}); "
                                  f"{_FIX}") from None
         try:
             f = read_cmdstan_csv(p)
@@ -356,8 +357,8 @@ def check_files(paths: list[str]) -> dict[str, CmdStanCSV]:
         except Exception as err:  # noqa: BLE001 - cmdstanpy / numpy parse errors
             raise ValueError(f"{p}: not a readable CmdStan CSV file ({type(err).__name__}: {err}); {_FIX}") from None
         if not f.header or f.header[0] != "lp__":
-            raise ValueError(f"{p}: its header row does not start with lp__ ({','.join(f.header[:5])}...), so it "
-                             f"is not CmdStan output; {_FIX}")
+            raise ValueError(f"{p}: not a readable CmdStan CSV file (its header row does not start with lp__: "
+                             f"{','.join(f.header[:5])}..., so it is not CmdStan output); {_FIX}")
         if f.sampling.shape[0] == 0:
             raise ValueError(f"{p}: a header but no draws (the run was interrupted or failed before sampling); "
                              f"{_FIX}")

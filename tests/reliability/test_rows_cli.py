@@ -150,6 +150,21 @@ def loo(*csv, extra=(), via_subprocess=False):
     return cli("loo", fresh_program(), "--data", ES_DATA, *csv, *extra, via_subprocess=via_subprocess)
 
 
+def warned_then_failed(warning, where, *says):
+    """Exit status 2 with its error line, after the warning line ``ppl-loo: warning: ...`` saying ``warning``."""
+    failed = fails(where, *says)
+
+    def check(ran: Ran):
+        failed(ran)
+        assert any(ln.startswith("ppl-loo: warning: ") and warning in ln for ln in ran.err.splitlines()), ran.err
+
+    return check
+
+
+def copy_of(i=1):
+    return Path(shutil.copy(es(i), tmp() / f"copy_of_output_{i}.csv"))
+
+
 def check_compare_ok(ran: Ran):
     assert ran.code == 0, ran.err
     assert "fit_a" in ran.out and "fit_b" in ran.out
@@ -183,6 +198,12 @@ ROWS = [
         check=fails(tmp() / "zz_*.csv", "no file matches", "pattern")),
     Row(L, "CmdStan methods", "method=optimize output (subprocess)", lambda: loo(OPTIMIZE, via_subprocess=True),
         check=fails(OPTIMIZE, "method=optimize", "method=sample"), issue16=True),
+    # ------------------------------------------------------------------ ppl-loo loo: duplicates
+    Row(L, "duplicates", "the same CSV file twice (read once, with a warning)", lambda: loo(es(1), es(1), extra=(
+        "--posterior-predictive", "theta=zz")), check=warned_then_failed(f"{es(1)} is given twice; it is read once",
+        ES_DATA, "no data entry 'zz'"), issue16=True),
+    Row(L, "duplicates", "a copy of a chain (identical draws)", lambda: loo(es(1), copy_of(1), extra=("--log-lik", "zz")),
+        check=warned_then_failed("identical draws", es(1), "'zz' is not a variable", "--log-lik")),
     # ------------------------------------------------------------------ ppl-loo loo: options and outputs
     Row(L, "options", "--k-threshold x (subprocess)", lambda: loo(es(), extra=("--k-threshold", "x"), via_subprocess=True),
         check=fails("argument --k-threshold", "invalid float value: 'x'", prefix=None), issue16=True),
