@@ -7,6 +7,7 @@ and output paths (refused when they exist, unless ``--overwrite``; written atomi
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -222,17 +223,23 @@ def check_output(path, overwrite, what="output file"):
         raise CliError(path, "exists", "pass --overwrite to replace it, or choose another name")
     if not p.parent.is_dir():
         raise CliError(path, f"directory {os.fspath(p.parent)!r} does not exist", "create it first")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise CliError(path, f"directory {os.fspath(p.parent)!r} is not writable", "choose a folder you can write to")
     return p
 
 
 def write_atomic(path, write):
     """``write(tmp)`` to a temporary name beside ``path``, then ``os.replace``: never a half-written file."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")  # the suffix kept: writers may check it
+    # the suffix kept (writers may check it); the name cut so that a long file name leaves room for the rest
+    tmp = path.with_name(f".{path.stem[:100]}.{os.getpid()}.tmp{path.suffix[:20]}")
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as err:  # a full disk, a read-only folder: the old file (if any) is kept as it was
+        raise CliError(path, f"could not be written ({err.strerror or err})",
+                       "check that the folder is writable and the disk has space (an existing file was kept)") from err
     finally:
-        if tmp.exists():
+        with contextlib.suppress(OSError):
             tmp.unlink()
     return path

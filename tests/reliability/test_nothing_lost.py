@@ -92,3 +92,23 @@ def test_write_atomic_replaces_in_one_step(tmp_path):
     with xr.open_datatree(path) as back:
         assert "posterior" in back.children
     assert os.listdir(tmp_path) == ["fit.nc"]
+
+
+def test_write_atomic_failure_is_a_clear_error(tmp_path):
+    """A write the file system refuses (here the output's name is over the 255-byte limit of a file name) ends
+    with an error that names the output and the fix, and leaves nothing behind (the temporary file removed)."""
+    from ppl_loo.cli.errors import CliError
+
+    path = tmp_path / ("f" * 300 + ".nc")
+    with pytest.raises(CliError) as info:
+        write_atomic(path, tree_named().to_netcdf)
+    msg = str(info.value)
+    assert msg.startswith(str(path)) and "could not be written" in msg and "writable" in msg
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_atomic_long_name(tmp_path):
+    """A long (valid) file name: the temporary name stays within the limit, the file is written."""
+    path = tmp_path / ("f" * 245 + ".nc")
+    write_atomic(path, tree_named().to_netcdf)
+    assert os.listdir(tmp_path) == [path.name]
