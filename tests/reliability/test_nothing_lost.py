@@ -112,3 +112,12 @@ def test_write_atomic_long_name(tmp_path):
     path = tmp_path / ("f" * 245 + ".nc")
     write_atomic(path, tree_named().to_netcdf)
     assert os.listdir(tmp_path) == [path.name]
+
+
+def test_report_mode_and_long_name(results, tmp_path):
+    """The report gets the mode a plain open() gives (not the temporary file's 0600), also with a long name."""
+    path = pl.report(results, tmp_path / ("r" * 245 + ".html"))
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~mask
+    assert os.listdir(tmp_path) == [Path(path).name]
