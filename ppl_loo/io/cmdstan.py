@@ -305,8 +305,8 @@ def from_cmdstan(
     paths = expand_paths(csv_files)
     parsed = check_files(paths)
     method = cmdstan_method(paths)
-    if method == "variational":
-        return from_variational_csv(paths, **kw)
+    if method in ("variational", "laplace"):
+        return from_variational_csv(paths, method=method, **kw)
     check_same_headers(paths)
     try:
         with disable_logging():  # its divergence warning points at diagnose(), which needs CmdStan
@@ -356,7 +356,7 @@ def check_files(paths: list[str]) -> dict[str, CmdStanCSV]:
                 from None
         except Exception as err:  # noqa: BLE001 - cmdstanpy / numpy parse errors
             raise ValueError(f"{p}: not a readable CmdStan CSV file ({type(err).__name__}: {err}); {_FIX}") from None
-        if not f.header or f.header[0] != "lp__":
+        if not f.header or f.header[0] not in ("lp__", "log_p__", "lp_approx__"):  # sample/vb, laplace, pathfinder
             raise ValueError(f"{p}: not a readable CmdStan CSV file (its header row does not start with lp__: "
                              f"{','.join(f.header[:5])}..., so it is not CmdStan output); {_FIX}")
         if f.sampling.shape[0] == 0:
@@ -391,18 +391,18 @@ def cmdstan_method(paths: list[str]) -> str:
     where = paths[0] if len(paths) == 1 else ", ".join(paths)
     if method == "sample":
         return method
-    if method == "variational":
+    if method in ("variational", "laplace"):
         if len(paths) > 1:
-            raise ValueError(f"{where}: {len(paths)} files of CmdStan's method=variational, each its own "
+            raise ValueError(f"{where}: {len(paths)} files of CmdStan's method={method}, each its own "
                              "approximation q; give one file (pl.loo weights its draws by that q)")
         return method
     if method == "optimize":
         raise ValueError(f"{where}: CmdStan method=optimize output is a point estimate (the mode), not draws, so "
                          "there is no LOO to compute from it; run CmdStan's method=sample (or method=variational), "
                          "or use pl.laplace(model) for a Laplace approximation around the mode")
-    if method in ("laplace", "pathfinder"):
-        raise ValueError(f"{where}: CmdStan method={method} output is not read by ppl_loo (its draws come from an "
-                         "approximation whose density is not usable here); run CmdStan's method=sample, "
+    if method == "pathfinder":
+        raise ValueError(f"{where}: CmdStan method=pathfinder output is not read by ppl_loo (its draws are resampled, "
+                         "so lp_approx__ is not the density they come from); run CmdStan's method=sample, "
                          "or use pl.laplace(model) / pl.pvi(model) on the model")
     if method == "generate_quantities":
         raise ValueError(f"{where}: CmdStan method=generate_quantities output holds only the generated "
@@ -432,27 +432,29 @@ def warn_identical_chains(paths: list[str], parsed: dict | None = None) -> None:
 VARIATIONAL_GROUP = "variational"
 
 
-def from_variational_csv(paths, *, log_likelihood="log_lik", posterior_predictive=None, observed_data=None,
-                         include_warmup=False) -> xr.DataTree:
-    """CmdStan ``method=variational`` output -> DataTree of the approximation's draws.
+def from_variational_csv(paths, *, method="variational", log_likelihood="log_lik", posterior_predictive=None,
+                         observed_data=None, include_warmup=False) -> xr.DataTree:
+    """CmdStan ``method=variational`` (or ``method=laplace``) output -> DataTree of the approximation's draws.
 
-    The file's first row is the approximation's mean (``lp__ = log_p__ = log_g__ = 0``); it is dropped.
-    ``log_g__`` (the log density of ``q`` on the unconstrained scale, up to a constant) becomes the
-    ``log_q`` of group ``variational``, which ``pl.loo`` uses for the weights of Eq. 13.
+    Variational output's first row is the approximation's mean (``lp__ = log_p__ = log_g__ = 0``); it is
+    dropped. ``log_g__`` (``log_q__`` in laplace output: the log density of ``q`` on the unconstrained
+    scale, up to a constant) becomes the ``log_q`` of group ``variational``, which ``pl.loo`` uses for the
+    weights of Eq. 13.
     """
     del include_warmup  # no warmup in variational output
     f = read_cmdstan_csv(paths[0])
     cols = f.header
-    for needed in ("log_p__", "log_g__"):
+    q_col = "log_g__" if "log_g__" in cols else "log_q__"
+    for needed in ("log_p__", q_col):
         if needed not in cols:
-            raise ValueError(f"{paths[0]}: method=variational output without the {needed} column; give the CSV "
+            raise ValueError(f"{paths[0]}: method={method} output without the {needed} column; give the CSV "
                              "file CmdStan (2.x) wrote")
     rows = f.draws
-    if rows.shape[0] >= 1 and np.all(rows[0, cols.index("log_g__")] == 0) and np.all(rows[0, 0] == 0):
+    if method == "variational" and rows.shape[0] >= 1 and rows[0, cols.index(q_col)] == 0 and rows[0, 0] == 0:
         rows = rows[1:]  # the mean of the approximation, not a draw
     if rows.shape[0] < 2:
-        raise ValueError(f"{paths[0]}: method=variational output with no draws after the mean row; rerun CmdStan "
-                         "with output_samples=1000 (its default)")
+        raise ValueError(f"{paths[0]}: method={method} output with fewer than 2 draws; rerun CmdStan with more "
+                         "draws (output_samples / draws = 1000, the default)")
     variables = stanio.parse_header(",".join(cols))
     available = [v for v in variables if not v.endswith("__")]
     ll, pp = requested_names(log_likelihood, posterior_predictive, available, "CmdStan")
@@ -470,17 +472,17 @@ def from_variational_csv(paths, *, log_likelihood="log_lik", posterior_predictiv
         groups["log_likelihood"] = dataset(ll)
     if pp:
         groups["posterior_predictive"] = dataset(pp)
-    alg = f.config.get("algorithm", "meanfield")
-    q = xr.Dataset({"log_q": (("chain", "draw"), rows[None, :, cols.index("log_g__")]),
+    alg = f.config.get("algorithm", "meanfield") if method == "variational" else "laplace"
+    q = xr.Dataset({"log_q": (("chain", "draw"), rows[None, :, cols.index(q_col)]),
                     "log_p": (("chain", "draw"), rows[None, :, cols.index("log_p__")])},
                    coords={"chain": [0], "draw": np.arange(rows.shape[0])},
-                   attrs={"posterior_group": "posterior", "method": "variational", "algorithm": alg,
+                   attrs={"posterior_group": "posterior", "method": method, "algorithm": alg,
                           "source": os.path.basename(paths[0]),
-                          "note": "log_q: CmdStan's log_g__ (log density of the approximation q on the "
+                          "note": f"log_q: CmdStan's {q_col} (log density of the approximation q on the "
                                   "unconstrained scale, up to a constant); log_p: its log_p__"})
     groups = {k: v for k, v in groups.items() if v is not None}
     groups[VARIATIONAL_GROUP] = q
-    attrs = {"inference_library": "cmdstan", "cmdstan_method": "variational", "variational_algorithm": alg}
+    attrs = {"inference_library": "cmdstan", "cmdstan_method": method, "variational_algorithm": alg}
     if f.stan_version:
         attrs["inference_library_version"] = attrs["stan_version"] = f.stan_version
     if "model" in f.config:

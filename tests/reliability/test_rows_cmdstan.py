@@ -1,9 +1,10 @@
 """Reliability rows of ``pl.from_cmdstan`` (CmdStan CSV files): broken files, other CmdStan methods, duplicates.
 
 Real CmdStan output: the eight-schools CSV files in ``shared/data/cmdstan-eight-schools`` (CmdStan 2.18,
-``method=sample``) and cmdstanpy's optimize output (``tests/data``); the variational file is written here
-in the format of CmdStan 2.37's ``method=variational`` output, from a Gaussian ``q`` drawn here, for the
-conjugate normal model ``stan_models/normal_known_sigma.stan`` whose exact LOO has a closed form.
+``method=sample``) and cmdstanpy's optimize output (``tests/data``). The variational and laplace files are
+written here in the format of CmdStan 2.37's ``method=variational`` and 2.39's ``method=laplace`` output, from
+a Gaussian ``q`` drawn here, for the conjugate normal model ``stan_models/normal_known_sigma.stan`` whose
+exact LOO has a closed form.
 """
 
 from __future__ import annotations
@@ -162,6 +163,66 @@ def vb_csv(S=4000, seed=5):
     return write("normal_vb.csv", text)
 
 
+LAPLACE_HEADER = """# stan_version_major = 2
+# stan_version_minor = 39
+# stan_version_patch = 0
+# model = normal_known_sigma_model
+# start_datetime = 2026-08-28 01:36:03 UTC
+# method = laplace
+#   laplace
+#     mode = normal-opt.csv
+#     jacobian = true (Default)
+#     draws = {S} (Default)
+#     calculate_lp = true (Default)
+# id = 1 (Default)
+# data
+#   file = normal.json
+# init = 2 (Default)
+# random
+#   seed = 1234
+# output
+#   file = normal_laplace.csv
+#   diagnostic_file =  (Default)
+#   refresh = 100 (Default)
+#   sig_figs = 17
+#   profile_file = profile.csv (Default)
+#   save_cmdstan_config = true
+# num_threads = 1 (Default)
+# stanc_version = stanc3 v2.39.0
+# stancflags = --filename-in-msg=normal_known_sigma.stan
+"""
+
+
+@functools.cache
+def laplace_csv(S=4000, seed=7):
+    """A CmdStan 2.39 method=laplace CSV (columns log_p__, log_q__, then the variables; no mean row), from a
+    Gaussian q drawn here."""
+    m, v = posterior(Y)
+    qm, qs = m - 0.2 * np.sqrt(v), 1.2 * np.sqrt(v)
+    z = np.random.default_rng(seed).standard_normal(S)
+    mu = qm + qs * z
+    log_p = norm.logpdf(mu, DATA["mu0"], DATA["tau0"]) + norm.logpdf(Y[None, :], mu[:, None], DATA["sigma"]).sum(1)
+    ll = norm.logpdf(Y[None, :], mu[:, None], DATA["sigma"])
+    cols = ["log_p__", "log_q__", "mu"] + [f"log_lik.{i + 1}" for i in range(len(Y))]
+    rows = [[lp, -0.5 * zz * zz, t] + list(li) for lp, zz, t, li in zip(log_p, z, mu, ll)]
+    body = "\n".join(",".join(f"{x:.17g}" for x in r) for r in rows)
+    return write("normal_laplace.csv", LAPLACE_HEADER.replace("{S}", str(S)) + ",".join(cols) + "\n" + body + "\n")
+
+
+def laplace_loo():
+    tree = pl.from_cmdstan(laplace_csv())
+    return tree, pl.loo(tree, pl.StanModel(NORMAL, DATA), progressbar=False)
+
+
+def check_laplace_loo(value):
+    tree, res = value
+    assert tree["posterior"].sizes["draw"] == 4000
+    exact = exact_loo()
+    assert res.approximation == "laplace"
+    np.testing.assert_array_less(np.abs(np.asarray(res.elpd_i.values) - exact),
+                                 5 * np.asarray(res.mcse_elpd_i.values) + 0.02)
+
+
 def vb_loo():
     tree = pl.from_cmdstan(vb_csv())
     return tree, pl.loo(tree, pl.StanModel(NORMAL, DATA), progressbar=False)
@@ -239,8 +300,10 @@ ROWS = [
         error=ValueError, says=("normal_vb.csv", "method=variational", "give one file")),
     Row(F, "CmdStan methods", "method=optimize (real CmdStan output)", lambda: pl.from_cmdstan(OPTIMIZE), error=ValueError,
         says=("rosenbrock_mle.csv", "method=optimize", "point estimate", "method=sample", "pl.laplace"), issue16=True),
-    Row(F, "CmdStan methods", "method=laplace", lambda: pl.from_cmdstan(with_method("laplace")), error=ValueError,
-        says=("method_laplace.csv", "method=laplace", "method=sample")),
+    Row("pl.loo (model)", "CmdStan methods", "method=laplace: Eq. 13 weights with log_q__, exact LOO", laplace_loo,
+        check=check_laplace_loo, warns=None),
+    Row(F, "CmdStan methods", "method=laplace header on sampler columns", lambda: pl.from_cmdstan(with_method("laplace")),
+        error=ValueError, says=("method_laplace.csv", "method=laplace", "log_p__")),
     Row(F, "CmdStan methods", "method=pathfinder", lambda: pl.from_cmdstan(with_method("pathfinder")), error=ValueError,
         says=("method_pathfinder.csv", "method=pathfinder", "method=sample")),
     Row(F, "CmdStan methods", "method=generate_quantities", lambda: pl.from_cmdstan(with_method("generate_quantities")),
