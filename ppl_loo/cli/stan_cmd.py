@@ -203,6 +203,7 @@ def json_summary(res, *, stan_file=None, data_file=None, csv_files=(), out=None,
         "n_doubtful": int(np.sum(res.doubtful.values)) if res.doubtful is not None else 0,
         "n_refit": int(np.sum(res.refit.values)) if res.refit is not None else 0,
         "max_rhat": _finite(res.max_rhat), "var_name": res.var_name,
+        "approximation": getattr(res, "approximation", None),  # draws of an approximation (CmdStan variational, ...)
         "elpd_i": _values(res.elpd_i, _finite), "mcse_elpd_i": _values(res.mcse_elpd_i, _finite),
         "pareto_k_psis": _values(res.pareto_k_psis, _finite), "pareto_k": _values(res.pareto_k, _finite),
         "transform": tr.tolist(), "doubtful": _values(res.doubtful, bool), "refit": _values(res.refit, bool),

@@ -165,6 +165,27 @@ def copy_of(i=1):
     return Path(shutil.copy(es(i), tmp() / f"copy_of_output_{i}.csv"))
 
 
+def vb_through_cli():
+    """``ppl-loo loo`` of a CmdStan method=variational file (the conjugate normal model of test_rows_cmdstan)."""
+    import json
+
+    import test_rows_cmdstan as vb
+
+    data = tmp() / "normal.json"
+    data.write_text(json.dumps({k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in vb.DATA.items()}))
+    return cli("loo", vb.NORMAL, "--data", data, vb.vb_csv(), "--json", "--quiet"), float(vb.exact_loo().sum())
+
+
+def check_vb_cli(value):
+    import json
+
+    ran, exact = value
+    assert ran.code == 0, ran.err
+    summary = json.loads(ran.out)
+    assert summary["approximation"] == "variational" and summary["n_draws"] == 4000
+    assert abs(summary["elpd_loo"] - exact) < 0.1
+
+
 def check_compare_ok(ran: Ran):
     assert ran.code == 0, ran.err
     assert "fit_a" in ran.out and "fit_b" in ran.out
@@ -198,6 +219,8 @@ ROWS = [
         check=fails(tmp() / "zz_*.csv", "no file matches", "pattern")),
     Row(L, "CmdStan methods", "method=optimize output (subprocess)", lambda: loo(OPTIMIZE, via_subprocess=True),
         check=fails(OPTIMIZE, "method=optimize", "method=sample"), issue16=True),
+    Row(L, "CmdStan methods", "method=variational output: Eq. 13, exact LOO", vb_through_cli, check=check_vb_cli,
+        warns=None, issue16=True),
     # ------------------------------------------------------------------ ppl-loo loo: duplicates
     Row(L, "duplicates", "the same CSV file twice (read once, with a warning)", lambda: loo(es(1), es(1), extra=(
         "--posterior-predictive", "theta=zz")), check=warned_then_failed(f"{es(1)} is given twice; it is read once",
