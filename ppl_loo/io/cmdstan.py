@@ -173,7 +173,11 @@ def expand_paths(csv_files) -> list[str]:
         else:
             paths = [s]
     else:
-        paths = [os.fspath(p) for p in csv_files]
+        try:
+            paths = [os.fspath(p) for p in csv_files]
+        except TypeError:
+            raise TypeError(f"csv_files={csv_files!r}: give a CSV path, a list of paths (one chain each), a directory, "
+                            "a glob pattern, a cmdstanpy fit or a PyStan 3 fit") from None
     if not paths:
         raise ValueError(f"no CmdStan CSV files in {csv_files!r}")
     return paths
@@ -302,6 +306,9 @@ def from_cmdstan(
         return from_cmdstanpy_fit(csv_files, **kw)
     if is_pystan_fit(csv_files):
         return from_pystan_fit(csv_files, **kw)
+    runset = getattr(csv_files, "runset", None)
+    if runset is not None and hasattr(runset, "csv_files"):  # CmdStanVB, CmdStanMLE, CmdStanLaplace, ...: its files
+        csv_files = list(runset.csv_files)
     paths = expand_paths(csv_files)
     parsed = check_files(paths)
     method = cmdstan_method(paths)

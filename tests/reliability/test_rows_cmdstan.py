@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import cmdstanpy
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -160,7 +161,7 @@ def vb_csv(S=4000, seed=5):
     rows += [[0, lp, lg, t] + list(li) for lp, lg, t, li in zip(log_p, log_g, mu, ll)]
     body = "\n".join(",".join(f"{x:.17g}" for x in r) for r in rows)
     text = VB_HEADER.replace("{S}", str(S)) + ",".join(cols) + "\n# Stepsize adaptation complete.\n# eta = 1\n" + body + "\n"
-    return write("normal_vb.csv", text)
+    return write(f"normal_vb_{S}_{seed}.csv" if (S, seed) != (4000, 5) else "normal_vb.csv", text)
 
 
 LAPLACE_HEADER = """# stan_version_major = 2
@@ -310,6 +311,18 @@ ROWS = [
         error=ValueError, says=("method_generate_quantities.csv", "generate_quantities", "method=sample run")),
     Row(F, "CmdStan methods", "files of different methods", lambda: pl.from_cmdstan([es(1), with_method("laplace")]),
         error=ValueError, says=("different methods", "output_1.csv (sample)", "method_laplace.csv (laplace)")),
+    Row(F, "CmdStan methods", "a cmdstanpy CmdStanVB object", lambda: pl.from_cmdstan(
+        cmdstanpy.from_csv(vb_csv(), method="variational")), check=check_vb_tree, warns=None),
+    Row(F, "CmdStan methods", "a cmdstanpy CmdStanMLE object", lambda: pl.from_cmdstan(
+        cmdstanpy.from_csv(str(OPTIMIZE), method="optimize")), error=ValueError,
+        says=("rosenbrock_mle.csv", "method=optimize", "method=sample")),
+    # ------------------------------------------------------------------ shapes and types, names
+    Row(F, "shapes and types", "a number instead of files", lambda: pl.from_cmdstan(123), error=TypeError,
+        says=("csv_files=123", "a csv path", "a list of paths")),
+    Row(F, "names", "log_likelihood naming no variable", lambda: pl.from_cmdstan(es(1), log_likelihood="loglik"),
+        error=KeyError, says=("'loglik'", "not a variable", "theta")),
+    Row(F, "names", "posterior_predictive naming no variable", lambda: pl.from_cmdstan(es(1), posterior_predictive="y_rep"),
+        error=KeyError, says=("'y_rep'", "not a variable", "theta")),
     # ------------------------------------------------------------------ duplicates
     Row(F, "duplicates", "the same file twice", two_identical(lambda: [es(1), es(2), es(1)]), check=lambda t: None,
         warns=UserWarning, says=("output_1.csv is given twice", "r-hat"), issue16=True),
