@@ -7,9 +7,11 @@ and output paths (refused when they exist, unless ``--overwrite``; written atomi
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +85,11 @@ def expand_csv_args(args):
                 raise CliError(arg, "no .csv files in this directory", "give the CmdStan output files")
         else:
             paths = [os.fspath(_existing_file(arg, "CSV file", "give the CmdStan output files (output_*.csv)"))]
-        out += [p for p in paths if p not in out]
+        for p in paths:
+            if p in out:
+                warnings.warn(f"{p} is given twice; it is read once (one chain)", UserWarning, stacklevel=2)
+            else:
+                out.append(p)
     return out
 
 
@@ -108,13 +114,27 @@ def read_csvs(paths, *, log_lik, posterior_predictive, observed):
     except KeyError as err:
         raise CliError(paths[0], one_line(err.args[0] if err.args else err),
                        "check --log-lik / --posterior-predictive against the CSV header") from err
-    except Exception as err:  # noqa: BLE001 - cmdstanpy raises bare ValueErrors, among others
-        bad, why = _culprit(paths)
+    except (ValueError, OSError) as err:  # pl.from_cmdstan's input errors start with the file: "<file>: what; fix"
+        msg = one_line(err)
+        bad = next((p for p in paths if msg.startswith(f"{p}:")), None)
+        if bad is None and paths and msg.startswith(f"{', '.join(paths)}:"):
+            bad = ", ".join(paths)
         if bad is None:
-            msg = one_line(err)
-            bad = next((p for p in paths if p in msg), paths[0])
-            why = msg.replace(f"{bad!r}", "this file").replace(bad, "this file")
-        raise CliError(bad, f"not a readable CmdStan CSV file ({why})", fix) from err
+            raise _read_error(paths, err, fix) from err
+        what, _, hint = msg[len(bad) + 1:].strip().rpartition("; ")
+        raise CliError(bad, what or hint, hint if what else fix) from err
+    except Exception as err:  # noqa: BLE001 - cmdstanpy raises bare ValueErrors, among others
+        raise _read_error(paths, err, fix) from err
+
+
+def _read_error(paths, err, fix):
+    """The first file that does not parse, named with the reason."""
+    bad, why = _culprit(paths)
+    if bad is None:
+        msg = one_line(err)
+        bad = next((p for p in paths if p in msg), paths[0])
+        why = msg.replace(f"{bad!r}", "this file").replace(bad, "this file")
+    return CliError(bad, f"not a readable CmdStan CSV file ({why})", fix)
 
 
 def check_csv_matches_program(tree, model, paths, stan_file, data_path=None):
@@ -203,17 +223,23 @@ def check_output(path, overwrite, what="output file"):
         raise CliError(path, "exists", "pass --overwrite to replace it, or choose another name")
     if not p.parent.is_dir():
         raise CliError(path, f"directory {os.fspath(p.parent)!r} does not exist", "create it first")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise CliError(path, f"directory {os.fspath(p.parent)!r} is not writable", "choose a folder you can write to")
     return p
 
 
 def write_atomic(path, write):
     """``write(tmp)`` to a temporary name beside ``path``, then ``os.replace``: never a half-written file."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")  # the suffix kept: writers may check it
+    # the suffix kept (writers may check it); the name cut so that a long file name leaves room for the rest
+    tmp = path.with_name(f".{path.stem[:100]}.{os.getpid()}.tmp{path.suffix[:20]}")
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as err:  # a full disk, a read-only folder: the old file (if any) is kept as it was
+        raise CliError(path, f"could not be written ({err.strerror or err})",
+                       "check that the folder is writable and the disk has space (an existing file was kept)") from err
     finally:
-        if tmp.exists():
+        with contextlib.suppress(OSError):
             tmp.unlink()
     return path

@@ -67,6 +67,8 @@ def add_loo_parser(sub):
     p.add_argument("--n-obs", metavar="NAME", help="data entry with the number of observations (when ambiguous)")
     p.add_argument("--refit", choices=["none", "doubtful", "flagged"], default="none",
                    help="exact LOO by refitting the program without each doubtful (or each adapted) observation")
+    p.add_argument("--k-threshold", type=float, metavar="K",
+                   help="Pareto k above which an observation is not vouched for (default min(1 - 1/log10(S), 0.7))")
     p.add_argument("--seed", type=int, default=1, help="seed of the refits (default 1)")
     for name in ("chains", "warmup", "draws"):
         p.add_argument(f"--refit-{name}", type=int, metavar="N",
@@ -126,7 +128,7 @@ def _run_loo(args, tree, model):
     try:
         with warnings_to_stderr(args.quiet):
             return pl.loo(tree, model, refit=refit, random_seed=args.seed, progressbar=not args.quiet,
-                          refit_kwargs=kw or None)
+                          refit_kwargs=kw or None, k_threshold=getattr(args, "k_threshold", None))
     except StanEvaluationError as err:
         raise CliError(args.stan_file, f"Stan failed on the draws: {one_line(err)}",
                        "check that the program and the data are the ones the CSV files came from",
@@ -141,14 +143,18 @@ def _run_loo(args, tree, model):
 
 def run_loo(args):
     """``ppl-loo loo``; exit status 0, or 1 when some observations are doubtful."""
+    k = getattr(args, "k_threshold", None)
+    if k is not None and not (math.isfinite(k) and 0 < k <= 1):
+        raise CliError("--k-threshold", f"{k} is not a Pareto k threshold in (0, 1]", "e.g. --k-threshold 0.7")
     out = check_output(args.out, args.overwrite)
     check_program_file(args.stan_file)
     data = load_data(args.data)
-    paths = expand_csv_args(args.csv)
-    pp, observed = observed_mapping(args.posterior_predictive, data, args.data, paths[0])
-    if args.log_lik in ("", "none"):  # no log-likelihood column: by data deletion
-        args.log_lik = None
-    tree = read_csvs(paths, log_lik=args.log_lik, posterior_predictive=pp, observed=observed)
+    with warnings_to_stderr(args.quiet):  # a file given twice, identical chains
+        paths = expand_csv_args(args.csv)
+        pp, observed = observed_mapping(args.posterior_predictive, data, args.data, paths[0])
+        if args.log_lik in ("", "none"):  # no log-likelihood column: by data deletion
+            args.log_lik = None
+        tree = read_csvs(paths, log_lik=args.log_lik, posterior_predictive=pp, observed=observed)
     model = _compile(args, data)
     check_csv_matches_program(tree, model, paths, args.stan_file, args.data)
     _say(args, f"adaptive LOO of {args.stan_file} on {tree['posterior'].sizes['chain']} chains x "
@@ -197,6 +203,7 @@ def json_summary(res, *, stan_file=None, data_file=None, csv_files=(), out=None,
         "n_doubtful": int(np.sum(res.doubtful.values)) if res.doubtful is not None else 0,
         "n_refit": int(np.sum(res.refit.values)) if res.refit is not None else 0,
         "max_rhat": _finite(res.max_rhat), "var_name": res.var_name,
+        "approximation": getattr(res, "approximation", None),  # draws of an approximation (CmdStan variational, ...)
         "elpd_i": _values(res.elpd_i, _finite), "mcse_elpd_i": _values(res.mcse_elpd_i, _finite),
         "pareto_k_psis": _values(res.pareto_k_psis, _finite), "pareto_k": _values(res.pareto_k, _finite),
         "transform": tr.tolist(), "doubtful": _values(res.doubtful, bool), "refit": _values(res.refit, bool),

@@ -29,19 +29,21 @@ import glob
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 
 import cmdstanpy
 import numpy as np
+import stanio
 import xarray as xr
-from arviz_base import from_cmdstanpy
+from arviz_base import dict_to_dataset, from_cmdstanpy
 from cmdstanpy.utils import disable_logging, stancsv
 
 from .groups import assemble, requested_names, split_warmup
 from .pystan import from_pystan_fit, is_pystan_fit
 
-__all__ = ["CmdStanCSV", "check_same_headers", "config_tree", "expand_paths", "from_cmdstan", "from_cmdstanpy_fit",
-           "read_cmdstan_csv", "read_cmdstan_header"]
+__all__ = ["VARIATIONAL_GROUP", "CmdStanCSV", "check_files", "check_same_headers", "cmdstan_method", "config_tree", "expand_paths", "from_cmdstan", "from_cmdstanpy_fit",
+           "from_variational_csv", "read_cmdstan_csv", "read_cmdstan_header", "warn_identical_chains"]
 
 
 # ---------------------------------------------------------------------------------------- one file
@@ -171,7 +173,11 @@ def expand_paths(csv_files) -> list[str]:
         else:
             paths = [s]
     else:
-        paths = [os.fspath(p) for p in csv_files]
+        try:
+            paths = [os.fspath(p) for p in csv_files]
+        except TypeError:
+            raise TypeError(f"csv_files={csv_files!r}: give a CSV path, a list of paths (one chain each), a directory, "
+                            "a glob pattern, a cmdstanpy fit or a PyStan 3 fit") from None
     if not paths:
         raise ValueError(f"no CmdStan CSV files in {csv_files!r}")
     return paths
@@ -300,8 +306,194 @@ def from_cmdstan(
         return from_cmdstanpy_fit(csv_files, **kw)
     if is_pystan_fit(csv_files):
         return from_pystan_fit(csv_files, **kw)
+    runset = getattr(csv_files, "runset", None)
+    if runset is not None and hasattr(runset, "csv_files"):  # CmdStanVB, CmdStanMLE, CmdStanLaplace, ...: its files
+        csv_files = list(runset.csv_files)
     paths = expand_paths(csv_files)
+    parsed = check_files(paths)
+    method = cmdstan_method(paths)
+    if method in ("variational", "laplace"):
+        return from_variational_csv(paths, method=method, **kw)
     check_same_headers(paths)
-    with disable_logging():  # its divergence warning points at diagnose(), which needs CmdStan
-        fit = cmdstanpy.from_csv(paths, method="sample")
+    try:
+        with disable_logging():  # its divergence warning points at diagnose(), which needs CmdStan
+            fit = cmdstanpy.from_csv(paths, method="sample")
+    except Exception as err:  # noqa: BLE001 - cmdstanpy raises bare ValueErrors (reshape, parse, ...)
+        raise _file_error(paths, err) from err
+    warn_identical_chains(paths, parsed)
     return from_cmdstanpy_fit(fit, **kw)
+
+
+# ---------------------------------------------------------------------------------------- checks
+_FIX = "give the CSV files CmdStan wrote (output_*.csv, one per chain, all of one run)"
+
+
+def check_files(paths: list[str]) -> dict[str, CmdStanCSV]:
+    """Each path is a readable, non-empty text file with a header row and draws; else a ``ValueError``
+    that names the file and the fix (cmdstanpy's own errors name neither, or fail later on a reshape)."""
+    parsed = {}
+    for p in paths:
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"{p}: no such CmdStan CSV file; {_FIX}")
+        if os.path.isdir(p):
+            raise ValueError(f"{p}: is a directory, not a CmdStan CSV file; give the directory alone (its *.csv "
+                             f"files are read) or {_FIX}")
+        if os.path.getsize(p) == 0:
+            raise ValueError(f"{p}: the file is empty (did the run fail or is it still being written?); {_FIX}")
+        with open(p, "rb") as fh:
+            head = fh.read(65536)
+        if b"\0" in head:
+            raise ValueError(f"{p}: not a readable CmdStan CSV file (a binary file, not text); {_FIX}")
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if err.start < len(head) - 4:  # not a character cut at the read boundary
+                raise ValueError(f"{p}: not a readable CmdStan CSV file (not a text file: bytes that are not UTF-8 at "
+                                 f"offset {err.start}); "
+                                 f"{_FIX}") from None
+        try:
+            f = read_cmdstan_csv(p)
+        except ValueError as err:
+            msg = str(err)
+            m = re.search(r"number of columns changed from (\d+) to (\d+) at row (\d+)", msg)
+            if m:
+                msg = (f"a draw row has {m.group(2)} values but the header {m.group(1)} columns (row {m.group(3)} of "
+                       "the draws: a truncated or edited file?)")
+            raise ValueError(msg if msg.startswith(p) else f"{p}: not a readable CmdStan CSV file ({msg}); {_FIX}") \
+                from None
+        except Exception as err:  # noqa: BLE001 - cmdstanpy / numpy parse errors
+            raise ValueError(f"{p}: not a readable CmdStan CSV file ({type(err).__name__}: {err}); {_FIX}") from None
+        if not f.header or f.header[0] not in ("lp__", "log_p__", "lp_approx__"):  # sample/vb, laplace, pathfinder
+            raise ValueError(f"{p}: not a readable CmdStan CSV file (its header row does not start with lp__: "
+                             f"{','.join(f.header[:5])}..., so it is not CmdStan output); {_FIX}")
+        if f.sampling.shape[0] == 0:
+            raise ValueError(f"{p}: a header but no draws (the run was interrupted or failed before sampling); "
+                             f"{_FIX}")
+        parsed[p] = f
+    return parsed
+
+
+def _file_error(paths, err) -> ValueError:
+    msg = " ".join(str(err).split())
+    bad = next((p for p in paths if p in msg), None)
+    where = bad if bad is not None else (paths[0] if len(paths) == 1 else ", ".join(paths))
+    return ValueError(f"{where}: not readable as CmdStan CSV files ({type(err).__name__}: {msg}); {_FIX}")
+
+
+def cmdstan_method(paths: list[str]) -> str:
+    """The CmdStan method the files were written by (``# method = ...`` in the header comments).
+
+    ``sample`` and ``variational`` are read; any other method raises a ``ValueError`` saying what to do.
+    """
+    methods = {}
+    for p in paths:
+        with open(p, "rb") as fh:
+            comments = [ln for ln in (fh.readline() for _ in range(200)) if ln.startswith(b"#")]
+        methods[p] = config_tree(comments).get("method", "sample")  # files without a config: sampler output
+    kinds = sorted(set(methods.values()))
+    if len(kinds) > 1:
+        listed = ", ".join(f"{p} ({m})" for p, m in methods.items())
+        raise ValueError(f"the CmdStan CSV files come from different methods: {listed}; give the files of one run")
+    method = kinds[0]
+    where = paths[0] if len(paths) == 1 else ", ".join(paths)
+    if method == "sample":
+        return method
+    if method in ("variational", "laplace"):
+        if len(paths) > 1:
+            raise ValueError(f"{where}: {len(paths)} files of CmdStan's method={method}, each its own "
+                             "approximation q; give one file (pl.loo weights its draws by that q)")
+        return method
+    if method == "optimize":
+        raise ValueError(f"{where}: CmdStan method=optimize output is a point estimate (the mode), not draws, so "
+                         "there is no LOO to compute from it; run CmdStan's method=sample (or method=variational), "
+                         "or use pl.laplace(model) for a Laplace approximation around the mode")
+    if method == "pathfinder":
+        raise ValueError(f"{where}: CmdStan method=pathfinder output is not read by ppl_loo (its draws are resampled, "
+                         "so lp_approx__ is not the density they come from); run CmdStan's method=sample, "
+                         "or use pl.laplace(model) / pl.pvi(model) on the model")
+    if method == "generate_quantities":
+        raise ValueError(f"{where}: CmdStan method=generate_quantities output holds only the generated "
+                         "quantities; give the CSV files of the method=sample run they were generated from")
+    raise ValueError(f"{where}: CmdStan method={method} is not sampler output; run CmdStan's method=sample")
+
+
+def warn_identical_chains(paths: list[str], parsed: dict | None = None) -> None:
+    """Warn when two files hold the same draws (the same CSV given twice): R-hat would look perfect."""
+    if len(paths) < 2:
+        return
+    seen: dict[bytes, str] = {}
+    for p in paths:
+        draws = (parsed[p] if parsed and p in parsed else read_cmdstan_csv(p)).sampling
+        key = np.ascontiguousarray(draws).tobytes()
+        if key in seen:
+            which = f"{p} is given twice" if p == seen[key] else f"{p} and {seen[key]} hold identical draws"
+            warnings.warn(f"{which} (the same chain given twice?): R-hat and the "
+                          "effective sample size treat them as independent chains and look better than they are; "
+                          "give each chain's file once", UserWarning, stacklevel=3)
+        else:
+            seen[key] = p
+
+
+# ---------------------------------------------------------------------------------------- variational
+#: the group holding the density of the approximation the posterior draws come from (read by pl.loo)
+VARIATIONAL_GROUP = "variational"
+
+
+def from_variational_csv(paths, *, method="variational", log_likelihood="log_lik", posterior_predictive=None,
+                         observed_data=None, include_warmup=False) -> xr.DataTree:
+    """CmdStan ``method=variational`` (or ``method=laplace``) output -> DataTree of the approximation's draws.
+
+    Variational output's first row is the approximation's mean (``lp__ = log_p__ = log_g__ = 0``); it is
+    dropped. ``log_g__`` (``log_q__`` in laplace output: the log density of ``q`` on the unconstrained
+    scale, up to a constant) becomes the ``log_q`` of group ``variational``, which ``pl.loo`` uses for the
+    weights of Eq. 13.
+    """
+    del include_warmup  # no warmup in variational output
+    f = read_cmdstan_csv(paths[0])
+    cols = f.header
+    q_col = "log_g__" if "log_g__" in cols else "log_q__"
+    for needed in ("log_p__", q_col):
+        if needed not in cols:
+            raise ValueError(f"{paths[0]}: method={method} output without the {needed} column; give the CSV "
+                             "file CmdStan (2.x) wrote")
+    rows = f.draws
+    if method == "variational" and rows.shape[0] >= 1 and rows[0, cols.index(q_col)] == 0 and rows[0, 0] == 0:
+        rows = rows[1:]  # the mean of the approximation, not a draw
+    if rows.shape[0] < 2:
+        raise ValueError(f"{paths[0]}: method={method} output with fewer than 2 draws; rerun CmdStan with more "
+                         "draws (output_samples / draws = 1000, the default)")
+    variables = stanio.parse_header(",".join(cols))
+    available = [v for v in variables if not v.endswith("__")]
+    ll, pp = requested_names(log_likelihood, posterior_predictive, available, "CmdStan")
+    taken = set(ll.values()) | set(pp.values())
+
+    def dataset(mapping):
+        out = {}
+        for new, old in mapping.items():
+            out[new] = np.asarray(variables[old].extract_reshape(rows))[None]  # (chain=1, draw, ...)
+        return dict_to_dataset(out, sample_dims=["chain", "draw"], dims={
+            new: [f"{new}_dim_{k}" for k in range(out[new].ndim - 2)] for new in out}) if out else None
+
+    groups = {"posterior": dataset({v: v for v in available if v not in taken})}
+    if ll:
+        groups["log_likelihood"] = dataset(ll)
+    if pp:
+        groups["posterior_predictive"] = dataset(pp)
+    alg = f.config.get("algorithm", "meanfield") if method == "variational" else "laplace"
+    q = xr.Dataset({"log_q": (("chain", "draw"), rows[None, :, cols.index(q_col)]),
+                    "log_p": (("chain", "draw"), rows[None, :, cols.index("log_p__")])},
+                   coords={"chain": [0], "draw": np.arange(rows.shape[0])},
+                   attrs={"posterior_group": "posterior", "method": method, "algorithm": alg,
+                          "source": os.path.basename(paths[0]),
+                          "note": f"log_q: CmdStan's {q_col} (log density of the approximation q on the "
+                                  "unconstrained scale, up to a constant); log_p: its log_p__"})
+    groups = {k: v for k, v in groups.items() if v is not None}
+    groups[VARIATIONAL_GROUP] = q
+    attrs = {"inference_library": "cmdstan", "cmdstan_method": method, "variational_algorithm": alg}
+    if f.stan_version:
+        attrs["inference_library_version"] = attrs["stan_version"] = f.stan_version
+    if "model" in f.config:
+        attrs["model_name"] = f.config["model"]
+    sig = f.get_int("sig_figs", -1)
+    attrs["sig_figs"] = sig if sig > 0 else 6
+    return assemble(groups, attrs=attrs, stats_attrs={}, observed_data=observed_data, pp_names=pp)

@@ -9,10 +9,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import xarray as xr
 
 from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.workflow.inputs import align_obs_dims, check_finite, get_log_likelihood, r_eff_of, stack_draws
-from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian
+from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian, stored_log_q
 
 __all__ = ["LooDraws", "loo_draws", "compare_log_lik"]
 
@@ -60,8 +61,11 @@ def loo_draws(data, model, var_name, log_q) -> LooDraws:
         log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, _gaussian_values(gauss, theta))
     else:
         method, gauss = None, None
+        stored_q = stored_log_q(data) if log_q is None else None  # CmdStan method=variational draws
+        if stored_q is not None:
+            method, log_q = stored_q
         log_q0, log_q_fn, approx = _draws_density(data, theta, logp0, log_q)
-        if approx:
+        if approx and method is None:
             method = "pvi" if log_q is None else "log_q"
     r_eff = 1.0 if approx else r_eff_of(data, S)
     n_chains = int(data["posterior"].sizes.get("chain", 1))
@@ -100,6 +104,13 @@ def compare_log_lik(data, var_name, ll, joint_ok=False, obs_dims=None):
     try:
         stored = get_log_likelihood(data, var_name)
     except ValueError:
+        group = data["log_likelihood"] if isinstance(data, xr.DataTree) and "log_likelihood" in data.children else None
+        found = [] if group is None else list(group.to_dataset().data_vars)
+        if var_name is not None and found and var_name not in found:  # the model names another variable
+            raise ValueError(
+                f"var_name={var_name!r}, the model's log-likelihood variable, is not in the data's log_likelihood "
+                f"group, which has {found}: pass the name the draws use (JaxModel(..., var_name=...) or "
+                "pl.loo(..., var_name=...))") from None
         return
     if stored is None:
         return

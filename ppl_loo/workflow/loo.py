@@ -139,6 +139,10 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         if refit is not None:
             raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
                              "each observation.")
+        if "variational" in data.children:  # CmdStan method=variational draws: not posterior draws
+            raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
+                             "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
+                             "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
         return plain_psis_loo(data, var_name, k_threshold, reff)
     check_posterior_draws(data)
     if not (isinstance(transforms, str) or (np.iterable(transforms) and all(isinstance(t, str) for t in transforms))):

@@ -49,18 +49,34 @@ def _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, esti
         raise ValueError(f"lam={lam!r} must be a finite number >= 0.")
     if lam > 0 and reg is None:
         raise ValueError(f"lam={lam} has no effect without a regularizer: pass reg='prior' or reg='posterior'.")
-    if int(steps) < 1:
-        raise ValueError(f"steps={steps} must be >= 1.")
-    if int(draws_per_step) < 1:
-        raise ValueError(f"draws_per_step={draws_per_step} must be >= 1.")
-    if int(num_draws) < 2:
-        raise ValueError(f"num_draws={num_draws} must be >= 2.")
-    if not 0.0 <= float(average) < 1.0:
+    _check_int("steps", steps, 1)
+    _check_int("draws_per_step", draws_per_step, 1)
+    _check_int("num_draws", num_draws, 2)
+    if isinstance(average, (str, bytes)) or not isinstance(average, (int, float, np.number)) \
+            or not 0.0 <= float(average) < 1.0:
         raise ValueError(f"average={average} must be in [0, 1): the fraction of final steps whose iterates are averaged.")
     if estimator not in npvi.ESTIMATORS:
         raise ValueError(f"estimator={estimator!r}: choose 'reparam' (Table 1, (a)) or 'rejection' (Appendix B).")
     if not heterogeneity_threshold > 1.0:
         raise ValueError(f"heterogeneity_threshold={heterogeneity_threshold} must be > 1 (a ratio of sds).")
+
+
+def _check_int(name, value, low):
+    """An integer argument (a whole float such as 2000.0 is accepted): a ValueError that names it otherwise."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        ok = True
+    if not ok or int(value) < low:
+        raise ValueError(f"{name}={value!r} must be an integer >= {low}, e.g. {name}={max(low, 1000 if name != 'steps' else 2000)}.")
+
+
+def _check_learning_rate(learning_rate):
+    if learning_rate is None or callable(learning_rate):
+        return
+    ok = isinstance(learning_rate, (int, float, np.number)) and not isinstance(learning_rate, bool)
+    if not ok or not (math.isfinite(float(learning_rate)) and float(learning_rate) > 0):
+        raise ValueError(f"learning_rate={learning_rate!r} must be a positive number (e.g. 0.01) or an optax "
+                         "schedule (a callable of the step).")
 
 
 def _check_available(pm, settings):
@@ -71,6 +87,11 @@ def _check_available(pm, settings):
         reason = pm.notes.get(settings.score, "the model does not provide it")
         raise ValueError(f"score={settings.score!r} ({_SCORE_NAMES[settings.score]}) is not available for this "
                          f"{pm.kind} model: {reason}.")
+    if settings.score in ("crps", "quadratic") and getattr(t, "y", None) is None:
+        raise ValueError(f"score={settings.score!r} compares the model's predictions with the observed outcomes, but "
+                         f"this {pm.kind} model has none: pass observed= (the observed outcomes, one per observation, "
+                         f"shape {tuple(getattr(pm, 'obs_shape', ()) or ())}) to pl.pvi, or to pl.JaxModel(..., "
+                         "observed=y).")
     if settings.reg == "prior" and t.log_prior is None:
         raise ValueError(f"reg='prior' needs the log prior density, which this {pm.kind} model does not give; "
                          "pass log_prior= to the SimulatorModel, or use reg=None.")
@@ -307,6 +328,8 @@ def pvi(
         heterogeneity table ``pvi_mean``, ``pvi_sd``, ``vi_mean``, ``vi_sd``, ``sd_ratio``, ``flagged``.
     """
     _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold)
+    _check_learning_rate(learning_rate)
+    _check_int("max_rounds", max_rounds, 1)
     _check_data(data, group)
     if random_seed is None:
         raise TypeError("pl.pvi needs random_seed= (an int, a numpy Generator or a JAX key): it is the only "

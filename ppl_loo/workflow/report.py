@@ -111,15 +111,23 @@ def _checked_names(extra, named, what):
 
 
 def _write_atomic(path, text):
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # the prefix bounded: a long (valid) file name leaves room for mkstemp's part of the temporary name
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:100]}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would make the report private: the mode open() gives
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _note(text):

@@ -17,7 +17,7 @@ from ppl_loo.numerics.gaussian import MeanField, SubspaceGaussian
 from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.numerics.vi.families import Family, get_family
 
-__all__ = ["pvi_log_q", "stored_gaussian", "APPROXIMATION_GROUPS"]
+__all__ = ["pvi_log_q", "stored_gaussian", "stored_log_q", "APPROXIMATION_GROUPS"]
 
 #: the groups of the Gaussian approximations whose ``q`` ``pl.loo`` reads (method -> group)
 APPROXIMATION_GROUPS = ("laplace", "qnvb")
@@ -124,3 +124,15 @@ def _check_log_q(name, q, theta, stored):
             f"the {name} group's q does not reproduce its stored log_q at the posterior draws under this model: the "
             f"model's unconstrained parameterization differs from the one pl.{name} used (or the draws were "
             "changed). Pass the same model to pl.loo, or log_q= explicitly.")
+
+
+def stored_log_q(data):
+    """``(method, log_q per draw)`` of a DataTree whose ``variational`` group stores the density of the
+    approximation its ``posterior`` draws come from (CmdStan ``method=variational``, read by
+    :func:`ppl_loo.from_cmdstan`), or ``None``."""
+    if not isinstance(data, xr.DataTree) or "variational" not in data.children:
+        return None
+    g = data["variational"].to_dataset()
+    if g.attrs.get("posterior_group") != "posterior" or "log_q" not in g:
+        return None
+    return g.attrs.get("method", "variational"), np.asarray(g["log_q"].values, dtype=np.float64)

@@ -29,7 +29,7 @@ def _as_shape(shape, name) -> tuple:
         return (int(shape),)
     try:
         shape = tuple(int(s) for s in shape)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise ValueError(
             f"params[{name!r}]: the shape must be an int or a tuple of ints, got {shape!r}."
         ) from err
@@ -352,6 +352,13 @@ class LayoutMixin:
         return self.layout.unconstrain(posterior)
 
 
+def _what(err) -> str:
+    """An exception raised by the user's function, in words (a missing key names itself as a parameter)."""
+    if isinstance(err, KeyError):
+        return f"it asks for the parameter {err.args[0]!r}, which is not declared in params"
+    return f"{type(err).__name__}: {err}"
+
+
 class JaxModel(LayoutMixin, PosteriorModel):
     """A posterior model from JAX functions of named, constrained parameters.
 
@@ -440,12 +447,19 @@ class JaxModel(LayoutMixin, PosteriorModel):
         self._log_var_target = log_var_target
         if log_var_target is not None:
             self.var_target_fn = self._var_target_on_theta
-        self.var_name = str(var_name)
+        if not isinstance(var_name, str) or not var_name.isidentifier():
+            raise TypeError(f"JaxModel: var_name={var_name!r} must be the name (a non-empty string such as 'y') of "
+                            "the log-likelihood variable, as in the DataTree's log_likelihood group")
+        self.var_name = var_name
         self.structure = structure
         self.adapt_index = None if adapt_index is None else np.asarray(adapt_index, dtype=int)
         self.factorizes = loo_log_density is None
         self.coords = dict(coords or {})
 
+        for fname, fn in (("log_prior", log_prior), ("log_lik", log_lik)):
+            if not callable(fn):
+                raise TypeError(f"JaxModel: {fname} must be a function of the dict of constrained parameter values "
+                                f"(names {list(self.layout.names)}), got {type(fn).__name__}")
         abstract = {
             n: jax.ShapeDtypeStruct(self.layout.shapes[n], jnp.float64) for n in self.layout.names
         }
@@ -454,8 +468,18 @@ class JaxModel(LayoutMixin, PosteriorModel):
         except Exception as err:  # noqa: BLE001 - rethrown with context
             raise ValueError(
                 "log_lik could not be evaluated on parameters of the declared shapes "
-                f"{self.layout.shapes}: {err}"
+                f"{self.layout.shapes}: {_what(err)}"
             ) from err
+        try:
+            prior_out = jax.eval_shape(log_prior, abstract)
+        except Exception as err:  # noqa: BLE001 - rethrown with context
+            raise ValueError(
+                "log_prior could not be evaluated on parameters of the declared shapes "
+                f"{self.layout.shapes}: {_what(err)}"
+            ) from err
+        if tuple(getattr(prior_out, "shape", ())) != ():
+            raise ValueError(f"log_prior must return one number (the joint log prior density); it returns shape "
+                             f"{tuple(prior_out.shape)}: sum it, e.g. jnp.sum(jst.norm.logpdf(v['beta'], 0, 1)).")
         self.obs_shape = tuple(out.shape)
         self.n_obs = int(prod(self.obs_shape))
         if obs_dims is None:
