@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
 from ppl_loo.workflow.engine import compiled_engine
+from ppl_loo.workflow.interrupt import run_interruptible
 
 __all__ = ["Pointwise", "Candidates", "check_transforms", "auto_batch_size", "run_search", "decide"]
 
@@ -112,21 +113,27 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
     """The compiled search (:func:`ppl_loo.numerics.loo.build_engine`) on observations ``obs_idx``:
     one dict of :class:`~ppl_loo.numerics.loo.ObsResult` arrays per observation.
 
-    An exception raised in host code called from JAX (the Stan bridge) is re-raised as itself.
+    An exception raised in host code called from JAX (the Stan bridge) is re-raised as itself. The
+    search runs in a worker thread (:func:`~ppl_loo.workflow.interrupt.run_interruptible`): Ctrl-C
+    stops it within a second, also for a Stan model whose batch is in native code.
     """
     S, d = draws.theta.shape
     theta = jnp.asarray(draws.theta)
     batch_size = auto_batch_size(batch_size, S, d, draws.ll.shape[1], len(obs_idx),
                                  structured=model.structure is not None, n_steps=len(cfg.hbar))
     _, _, mapped, prepare = compiled_engine(model, cfg, not draws.approx, batch_size, draws.log_q_fn)
-    edata = prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
-                               gauss=draws.gauss))
     if not len(obs_idx):
         return []
     source = model.source
     source.last_callback_error = None
-    try:
+
+    def search():
+        edata = prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
+                                   gauss=draws.gauss))
         return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar)
+
+    try:  # in a worker thread, so that Ctrl-C stops it within a second (ppl_loo.workflow.interrupt)
+        return run_interruptible(search, source)
     except Exception as exc:
         stored, source.last_callback_error = getattr(source, "last_callback_error", None), None
         if stored is not None:
