@@ -9,8 +9,11 @@ computation in a worker thread while the main thread waits in short joins, where
 (``source.cancel_requested = True``, for models with ``cancellable = True``, whose host callbacks
 check the flag between short chunks of native calls and raise), waits for the worker to end (a
 fraction of a second) and re-raises ``KeyboardInterrupt`` in the main thread. For a model without
-host callbacks (pure JAX) there is nothing to stop early: the main thread re-raises at once and the
-batch running in the worker is abandoned (its result is discarded).
+host callbacks (pure JAX, or a sampler in native code) there is nothing to stop early: the main
+thread re-raises at once and the call running in the worker is abandoned (its result is
+discarded). The worker is not a daemon thread: a daemon thread still inside XLA when the
+interpreter shuts down is killed mid-C++ and aborts the process ("FATAL: exception not rethrown"),
+so a script that ends with the ``KeyboardInterrupt`` exits once that call returns.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def run_interruptible(fn, source=None):
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             box["error"] = exc
 
-    worker = threading.Thread(target=work, name="ppl_loo-compiled", daemon=True)
+    worker = threading.Thread(target=work, name="ppl_loo-compiled", daemon=False)
     worker.start()
     try:
         while worker.is_alive():

@@ -23,6 +23,7 @@ written for other draws or settings is not used (a warning says so) and is repla
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -37,6 +38,7 @@ from tqdm.auto import tqdm
 
 from ppl_loo.numerics.bridge import bridge_log_ratio, mean_log_ratio
 from ppl_loo.workflow.inputs import RHAT_VOUCH, rank_rhat
+from ppl_loo.workflow.interrupt import run_interruptible
 from ppl_loo.workflow.messages import warn_refit_budget, warn_refits_not_converged
 
 #: ``posterior.attrs["method"]`` of draws from an approximation (no sampler settings to reuse)
@@ -149,10 +151,12 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         rng = np.random.default_rng(int(seeds[j]))
         init = theta[rng.choice(S, size=C, replace=False)]
         t1 = time.perf_counter()
-        draws, info = model.refit_draws(i, chains=C, warmup=settings["warmup"], draws=settings["draws"],
-                                        random_seed=int(seeds[j]), init=init,
-                                        target_accept=settings["target_accept"],
-                                        max_tree_depth=settings["max_tree_depth"])
+        # in a worker thread: Ctrl-C stops the run at once even while the sampler is in native code
+        # (that refit is abandoned; the finished ones are in the checkpoint)
+        draws, info = run_interruptible(functools.partial(
+            model.refit_draws, i, chains=C, warmup=settings["warmup"], draws=settings["draws"],
+            random_seed=int(seeds[j]), init=init, target_accept=settings["target_accept"],
+            max_tree_depth=settings["max_tree_depth"]))
         d = draws.shape[-1]
         ll_i = np.asarray(model.log_lik(draws.reshape(-1, d), obs=[i]))[:, 0].reshape(draws.shape[0], -1)
         if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):

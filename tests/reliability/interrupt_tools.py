@@ -4,6 +4,7 @@ send SIGINT once it reaches a phase, time signal to exit, and list the processes
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def interrupt_when(script, ready, *, env=None, after_s=0.0, timeout_s=600.0, cwd
     exit_s = time.monotonic() - t0
     reader.join(5)
     out = b"".join(chunks).decode(errors="replace")
-    stop = [float(ln.split()[1]) for ln in out.splitlines() if ln.startswith("INTERRUPTED ")]
+    stop = [float(v) for v in re.findall(r"INTERRUPTED ([0-9.]+)", out)]
     return {"stop_s": stop[0] - t0 if stop else None, "exit_s": exit_s, "returncode": proc.returncode,
             "output": out, "signalled": True}
 

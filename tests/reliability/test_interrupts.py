@@ -168,3 +168,131 @@ def test_fresh_cache_folder_is_private(tmp_path, monkeypatch):
     with pytest.raises(StanCompileError):
         pl.StanModel(BROKEN, {})
     assert (os.stat(cache).st_mode & 0o777) == 0o700
+
+
+# ----------------------------------------------------------------------------- the Stan-backed search
+#: Poisson-lognormal counts (40 observations, 42 parameters, an outlier), sampled with Stan's NUTS in
+#: process; every observation searched (adapt="all"): about a minute uninterrupted on 2 shared cores
+SEARCH_SCRIPT = """
+import os, tempfile, warnings
+import numpy as np
+import ppl_loo as pl
+from ppl_loo.stan.sampler import sample_cmdstan_csv
+rng = np.random.default_rng(1)
+N = 40
+y = rng.poisson(np.exp(1.0 + 0.8 * rng.normal(size=N)))
+y[3] = 60
+data = {"N": N, "y": y}
+prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
+sm = pl.StanModel(prog, data, sampler=True)
+paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=3, num_warmup=300, num_samples=500)
+tree = pl.from_cmdstan([str(p) for p in paths])
+stan = pl.StanModel(prog, data)
+warnings.simplefilter("ignore")
+print("SEARCH", flush=True)
+res = pl.loo(tree, stan, progressbar=True, adapt="all", transforms="all")
+print("DONE", flush=True)
+"""
+
+
+def test_sigint_during_stan_search():
+    """Issue 16: Ctrl-C was ignored for up to 38 s (the batch runs in XLA and Stan's native code)."""
+    r = interrupt_when(SEARCH_SCRIPT, printed("adaptive LOO"), after_s=8.0, timeout_s=900, env={"ROOT": str(ROOT)})
+    assert "DONE" not in r["output"]
+    _stopped(r)
+
+
+# ----------------------------------------------------------------------------- refits
+REFIT_SCRIPT = """
+import warnings
+import numpy as np
+import jax.scipy.stats as st
+import ppl_loo as pl
+from ppl_loo.sampling import sample_nuts
+Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
+model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 10.0),
+                    lambda v: st.norm.logpdf(Y, v["mu"], 1.0), obs_dims=("obs",), observed=Y)
+data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+warnings.simplefilter("ignore")
+res = pl.loo(data, model, progressbar=True, refit=list(range(12)), random_seed=1)
+print("DONE", flush=True)
+"""
+
+
+def test_sigint_during_refits():
+    r = interrupt_when(REFIT_SCRIPT, printed("refit:"), after_s=3.0, timeout_s=600)
+    assert "DONE" not in r["output"]
+    _stopped(r)
+
+
+@pytest.fixture(scope="module")
+def normal_fit():
+    import jax.scipy.stats as st
+
+    from ppl_loo.sampling import sample_nuts
+
+    y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
+    model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 10.0),
+                        lambda v: st.norm.logpdf(y, v["mu"], 1.0), obs_dims=("obs",), observed=y)
+    return model, sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+
+
+class Interrupted(KeyboardInterrupt):
+    pass
+
+
+def _counting(monkeypatch, model, fail_at=None):
+    """Count ``refit_draws`` calls (observation indices); raise KeyboardInterrupt at call ``fail_at``."""
+    calls = []
+    cls = type(model)
+    real = cls.__dict__.get("_real_refit_draws", cls.refit_draws)
+    monkeypatch.setattr(cls, "_real_refit_draws", real, raising=False)
+
+    def refit_draws(self, i, **kw):
+        calls.append(i)
+        if fail_at is not None and len(calls) == fail_at:
+            raise Interrupted
+        return real(self, i, **kw)
+
+    monkeypatch.setattr(cls, "refit_draws", refit_draws)
+    vars(model).pop("protocol_model", None)  # the cached protocol view holds the bound method
+    return calls
+
+
+def test_refits_resume_from_checkpoint(normal_fit, tmp_path, monkeypatch):
+    """A refit run interrupted during its second refit, rerun: the first is not redone, and every elpd_i
+    equals that of an uninterrupted run with the same seed."""
+    model, data = normal_fit
+    targets = [10, 0, 5]
+    ckpt = tmp_path / "refits.json"
+    kw = dict(progressbar=False, refit=targets, random_seed=4)
+    settings = {"chains": 2, "draws": 300, "warmup": 300}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        calls = _counting(monkeypatch, model, fail_at=2)  # Ctrl-C during the second refit
+        with pytest.raises(KeyboardInterrupt):
+            pl.loo(data, model, **kw, refit_kwargs={**settings, "checkpoint": str(ckpt)})
+        assert calls == [10, 0] and ckpt.exists()
+        calls = _counting(monkeypatch, model)
+        resumed = pl.loo(data, model, **kw, refit_kwargs={**settings, "checkpoint": str(ckpt)})
+        assert calls == [0, 5]  # observation 10 finished before the interruption: not redone
+        calls = _counting(monkeypatch, model)
+        whole = pl.loo(data, model, **kw, refit_kwargs=settings)
+        assert calls == targets
+    np.testing.assert_array_equal(resumed.elpd_i.values, whole.elpd_i.values)
+    np.testing.assert_array_equal(resumed.refit.values, whole.refit.values)
+    assert sorted(resumed.refit_info) == sorted(targets)
+    assert list(tmp_path.iterdir()) == [ckpt]  # no temporary file left
+    # a checkpoint of other settings (another seed) is not used, and a warning says so
+    calls = _counting(monkeypatch, model)
+    with pytest.warns(UserWarning, match="holds refits of other draws"):
+        pl.loo(data, model, progressbar=False, refit=[0], random_seed=5,
+               refit_kwargs={**settings, "checkpoint": str(ckpt)})
+    assert calls == [0]
+    vars(model).pop("protocol_model", None)
+
+
+def test_refit_checkpoint_must_be_a_path(normal_fit):
+    model, data = normal_fit
+    with pytest.raises(ValueError, match="checkpoint=3 must be a file path"):
+        pl.loo(data, model, progressbar=False, refit=[0], random_seed=5, refit_kwargs={"checkpoint": 3})
