@@ -127,13 +127,13 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
     source = model.source
     source.last_callback_error = None
 
-    def search():
-        edata = prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
-                                   gauss=draws.gauss))
-        return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar)
+    def prepared():
+        return prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
+                                  gauss=draws.gauss))
 
-    try:  # in a worker thread, so that Ctrl-C stops it within a second (ppl_loo.workflow.interrupt)
-        return run_interruptible(search, source)
+    try:  # each compiled call in a worker thread, so that Ctrl-C stops it within a second
+        edata = run_interruptible(prepared, source)
+        return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar, source)
     except Exception as exc:
         stored, source.last_callback_error = getattr(source, "last_callback_error", None), None
         if stored is not None:
@@ -141,8 +141,9 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
         raise
 
 
-def _run(f, edata, obs_idx, ll, batch_size, progressbar):
-    """Run the jit-compiled search over observations in chunks, with a progress bar."""
+def _run(f, edata, obs_idx, ll, batch_size, progressbar, source=None):
+    """Run the jit-compiled search over observations in chunks, with a progress bar; each chunk in a
+    worker thread (:func:`~ppl_loo.workflow.interrupt.run_interruptible`), the loop in the caller's."""
     out = []
     chunk = max(int(batch_size), 1)
     bar = tqdm(total=len(obs_idx), desc="adaptive LOO", disable=not progressbar, unit="obs")
@@ -150,7 +151,8 @@ def _run(f, edata, obs_idx, ll, batch_size, progressbar):
         idx = np.asarray(obs_idx[start:start + chunk])
         if len(idx) < chunk:  # pad to keep one compiled shape
             idx = np.concatenate([idx, np.repeat(idx[-1:], chunk - len(idx))])
-        res = jax.tree_util.tree_map(np.asarray, f(edata, jnp.asarray(idx), jnp.asarray(ll[:, idx].T)))
+        args = (edata, jnp.asarray(idx), jnp.asarray(ll[:, idx].T))
+        res = run_interruptible(lambda a=args: jax.tree_util.tree_map(np.asarray, f(*a)), source)
         for j in range(min(chunk, len(obs_idx) - start)):
             out.append({k: getattr(res, k)[j] for k in res._fields})
         bar.update(min(chunk, len(obs_idx) - start))
