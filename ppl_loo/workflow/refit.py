@@ -151,12 +151,14 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         rng = np.random.default_rng(int(seeds[j]))
         init = theta[rng.choice(S, size=C, replace=False)]
         t1 = time.perf_counter()
-        # in a worker thread: Ctrl-C stops the run at once even while the sampler is in native code
-        # (that refit is abandoned; the finished ones are in the checkpoint)
-        draws, info = run_interruptible(functools.partial(
-            model.refit_draws, i, chains=C, warmup=settings["warmup"], draws=settings["draws"],
-            random_seed=int(seeds[j]), init=init, target_accept=settings["target_accept"],
-            max_tree_depth=settings["max_tree_depth"]))
+        call = functools.partial(model.refit_draws, i, chains=C, warmup=settings["warmup"], draws=settings["draws"],
+                                 random_seed=int(seeds[j]), init=init, target_accept=settings["target_accept"],
+                                 max_tree_depth=settings["max_tree_depth"])
+        # NumPyro's refits (JAX models) in a worker thread: Ctrl-C stops the run at once although the sampler
+        # is in XLA (that refit is abandoned; the finished ones are in the checkpoint). Stan's sampler crashes
+        # outside the main thread and pm.sample installs signal handlers: those run here, and Ctrl-C is
+        # seen when the current refit returns.
+        draws, info = run_interruptible(call) if getattr(model, "kind", None) == "JAX" else call()
         d = draws.shape[-1]
         ll_i = np.asarray(model.log_lik(draws.reshape(-1, d), obs=[i]))[:, 0].reshape(draws.shape[0], -1)
         if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):
