@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import jax.scipy.stats as st
 from jax.scipy.special import gammaln
 import ppl_loo as pl
+from ppl_loo.model.jax.bijectors import Exp
 from ppl_loo.sampling import sample_nuts
 rng = np.random.default_rng(1)
 N = 40
@@ -52,7 +53,7 @@ def prior(v):
 def loglik(v):
     eta = v["mu"] + v["s"] * v["z"]
     return yj * eta - jnp.exp(eta) - gammaln(yj + 1)
-model = pl.JaxModel({"mu": ((), None), "s": ((), "positive"), "z": ((N,), None)}, prior, loglik,
+model = pl.JaxModel({"mu": ((), None), "s": ((), Exp()), "z": ((N,), None)}, prior, loglik,
                     obs_dims=("obs",), observed=yj)
 data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
 warnings.simplefilter("ignore")

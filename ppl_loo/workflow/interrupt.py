@@ -41,23 +41,29 @@ def run_interruptible(fn, source=None):
     if threading.current_thread() is not threading.main_thread():
         return fn()  # signals are delivered to the main thread only: nothing to gain
     box = {}
+    done = threading.Event()
 
     def work():
         try:
             box["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             box["error"] = exc
+        finally:
+            done.set()
 
     worker = threading.Thread(target=work, name="ppl_loo-compiled", daemon=False)
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(POLL_S)
+        # wait on an Event, not Thread.join: a KeyboardInterrupt inside join() makes CPython (3.12) mark a
+        # running thread as stopped, so the interpreter no longer waits for it at exit and crashes under it
+        while not done.wait(POLL_S):
+            pass
     except KeyboardInterrupt:
         if cancellable:
             source.cancel_requested = True
-            worker.join(GRACE_S)
+            done.wait(GRACE_S)
         raise
+    worker.join()
     if "error" in box:
         raise box["error"]
     return box["value"]
