@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
-from interrupt_tools import has_child_named, interrupt_when, printed, processes_mentioning  # noqa: E402
+from interrupt_tools import bar_moved, has_child_named, interrupt_when, printed, processes_mentioning  # noqa: E402
 from test_interrupts import COMPILE_SCRIPT, REFIT_SCRIPT, SEARCH_SCRIPT, valid_program  # noqa: E402
 
 #: a pure-JAX model with a long search: Poisson-lognormal counts, one latent effect per observation
@@ -78,8 +78,12 @@ def paths():
     return [
         ("Stan compile (g++/cc1plus)", COMPILE_SCRIPT, has_child_named("cc1plus"), 1.0,
          {"PPL_LOO_STAN_CACHE": str(cache), "PROGRAM": valid_program(uuid.uuid4().hex)}, str(cache)),
-        ("Stan-backed adaptive search", SEARCH_SCRIPT, printed("adaptive LOO"), 8.0, {"ROOT": str(ROOT)}, None),
-        ("JAX-model adaptive search", JAX_SEARCH_SCRIPT, printed("adaptive LOO"), 8.0, {}, None),
+        ("Stan-backed adaptive search (first batch compiled)", SEARCH_SCRIPT, bar_moved("adaptive LOO"), 1.0,
+         {"ROOT": str(ROOT)}, None),
+        ("Stan-backed adaptive search (during XLA compile)", SEARCH_SCRIPT, printed("adaptive LOO"), 3.0,
+         {"ROOT": str(ROOT)}, None),
+        ("JAX-model adaptive search (first batch compiled)", JAX_SEARCH_SCRIPT, bar_moved("adaptive LOO"), 1.0, {},
+         None),
         ("refit (NumPyro refits of a JaxModel)", REFIT_SCRIPT, printed("refit:"), 3.0, {}, None),
     ]
 

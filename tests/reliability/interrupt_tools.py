@@ -130,3 +130,10 @@ def has_child_named(name):
 def printed(marker):
     """A ``ready`` predicate: the process printed ``marker``."""
     return lambda _proc, out: marker in out
+
+
+def bar_moved(desc):
+    """A ``ready`` predicate: the tqdm bar ``desc`` counted at least one item (the first compiled batch is
+    done, so the signal lands in a running batch, not in XLA's compilation)."""
+    pattern = re.compile(re.escape(desc) + r":\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+")
+    return lambda _proc, out: bool(pattern.search(out))

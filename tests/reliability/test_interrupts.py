@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interrupt_tools import ROOT, has_child_named, interrupt_when, printed, processes_mentioning
+from interrupt_tools import ROOT, bar_moved, has_child_named, interrupt_when, printed, processes_mentioning
 
 pytest.importorskip("httpstan")
 if shutil.which("g++") is None:  # pragma: no cover
@@ -197,9 +197,11 @@ print("DONE", flush=True)
 
 def test_sigint_during_stan_search():
     """Issue 16: Ctrl-C was ignored for up to 38 s (the batch runs in XLA and Stan's native code)."""
-    r = interrupt_when(SEARCH_SCRIPT, printed("adaptive LOO"), after_s=8.0, timeout_s=900, env={"ROOT": str(ROOT)})
+    r = interrupt_when(SEARCH_SCRIPT, bar_moved("adaptive LOO"), after_s=1.0, timeout_s=900, env={"ROOT": str(ROOT)})
     assert "DONE" not in r["output"]
     _stopped(r)
+    # the host callbacks saw the cancel flag: the batch was aborted, not left running until its end
+    assert r["returncode"] == -2 and r["exit_s"] < r["stop_s"] + 10.0, (r["stop_s"], r["exit_s"])
 
 
 # ----------------------------------------------------------------------------- refits
