@@ -122,8 +122,9 @@ def _log_lik_columns(bridge: StanModel, log_lik: str, n_entries: int, n_obs: str
     return np.array([cols[f"{log_lik}.{k + 1}"] for k in range(n)])
 
 
-#: draws per bridge call in the host callbacks (a few milliseconds each): the grain at which Ctrl-C is seen
-HOST_CHUNK = 2048
+#: most draws per bridge call in the host callbacks (tens of milliseconds each): the grain at which Ctrl-C
+#: is seen; larger batches are split evenly, so each call still carries thousands of draws
+HOST_CHUNK = 8192
 
 
 class CallbackCancelled(RuntimeError):
@@ -320,13 +321,14 @@ class StanPosterior(PosteriorModel):
 
     # ------------------------------------------------------------------ host evaluations
     def _safe_eval(self, model: StanModel, x: np.ndarray, grad: bool, jacobian: bool = True):
-        """Batched bridge calls of at most :data:`HOST_CHUNK` draws each (so that Ctrl-C, which sets
+        """Batched bridge calls of at most :data:`HOST_CHUNK` draws each, split evenly (so that Ctrl-C, which sets
         ``cancel_requested``, is seen within a fraction of a second); draws where Stan throws
         ``std::domain_error`` get ``-inf``."""
         lps, gs = [], []
-        for start in range(0, max(x.shape[0], 1), HOST_CHUNK):
+        n_chunks = max(1, -(-x.shape[0] // HOST_CHUNK))  # even chunks: each at least HOST_CHUNK / 2 draws
+        for xs in np.array_split(x, n_chunks):
             self._check_cancel()
-            xs = x[start:start + HOST_CHUNK]
+            xs = np.ascontiguousarray(xs)
             if grad:
                 lp, g = model.log_density_gradient(xs, on_error="reject", jacobian=jacobian)
                 gs.append(g)
