@@ -44,7 +44,9 @@ def valid_program(token):
 def _stopped(r):
     """The script got SIGINT, raised KeyboardInterrupt at its top level within LIMIT_S and exited with it."""
     assert r["signalled"], r["output"]
-    assert r["returncode"] != 0 and "KeyboardInterrupt" in r["output"], r["output"][-3000:]
+    assert "KeyboardInterrupt" in r["output"], r["output"][-3000:]
+    # -2: Python's exit after an unhandled KeyboardInterrupt (not -6 or -11: a crash in the shutdown)
+    assert r["returncode"] == -2, (r["returncode"], r["output"][-3000:])
     assert r["stop_s"] is not None and r["stop_s"] < LIMIT_S, (r["stop_s"], r["output"][-3000:])
 
 
@@ -201,7 +203,7 @@ def test_sigint_during_stan_search():
     assert "DONE" not in r["output"]
     _stopped(r)
     # the host callbacks saw the cancel flag: the batch was aborted, not left running until its end
-    assert r["returncode"] == -2 and r["exit_s"] < r["stop_s"] + 10.0, (r["stop_s"], r["exit_s"])
+    assert r["exit_s"] < r["stop_s"] + 10.0, (r["stop_s"], r["exit_s"])
 
 
 # ----------------------------------------------------------------------------- refits
