@@ -17,7 +17,7 @@
   :func:`relu_data`); :mod:`.sampler`: Stan's NUTS in-process, writing CmdStan-format CSV.
 """
 
-from .compile import StanCompileError, build_library, cache_dir
+from .compile import StanCacheError, StanCompileError, build_library, cache_dir
 from .model import (
     StanDataError,
     StanEvaluationError,
@@ -29,6 +29,7 @@ from .model import (
 from .programs import horseshoe_data, relu_data
 
 __all__ = [
+    "StanCacheError",
     "StanCompileError",
     "StanDataError",
     "StanEvaluationError",

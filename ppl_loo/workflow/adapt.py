@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
 from ppl_loo.workflow.engine import compiled_engine
+from ppl_loo.workflow.interrupt import run_interruptible
 
 __all__ = ["Pointwise", "Candidates", "check_transforms", "auto_batch_size", "run_search", "decide"]
 
@@ -112,21 +113,27 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
     """The compiled search (:func:`ppl_loo.numerics.loo.build_engine`) on observations ``obs_idx``:
     one dict of :class:`~ppl_loo.numerics.loo.ObsResult` arrays per observation.
 
-    An exception raised in host code called from JAX (the Stan bridge) is re-raised as itself.
+    An exception raised in host code called from JAX (the Stan bridge) is re-raised as itself. The
+    search runs in a worker thread (:func:`~ppl_loo.workflow.interrupt.run_interruptible`): Ctrl-C
+    stops it within a second, also for a Stan model whose batch is in native code.
     """
     S, d = draws.theta.shape
     theta = jnp.asarray(draws.theta)
     batch_size = auto_batch_size(batch_size, S, d, draws.ll.shape[1], len(obs_idx),
                                  structured=model.structure is not None, n_steps=len(cfg.hbar))
     _, _, mapped, prepare = compiled_engine(model, cfg, not draws.approx, batch_size, draws.log_q_fn)
-    edata = prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
-                               gauss=draws.gauss))
     if not len(obs_idx):
         return []
     source = model.source
     source.last_callback_error = None
-    try:
-        return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar)
+
+    def prepared():
+        return prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
+                                  gauss=draws.gauss))
+
+    try:  # each compiled call in a worker thread, so that Ctrl-C stops it within a second
+        edata = run_interruptible(prepared, source)
+        return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar, source)
     except Exception as exc:
         stored, source.last_callback_error = getattr(source, "last_callback_error", None), None
         if stored is not None:
@@ -134,8 +141,9 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
         raise
 
 
-def _run(f, edata, obs_idx, ll, batch_size, progressbar):
-    """Run the jit-compiled search over observations in chunks, with a progress bar."""
+def _run(f, edata, obs_idx, ll, batch_size, progressbar, source=None):
+    """Run the jit-compiled search over observations in chunks, with a progress bar; each chunk in a
+    worker thread (:func:`~ppl_loo.workflow.interrupt.run_interruptible`), the loop in the caller's."""
     out = []
     chunk = max(int(batch_size), 1)
     bar = tqdm(total=len(obs_idx), desc="adaptive LOO", disable=not progressbar, unit="obs")
@@ -143,7 +151,8 @@ def _run(f, edata, obs_idx, ll, batch_size, progressbar):
         idx = np.asarray(obs_idx[start:start + chunk])
         if len(idx) < chunk:  # pad to keep one compiled shape
             idx = np.concatenate([idx, np.repeat(idx[-1:], chunk - len(idx))])
-        res = jax.tree_util.tree_map(np.asarray, f(edata, jnp.asarray(idx), jnp.asarray(ll[:, idx].T)))
+        args = (edata, jnp.asarray(idx), jnp.asarray(ll[:, idx].T))
+        res = run_interruptible(lambda a=args: jax.tree_util.tree_map(np.asarray, f(*a)), source)
         for j in range(min(chunk, len(obs_idx) - start)):
             out.append({k: getattr(res, k)[j] for k in res._fields})
         bar.update(min(chunk, len(obs_idx) - start))

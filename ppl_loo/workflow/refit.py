@@ -11,18 +11,34 @@ is estimated by bridge sampling between the refit's draws and the full-data draw
 (:func:`ppl_loo.numerics.bridge.bridge_log_ratio`, Meng & Wong 1996): more accurate than the mean of
 ``p(y_i | theta)`` over the refit draws alone, which is biased low when ``p(y_i | theta)`` spans
 orders of magnitude over them. The Monte Carlo SE comes with it.
+
+Resuming: with ``refit_kwargs={"checkpoint": path}`` each finished refit is written to ``path`` (a
+JSON file, written to a temporary name and renamed, so it is never half-written) as soon as it is
+done. A rerun of the same ``pl.loo`` call (same draws, log-likelihood, model, settings and
+``random_seed``) after an interruption (Ctrl-C, a crash, a time limit) reads it and refits only the
+observations not finished yet; each observation's refit has its own seed (from ``random_seed`` and
+its place in the list of targets), so the results equal those of an uninterrupted run. A checkpoint
+written for other draws or settings is not used (a warning says so) and is replaced.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
+import os
+import tempfile
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ppl_loo.numerics.bridge import bridge_log_ratio, mean_log_ratio
 from ppl_loo.workflow.inputs import RHAT_VOUCH, rank_rhat
+from ppl_loo.workflow.interrupt import run_interruptible
 from ppl_loo.workflow.messages import warn_refit_budget, warn_refits_not_converged
 
 #: ``posterior.attrs["method"]`` of draws from an approximation (no sampler settings to reuse)
@@ -84,11 +100,16 @@ def refit_settings(data, overrides=None):
     depth = attrs.get("max_tree_depth", attrs.get("max_depth", 10))
     out = {"chains": chains, "draws": draws, "warmup": int(np.asarray(warmup).ravel()[0]),
            "target_accept": float(np.asarray(target).ravel()[0]), "max_tree_depth": int(np.asarray(depth).ravel()[0])}
-    allowed = set(out)
+    allowed = set(out) | {"checkpoint"}
     for key, value in dict(overrides or {}).items():
+        if key == "checkpoint":
+            continue
         if key not in allowed:
             raise ValueError(f"refit_kwargs: unknown setting {key!r}; allowed: {sorted(allowed)}.")
         out[key] = type(out[key])(value)
+    checkpoint = dict(overrides or {}).get("checkpoint")
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise ValueError(f"refit_kwargs: checkpoint={checkpoint!r} must be a file path (str or pathlib.Path).")
     if out["chains"] < 2 or out["draws"] < 10:
         raise ValueError(f"refit needs at least 2 chains of 10 draws; the settings are {out} (refit_kwargs= "
                          "overrides them).")
@@ -96,13 +117,14 @@ def refit_settings(data, overrides=None):
 
 
 def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=None, progressbar=True,
-               posterior_draws=True):
+               posterior_draws=True, checkpoint=None):
     """Refit each target observation; return ``{i: record}`` and the targets skipped for the budget.
 
     ``theta`` ``(S, d)`` and ``ll`` ``(S, n)`` are the full-data draws (chain-major) and their
     log-likelihood; the bridge pairs the refit's ``log p(y_i | theta)`` with ``ll[:, i]``. For draws
     of an approximation (``posterior_draws=False``) there are no full-data posterior draws to bridge
-    with: ``elpd_i`` is the mean of ``p(y_i | theta)`` over the refit's draws.
+    with: ``elpd_i`` is the mean of ``p(y_i | theta)`` over the refit's draws. ``checkpoint``: a file
+    that keeps the finished refits (see the module docstring); those found there are not redone.
     """
     if random_seed is None:
         raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
@@ -112,19 +134,31 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
     C = settings["chains"]
     full_chains = C if S % C == 0 else 1
     records, skipped = {}, []
+    fingerprint = _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) if checkpoint else None
+    done = _read_checkpoint(checkpoint, fingerprint) if checkpoint else {}
     t0 = time.perf_counter()
+    n_new = 0
     bar = tqdm(total=len(targets), desc="refit", disable=not progressbar, unit="obs")
     for j, i in enumerate(targets):
-        if budget_s is not None and j > 0 and time.perf_counter() - t0 >= budget_s:
-            skipped = targets[j:]
+        if i in done:  # finished before an interruption: not redone
+            records[i] = done[i]
+            bar.update(1)
+            continue
+        if budget_s is not None and n_new > 0 and time.perf_counter() - t0 >= budget_s:
+            skipped = [t for t in targets[j:] if t not in done]
             break
+        n_new += 1
         rng = np.random.default_rng(int(seeds[j]))
         init = theta[rng.choice(S, size=C, replace=False)]
         t1 = time.perf_counter()
-        draws, info = model.refit_draws(i, chains=C, warmup=settings["warmup"], draws=settings["draws"],
-                                        random_seed=int(seeds[j]), init=init,
-                                        target_accept=settings["target_accept"],
-                                        max_tree_depth=settings["max_tree_depth"])
+        call = functools.partial(model.refit_draws, i, chains=C, warmup=settings["warmup"], draws=settings["draws"],
+                                 random_seed=int(seeds[j]), init=init, target_accept=settings["target_accept"],
+                                 max_tree_depth=settings["max_tree_depth"])
+        # NumPyro's refits (JAX models) in a worker thread: Ctrl-C stops the run at once although the sampler
+        # is in XLA (that refit is abandoned; the finished ones are in the checkpoint). Stan's sampler crashes
+        # outside the main thread and pm.sample installs signal handlers: those run here, and Ctrl-C is
+        # seen when the current refit returns.
+        draws, info = run_interruptible(call) if getattr(model, "kind", None) == "JAX" else call()
         d = draws.shape[-1]
         ll_i = np.asarray(model.log_lik(draws.reshape(-1, d), obs=[i]))[:, 0].reshape(draws.shape[0], -1)
         if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):
@@ -136,9 +170,70 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         rhat_max = float(np.nanmax(rhat_d)) if np.any(np.isfinite(rhat_d)) else float("nan")
         records[i] = {"elpd_i": est.log_ratio, "mcse": est.mcse, "rhat_loglik": rhat, "rhat_max": rhat_max,
                       "seconds": time.perf_counter() - t1, **info}
+        if checkpoint:
+            done[i] = records[i]
+            _write_checkpoint(checkpoint, fingerprint, done)
         bar.update(1)
     bar.close()
     return records, skipped
+
+
+def _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) -> str:
+    """What a checkpoint's refits depend on: the draws, their log-likelihood, the model, the settings and
+    the seed."""
+    h = hashlib.sha256()
+    for arr in (theta, ll):
+        a = np.ascontiguousarray(np.asarray(arr, dtype=np.float64))
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    code = getattr(model, "code", None)
+    parts = [type(model).__module__, type(model).__qualname__, code if isinstance(code, str) else "",
+             json.dumps(settings, sort_keys=True), repr(np.asarray(random_seed).tolist()), str(bool(posterior_draws))]
+    h.update("\0".join(parts).encode())
+    return h.hexdigest()
+
+
+def _jsonable(value):
+    if isinstance(value, (np.generic, np.ndarray)):
+        return np.asarray(value).tolist()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _read_checkpoint(path, fingerprint) -> dict:
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        content = json.loads(path.read_text())
+        if content.get("fingerprint") != fingerprint:
+            warnings.warn(f"refit checkpoint {path}: it holds refits of other draws, model or settings, so it is not "
+                          "used; it is replaced as this run's refits finish (give another checkpoint path to keep "
+                          "it).", UserWarning, stacklevel=4)
+            return {}
+        return {int(i): rec for i, rec in content["records"].items()}
+    except (ValueError, KeyError, AttributeError, TypeError) as exc:
+        raise ValueError(f"refit checkpoint {path} is not a checkpoint written by pl.loo ({exc}): delete it or "
+                         "give another path in refit_kwargs={'checkpoint': ...}.") from exc
+
+
+def _write_checkpoint(path, fingerprint, done) -> None:
+    """Write to a temporary file next to ``path`` and rename it: the checkpoint is never half-written."""
+    path = Path(path)
+    text = json.dumps({"fingerprint": fingerprint, "records": {str(i): _jsonable(r) for i, r in done.items()}})
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def check_refit_args(refit, refit_kwargs, random_seed, data, n):
@@ -167,7 +262,8 @@ def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_se
         return {}
     records, skipped = run_refits(model, draws.theta, draws.ll, targets, refit_settings(data, refit_kwargs),
                                   random_seed=random_seed, budget_s=budget, progressbar=progressbar,
-                                  posterior_draws=not draws.approx)
+                                  posterior_draws=not draws.approx,
+                                  checkpoint=dict(refit_kwargs or {}).get("checkpoint"))
     bad = [i for i, r in records.items() if not refit_converged(r)]
     if bad:
         worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))

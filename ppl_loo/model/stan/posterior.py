@@ -122,6 +122,16 @@ def _log_lik_columns(bridge: StanModel, log_lik: str, n_entries: int, n_obs: str
     return np.array([cols[f"{log_lik}.{k + 1}"] for k in range(n)])
 
 
+#: most draws per bridge call in the host callbacks (tens of milliseconds each): the grain at which Ctrl-C
+#: is seen; larger batches are split evenly, so each call still carries thousands of draws
+HOST_CHUNK = 8192
+
+
+class CallbackCancelled(RuntimeError):
+    """Raised in a host callback once Ctrl-C set ``cancel_requested``: aborts the compiled search, whose
+    caller raises ``KeyboardInterrupt`` (never seen by users)."""
+
+
 class StanPosterior(PosteriorModel):
     """A Stan program plus data for ``pl.loo``, with exact LOO by data deletion.
 
@@ -158,6 +168,10 @@ class StanPosterior(PosteriorModel):
 
     is_jax = True
     factorizes = False
+    #: the host callbacks stop at Ctrl-C (:func:`ppl_loo.workflow.interrupt.run_interruptible` sets
+    #: ``cancel_requested``; each chunk of at most :data:`HOST_CHUNK` draws checks it)
+    cancellable = True
+    cancel_requested = False
 
     @uses_x64
     def __init__(self, stan_file_or_code, data=None, *, var_name: str | None = None, fd_eps: float = 1e-5,
@@ -307,13 +321,28 @@ class StanPosterior(PosteriorModel):
 
     # ------------------------------------------------------------------ host evaluations
     def _safe_eval(self, model: StanModel, x: np.ndarray, grad: bool, jacobian: bool = True):
-        """One batched bridge call; draws where Stan throws ``std::domain_error`` get ``-inf``."""
-        if grad:
-            out = model.log_density_gradient(x, on_error="reject", jacobian=jacobian)
-        else:
-            out = model.log_density(x, on_error="reject", jacobian=jacobian), None
-        self.n_rejected += model.last_n_rejected
-        return out
+        """Batched bridge calls of at most :data:`HOST_CHUNK` draws each, split evenly (so that Ctrl-C, which sets
+        ``cancel_requested``, is seen within a fraction of a second); draws where Stan throws
+        ``std::domain_error`` get ``-inf``."""
+        lps, gs = [], []
+        n_chunks = max(1, -(-x.shape[0] // HOST_CHUNK))  # even chunks: each at least HOST_CHUNK / 2 draws
+        for xs in np.array_split(x, n_chunks):
+            self._check_cancel()
+            xs = np.ascontiguousarray(xs)
+            if grad:
+                lp, g = model.log_density_gradient(xs, on_error="reject", jacobian=jacobian)
+                gs.append(g)
+            else:
+                lp = model.log_density(xs, on_error="reject", jacobian=jacobian)
+            lps.append(lp)
+            self.n_rejected += model.last_n_rejected
+        if len(lps) == 1:
+            return lps[0], (gs[0] if grad else None)
+        return np.concatenate(lps), (np.concatenate(gs) if grad else None)
+
+    def _check_cancel(self):
+        if self.cancel_requested:
+            raise CallbackCancelled("the computation was interrupted (Ctrl-C)")
 
     def _minus_loglik(self, model: StanModel, x: np.ndarray, grad: bool):
         """``logp - log_lik[i]`` (and its gradient) with the derived program ``model``; ``-inf`` where
@@ -380,6 +409,7 @@ class StanPosterior(PosteriorModel):
     def _host_loglik_impl(self, theta):
         theta = np.asarray(theta, dtype=np.float64)
         x = theta.reshape(-1, self.dim)
+        self._check_cancel()
         out = self.bridge.param_constrain(x, include_tp=True, include_gq=True, seed=self._seed)
         return np.ascontiguousarray(out[:, self._ll_cols]).reshape(*theta.shape[:-1], self.n_obs)
 

@@ -1,0 +1,302 @@
+"""Interrupts and faults (issue 16): Ctrl-C stops every long path within 2 s with a clean
+``KeyboardInterrupt`` (timed from the signal to the ``KeyboardInterrupt`` at the script's top level;
+the interpreter's shutdown after it, 1-4 s for any process that imported JAX, is reported by the
+benchmark, not asserted), leaving no child process and no half-written cache entry; concurrent compiles
+of a valid and of a broken Stan program; a cache folder that cannot be written or is not private; a
+library whose recorded hash does not match; refits that resume after an interruption.
+
+Each SIGINT test runs a small script in a subprocess (``interrupt_tools.interrupt_when``), sends
+SIGINT once the script reaches the phase (a ``cc1plus`` child, or the phase's progress bar) and times
+signal to exit with ``time.monotonic``. ``benchmarks/interrupts.py`` measures the same latencies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from interrupt_tools import ROOT, bar_moved, has_child_named, interrupt_when, printed, processes_mentioning
+
+pytest.importorskip("httpstan")
+if shutil.which("g++") is None:  # pragma: no cover
+    pytest.skip("no C++ compiler", allow_module_level=True)
+
+import ppl_loo as pl  # noqa: E402
+from ppl_loo.stan import StanCacheError, StanCompileError  # noqa: E402
+from ppl_loo.stan.compile import build_library  # noqa: E402
+
+LIMIT_S = 2.0  # the issue's requirement: stop within 2 s of the signal
+BROKEN = "parameters { real mu; } model { mu ~ normal(0, 1) }"  # missing ';' (a stanc syntax error)
+
+
+def valid_program(token):
+    return f"// {token}\nparameters {{ real mu; }}\nmodel {{ mu ~ normal(0, 1); }}\n"
+
+
+def _stopped(r):
+    """The script got SIGINT, raised KeyboardInterrupt at its top level within LIMIT_S and exited with it."""
+    assert r["signalled"], r["output"]
+    assert "KeyboardInterrupt" in r["output"], r["output"][-3000:]
+    # -2: Python's exit after an unhandled KeyboardInterrupt (not -6 or -11: a crash in the shutdown)
+    assert r["returncode"] == -2, (r["returncode"], r["output"][-3000:])
+    assert r["stop_s"] is not None and r["stop_s"] < LIMIT_S, (r["stop_s"], r["output"][-3000:])
+
+
+def _entries_complete(cache):
+    """No temporary build folder, no lock file, and every entry has its library and its hash."""
+    names = [p.name for p in cache.iterdir()]
+    assert not [n for n in names if n.startswith((".tmp-", ".old-")) or n.endswith(".lock")], names
+    for entry in cache.iterdir():
+        assert (entry / "bridge.so").is_file() and (entry / "bridge.so.sha256").is_file(), list(entry.iterdir())
+
+
+# ----------------------------------------------------------------------------- compile
+COMPILE_SCRIPT = """
+import os
+import ppl_loo as pl
+print("compiling", flush=True)
+pl.StanModel(os.environ["PROGRAM"], {})
+print("compiled", flush=True)
+"""
+
+
+def test_sigint_during_compile_kills_the_compiler_and_leaves_no_entry(tmp_path):
+    cache = tmp_path / "cache"
+    r = interrupt_when(COMPILE_SCRIPT, has_child_named("cc1plus"), after_s=1.0, timeout_s=300,
+                       env={"PPL_LOO_STAN_CACHE": str(cache), "PROGRAM": valid_program(uuid.uuid4().hex)})
+    _stopped(r)
+    assert processes_mentioning(str(cache)) == []  # no orphan cc1plus (its arguments name the build folder)
+    _entries_complete(cache)
+    assert list(cache.iterdir()) == []
+
+
+PARALLEL_SCRIPT = """
+import os, sys
+from ppl_loo.stan import StanCompileError
+import ppl_loo as pl
+try:
+    m = pl.StanModel(os.environ["PROGRAM"], {})
+    print("OK", m.compiled, m.build.library)
+except StanCompileError as err:
+    print("StanCompileError", str(err).splitlines()[1] if len(str(err).splitlines()) > 1 else err)
+"""
+
+
+def _four(program, cache):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PPL_LOO_STAN_CACHE": str(cache), "PROGRAM": program}
+    procs = [subprocess.Popen([sys.executable, "-c", PARALLEL_SCRIPT], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    return [p.communicate(timeout=900) + (p.returncode,) for p in procs]
+
+
+def test_four_processes_compile_a_broken_program():
+    """Issue 16: one of four got FileNotFoundError (the cache folder deleted under another's lock)."""
+    cache = Path(os.environ.get("TMPDIR", "/tmp")) / f"ppl_loo_broken_{uuid.uuid4().hex}"
+    try:
+        results = _four(BROKEN, cache)
+        for out, err, rc in results:
+            assert rc == 0, err
+            assert out.startswith("StanCompileError") and "Syntax error in 'model.stan'" in out, (out, err)
+        assert list(cache.iterdir()) == []
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory):
+    """Four processes compile the same valid program into an empty cache: one compiles, three wait and
+    load the same library."""
+    cache = tmp_path_factory.mktemp("cache")
+    program = valid_program(uuid.uuid4().hex)
+    return cache, program, _four(program, cache)
+
+
+def test_four_processes_compile_a_valid_program(built_cache):
+    cache, _, results = built_cache
+    outs = [out.split() for out, _, _ in results]
+    assert all(o[0] == "OK" for o in outs), results
+    assert sorted(o[1] for o in outs) == ["False", "False", "False", "True"]
+    assert len({o[2] for o in outs}) == 1
+    _entries_complete(cache)
+    assert len(list(cache.iterdir())) == 1
+    assert (os.stat(cache).st_mode & 0o777) == 0o700
+
+
+def test_library_with_a_wrong_hash_is_rebuilt(built_cache, monkeypatch):
+    cache, program, _ = built_cache
+    monkeypatch.setenv("PPL_LOO_STAN_CACHE", str(cache))
+    first = build_library(program)
+    assert first.compiled is False
+    record = first.library.with_name("bridge.so.sha256")
+    record.write_text("0" * 64)  # a library that is not the one built here
+    again = build_library(program)
+    assert again.compiled is True and again.library == first.library
+    assert record.read_text() != "0" * 64
+    _entries_complete(cache)
+
+
+def test_cache_folder_that_cannot_be_created(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("PPL_LOO_STAN_CACHE", str(blocker / "cache"))
+    with pytest.raises(StanCacheError, match=r"(?s)a_file/cache.*PPL_LOO_STAN_CACHE"):
+        pl.StanModel(valid_program("unused"), {})
+    monkeypatch.setenv("PPL_LOO_STAN_CACHE", str(blocker))
+    with pytest.raises(StanCacheError, match=r"(?s)a_file is not a folder.*PPL_LOO_STAN_CACHE"):
+        pl.StanModel(valid_program("unused"), {})
+
+
+def test_shared_cache_folder_is_made_private(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o777)
+    os.chmod(cache, 0o777)
+    monkeypatch.setenv("PPL_LOO_STAN_CACHE", str(cache))
+    with pytest.raises(StanCompileError):
+        pl.StanModel(BROKEN, {})
+    assert (os.stat(cache).st_mode & 0o777) == 0o700
+
+
+def test_fresh_cache_folder_is_private(tmp_path, monkeypatch):
+    cache = tmp_path / "new" / "cache"
+    monkeypatch.setenv("PPL_LOO_STAN_CACHE", str(cache))
+    with pytest.raises(StanCompileError):
+        pl.StanModel(BROKEN, {})
+    assert (os.stat(cache).st_mode & 0o777) == 0o700
+
+
+# ----------------------------------------------------------------------------- the Stan-backed search
+#: Poisson-lognormal counts (40 observations, 42 parameters, an outlier), sampled with Stan's NUTS in
+#: process; every observation searched (adapt="all"): about a minute uninterrupted on 2 shared cores
+SEARCH_SCRIPT = """
+import os, tempfile, warnings
+import numpy as np
+import ppl_loo as pl
+from ppl_loo.stan.sampler import sample_cmdstan_csv
+rng = np.random.default_rng(1)
+N = 40
+y = rng.poisson(np.exp(1.0 + 0.8 * rng.normal(size=N)))
+y[3] = 60
+data = {"N": N, "y": y}
+prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
+sm = pl.StanModel(prog, data, sampler=True)
+paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=3, num_warmup=300, num_samples=500)
+tree = pl.from_cmdstan([str(p) for p in paths])
+stan = pl.StanModel(prog, data)
+warnings.simplefilter("ignore")
+print("SEARCH", flush=True)
+res = pl.loo(tree, stan, progressbar=True, adapt="all", transforms="all")
+print("DONE", flush=True)
+"""
+
+
+def test_sigint_during_stan_search():
+    """Issue 16: Ctrl-C was ignored for up to 38 s (the batch runs in XLA and Stan's native code)."""
+    r = interrupt_when(SEARCH_SCRIPT, bar_moved("adaptive LOO"), after_s=1.0, timeout_s=900, env={"ROOT": str(ROOT)})
+    assert "DONE" not in r["output"]
+    _stopped(r)
+    # the host callbacks saw the cancel flag: the batch was aborted, not left running until its end
+    assert r["exit_s"] < r["stop_s"] + 10.0, (r["stop_s"], r["exit_s"])
+
+
+# ----------------------------------------------------------------------------- refits
+REFIT_SCRIPT = """
+import warnings
+import numpy as np
+import jax.scipy.stats as st
+import ppl_loo as pl
+from ppl_loo.sampling import sample_nuts
+Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
+model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 10.0),
+                    lambda v: st.norm.logpdf(Y, v["mu"], 1.0), obs_dims=("obs",), observed=Y)
+data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+warnings.simplefilter("ignore")
+res = pl.loo(data, model, progressbar=True, refit=list(range(12)), random_seed=1)
+print("DONE", flush=True)
+"""
+
+
+def test_sigint_during_refits():
+    r = interrupt_when(REFIT_SCRIPT, printed("refit:"), after_s=3.0, timeout_s=600)
+    assert "DONE" not in r["output"]
+    _stopped(r)
+
+
+@pytest.fixture(scope="module")
+def normal_fit():
+    import jax.scipy.stats as st
+
+    from ppl_loo.sampling import sample_nuts
+
+    y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
+    model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 10.0),
+                        lambda v: st.norm.logpdf(y, v["mu"], 1.0), obs_dims=("obs",), observed=y)
+    return model, sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+
+
+class Interrupted(KeyboardInterrupt):
+    pass
+
+
+def _counting(monkeypatch, model, fail_at=None):
+    """Count ``refit_draws`` calls (observation indices); raise KeyboardInterrupt at call ``fail_at``."""
+    calls = []
+    cls = type(model)
+    real = cls.__dict__.get("_real_refit_draws", cls.refit_draws)
+    monkeypatch.setattr(cls, "_real_refit_draws", real, raising=False)
+
+    def refit_draws(self, i, **kw):
+        calls.append(i)
+        if fail_at is not None and len(calls) == fail_at:
+            raise Interrupted
+        return real(self, i, **kw)
+
+    monkeypatch.setattr(cls, "refit_draws", refit_draws)
+    vars(model).pop("protocol_model", None)  # the cached protocol view holds the bound method
+    return calls
+
+
+def test_refits_resume_from_checkpoint(normal_fit, tmp_path, monkeypatch):
+    """A refit run interrupted during its second refit, rerun: the first is not redone, and every elpd_i
+    equals that of an uninterrupted run with the same seed."""
+    model, data = normal_fit
+    targets = [10, 0, 5]
+    ckpt = tmp_path / "refits.json"
+    kw = dict(progressbar=False, refit=targets, random_seed=4)
+    settings = {"chains": 2, "draws": 300, "warmup": 300}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        calls = _counting(monkeypatch, model, fail_at=2)  # Ctrl-C during the second refit
+        with pytest.raises(KeyboardInterrupt):
+            pl.loo(data, model, **kw, refit_kwargs={**settings, "checkpoint": str(ckpt)})
+        assert calls == [10, 0] and ckpt.exists()
+        calls = _counting(monkeypatch, model)
+        resumed = pl.loo(data, model, **kw, refit_kwargs={**settings, "checkpoint": str(ckpt)})
+        assert calls == [0, 5]  # observation 10 finished before the interruption: not redone
+        calls = _counting(monkeypatch, model)
+        whole = pl.loo(data, model, **kw, refit_kwargs=settings)
+        assert calls == targets
+    np.testing.assert_array_equal(resumed.elpd_i.values, whole.elpd_i.values)
+    np.testing.assert_array_equal(resumed.refit.values, whole.refit.values)
+    assert sorted(resumed.refit_info) == sorted(targets)
+    assert list(tmp_path.iterdir()) == [ckpt]  # no temporary file left
+    # a checkpoint of other settings (another seed) is not used, and a warning says so
+    calls = _counting(monkeypatch, model)
+    with pytest.warns(UserWarning, match="holds refits of other draws"):
+        pl.loo(data, model, progressbar=False, refit=[0], random_seed=5,
+               refit_kwargs={**settings, "checkpoint": str(ckpt)})
+    assert calls == [0]
+    vars(model).pop("protocol_model", None)
+
+
+def test_refit_checkpoint_must_be_a_path(normal_fit):
+    model, data = normal_fit
+    with pytest.raises(ValueError, match="checkpoint=3 must be a file path"):
+        pl.loo(data, model, progressbar=False, refit=[0], random_seed=5, refit_kwargs={"checkpoint": 3})
