@@ -9,6 +9,7 @@
 """
 
 import faulthandler
+import gc
 import os
 import sys
 
@@ -47,10 +48,33 @@ def pytest_sessionstart(session):
         sys.modules[__name__]._crash_file = crash
 
 
+def _n_maps() -> int:
+    try:
+        with open("/proc/self/maps") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return -1
+
+
 def pytest_runtest_logstart(nodeid, location):
     if _TRACE:
         with open(_TRACE, "a") as fh:
-            fh.write(f"{nodeid} rss={_rss_mb():.0f}MB\n")
+            fh.write(f"{nodeid} rss={_rss_mb():.0f}MB maps={_n_maps()}\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_code():
+    """Drop JAX's compiled executables after each test module.
+
+    Each XLA executable holds about six memory mappings and they are freed only when its function is; one
+    process running the whole suite compiles tens of thousands of them and reached the kernel's limit on
+    mappings (``vm.max_map_count``, 65530): LLVM's next code allocation failed and the process died of a
+    segfault inside ``backend_compile`` (CI, stop 22). A user's session compiles a small fraction of that; the
+    persistent compilation cache makes the recompiles after this cheap.
+    """
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(scope="module", autouse=True)
