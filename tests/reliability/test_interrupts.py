@@ -25,9 +25,9 @@ import pytest
 
 from interrupt_tools import ROOT, bar_moved, has_child_named, interrupt_when, printed, processes_mentioning
 
-pytest.importorskip("httpstan")
-if shutil.which("g++") is None:  # pragma: no cover
-    pytest.skip("no C++ compiler", allow_module_level=True)
+import httpstan  # noqa: E402,F401  (stanc and the Stan headers)
+
+assert shutil.which("g++") is not None, "these tests compile Stan programs: install g++ (bash dev.sh env does)"
 
 import ppl_loo as pl  # noqa: E402
 from ppl_loo.stan import StanCacheError, StanCompileError  # noqa: E402

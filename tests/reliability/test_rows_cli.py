@@ -33,8 +33,7 @@ ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.pare
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
 OPTIMIZE = ROOT / "tests" / "data" / "cmdstan_optimize_rosenbrock_mle.csv"
 
-if ES_DIR is None:  # pragma: no cover
-    pytest.skip("shared/data/cmdstan-eight-schools is missing", allow_module_level=True)
+assert ES_DIR is not None, "../shared/data/cmdstan-eight-schools is missing (the repository needs ../shared beside it)"
 ES_DATA = ES_DIR / "eight_schools.data.R"
 
 

@@ -29,8 +29,7 @@ OPTIMIZE = ROOT / "tests" / "data" / "cmdstan_optimize_rosenbrock_mle.csv"
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
 FIX = "give the csv files cmdstan wrote"
 
-if ES_DIR is None:  # pragma: no cover
-    pytest.skip("shared/data/cmdstan-eight-schools is missing", allow_module_level=True)
+assert ES_DIR is not None, "../shared/data/cmdstan-eight-schools is missing (the repository needs ../shared beside it)"
 
 
 @functools.cache
