@@ -129,9 +129,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     data = check_datatree(data)
     k_threshold = check_k_threshold(k_threshold)
     reff = check_reff(reff)
-    if var_name is not None and not isinstance(var_name, str):
-        raise TypeError(f"var_name={var_name!r}: give the name of the log-likelihood variable as a string "
-                        "(e.g. var_name='y'), or None when there is one.")
+    _check_var_name(var_name)
     if model is None or reff is None:
         check_posterior_draws(data)
     pairs = identical_chains(data)
@@ -146,11 +144,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
                              "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
                              "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
         return plain_psis_loo(data, var_name, k_threshold, reff)
-    check_posterior_draws(data)
-    if not (isinstance(transforms, str) or (np.iterable(transforms) and all(isinstance(t, str) for t in transforms))):
-        raise ValueError(f"transforms={transforms!r}: give 'all' or a sequence of transformation names, e.g. "
-                         "('pmm1', 'kl', 'newton').")
-    names = check_transforms(transforms, DEFAULT_TRANSFORMS)
+    if reff is not None:  # (checked above otherwise)
+        check_posterior_draws(data)
+    names = _check_transform_names(transforms)
     hbar = _check_hbar(hbar)
     if adapt not in ("auto", "all", "flagged"):
         raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
@@ -239,6 +235,19 @@ def approx_summary(draws, plain, k_threshold):
         k_q = np.inf
     return {"approximation": draws.approx_method, "pareto_k_q": k_q,
             "approx_ok_values": np.asarray(plain.k) <= k_threshold}
+
+
+def _check_var_name(var_name):
+    if var_name is not None and not isinstance(var_name, str):
+        raise TypeError(f"var_name={var_name!r}: give the name of the log-likelihood variable as a string "
+                        "(e.g. var_name='y'), or None when there is one.")
+
+
+def _check_transform_names(transforms):
+    if not (isinstance(transforms, str) or (np.iterable(transforms) and all(isinstance(t, str) for t in transforms))):
+        raise ValueError(f"transforms={transforms!r}: give 'all' or a sequence of transformation names, e.g. "
+                         "('pmm1', 'kl', 'newton').")
+    return check_transforms(transforms, DEFAULT_TRANSFORMS)
 
 
 def _check_hbar(hbar):
