@@ -25,15 +25,16 @@ os.environ.setdefault("PPL_LOO_CACHE_DIR", os.path.join(os.path.expanduser("~"),
 _TRACE = os.environ.get("PPL_LOO_TEST_TRACE", "")
 
 
-def _rss_mb() -> float:
+def _status(field: str) -> int:
+    """A number from /proc/self/status (``VmRSS`` in kB, ``Threads``), -1 where unavailable."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
     except OSError:
         pass
-    return float("nan")
+    return -1
 
 
 def pytest_configure(config):
@@ -59,7 +60,7 @@ def _n_maps() -> int:
 def pytest_runtest_logstart(nodeid, location):
     if _TRACE:
         with open(_TRACE, "a") as fh:
-            fh.write(f"{nodeid} rss={_rss_mb():.0f}MB maps={_n_maps()}\n")
+            fh.write(f"{nodeid} rss={_status('VmRSS') // 1024}MB threads={_status('Threads')} maps={_n_maps()}\n")
 
 
 @pytest.fixture(scope="module", autouse=True)
