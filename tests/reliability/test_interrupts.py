@@ -229,6 +229,32 @@ def test_sigint_during_refits():
     _stopped(r)
 
 
+PYMC_REFIT_SCRIPT = """
+import warnings
+import numpy as np
+import pymc as pm
+import ppl_loo as pl
+Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
+with pm.Model() as model:
+    mu = pm.Normal("mu", 0.0, 10.0)
+    pm.Normal("y", mu, 1.0, observed=Y)
+    idata = pm.sample(500, tune=300, chains=2, cores=1, random_seed=3, progressbar=False,
+                      idata_kwargs={"log_likelihood": True})
+warnings.simplefilter("ignore")
+res = pl.loo(idata, model, progressbar=True, refit=list(range(12)), random_seed=1,
+             refit_kwargs={"draws": 20000, "warmup": 500})
+print("DONE", flush=True)
+"""
+
+
+def test_sigint_during_pymc_refits():
+    """pm.sample catches Ctrl-C and returns the draws it has; the refit must not go on with them (a refit from
+    a truncated run would be a wrong number): KeyboardInterrupt reaches the script within the limit."""
+    r = interrupt_when(PYMC_REFIT_SCRIPT, printed("refit:"), after_s=3.0, timeout_s=600)
+    assert "DONE" not in r["output"]
+    _stopped(r)
+
+
 @pytest.fixture(scope="module")
 def normal_fit():
     import jax.scipy.stats as st

@@ -17,6 +17,9 @@ models, so a logistic regression written in PyMC runs on the same fast path as
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import warnings
 from collections.abc import Callable
 from functools import cached_property
@@ -368,12 +371,18 @@ class PyMCModel(PosteriorModel):
         with clone:
             terms = clone.logp(vars=[clone[self.var_name]], sum=False, jacobian=False)[0]
             pm.Potential("ppl_loo_refit_without_observation", -terms.flatten()[int(i)])
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _noticing_sigint() as interrupted:
                 warnings.simplefilter("ignore")
                 idata = pm.sample(draws=int(draws), tune=int(warmup), chains=int(chains), cores=1,
                                   random_seed=int(np.random.default_rng(random_seed).integers(2**31)),
                                   target_accept=float(target_accept), progressbar=False,
                                   compute_convergence_checks=False, nuts={"max_treedepth": int(max_tree_depth)})
+        got = (idata["posterior"].sizes.get("chain", 0), idata["posterior"].sizes.get("draw", 0))
+        if interrupted or got != (int(chains), int(draws)):
+            # pm.sample catches Ctrl-C and returns the draws it has: a refit from those would be a wrong number
+            raise KeyboardInterrupt(f"pm.sample stopped after {got[0]} chain(s) x {got[1]} draws of the "
+                                    f"{int(chains)} x {int(draws)} asked for (interrupted): the refit without "
+                                    f"observation {int(i)} is incomplete")
         theta = np.asarray(self.unconstrain(idata["posterior"]))
         div = int(np.asarray(idata["sample_stats"]["diverging"].values).sum())
         return theta.reshape(int(chains), int(draws), self.dim), {"sampler": "pm.sample without the observation",
@@ -586,3 +595,27 @@ def glm_note(glm, dim: int) -> str:
         + (" diagonal" if glm.hessian_diag is not None else "")
         + (" Hessian" if glm.constant_hessian else "")
     )
+
+
+@contextlib.contextmanager
+def _noticing_sigint():
+    """Record a Ctrl-C (SIGINT) during the block, then raise KeyboardInterrupt as Python would.
+
+    ``pm.sample`` (and nutpie under it) catch KeyboardInterrupt and return the draws they have; the list this
+    yields is non-empty after a Ctrl-C, so that the caller does not take those draws for a finished run.
+    Only in the main thread (where Python runs signal handlers); elsewhere the list stays empty.
+    """
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, old)
