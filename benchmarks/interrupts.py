@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
 from interrupt_tools import bar_moved, has_child_named, interrupt_when, printed, processes_mentioning  # noqa: E402
-from test_interrupts import COMPILE_SCRIPT, REFIT_SCRIPT, SEARCH_SCRIPT, valid_program  # noqa: E402
+from test_interrupts import (COMPILE_SCRIPT, PYMC_REFIT_SCRIPT, REFIT_SCRIPT, SEARCH_SCRIPT,  # noqa: E402
+                             STAN_REFIT_SCRIPT, valid_program)
 
 #: a pure-JAX model with a long search: Poisson-lognormal counts, one latent effect per observation
 JAX_SEARCH_SCRIPT = """
@@ -85,6 +86,8 @@ def paths():
         ("JAX-model adaptive search (first batch compiled)", JAX_SEARCH_SCRIPT, bar_moved("adaptive LOO"), 1.0, {},
          None),
         ("refit (NumPyro refits of a JaxModel)", REFIT_SCRIPT, printed("refit:"), 3.0, {}, None),
+        ("refit (Stan's NUTS in the library)", STAN_REFIT_SCRIPT, printed("refit:"), 3.0, {}, None),
+        ("refit (pm.sample)", PYMC_REFIT_SCRIPT, printed("refit:"), 3.0, {}, None),
     ]
 
 

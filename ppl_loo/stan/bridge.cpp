@@ -330,10 +330,11 @@ int plstan_time_gradient(plstan_model* pm, const double* theta, int n_reps, doub
 }
 
 // out[s, :] = write_array(theta[s]). With include_gq the RNG of draw s is
-// create_rng(seed, s + 1), so the result does not depend on the number of threads; without
+// create_rng(seed, s0 + s + 1) (s0: the index of theta[0] among all the caller's draws, so that calls on chunks
+// of draws give what one call would), so the result does not depend on the number of threads; without
 // generated quantities no RNG is used and seeding one per draw (about 10 us) is skipped.
 int plstan_param_constrain(plstan_model* pm, int include_tp, int include_gq, const double* theta,
-                           int S, unsigned int seed, double* out, int n_threads, char** err) {
+                           int S, unsigned int seed, int s0, double* out, int n_threads, char** err) {
   const std::size_t d = pm->d;
   const std::size_t n_out = pm->n_out[include_tp != 0][include_gq != 0];
   stan_model& m = *pm->model;
@@ -344,7 +345,7 @@ int plstan_param_constrain(plstan_model* pm, int include_tp, int include_gq, con
     Eigen::VectorXd vars(n_out);
     static thread_local rng_type unused_rng = stan::services::util::create_rng(0, 1);
     if (include_gq) {
-      rng_type rng = stan::services::util::create_rng(seed, static_cast<unsigned int>(s) + 1);
+      rng_type rng = stan::services::util::create_rng(seed, static_cast<unsigned int>(s0 + s) + 1);
       m.write_array(rng, x, vars, include_tp != 0, true, msgs);
     } else {
       m.write_array(unused_rng, x, vars, include_tp != 0, false, msgs);
@@ -401,7 +402,23 @@ int plstan_param_unconstrain_json(plstan_model* pm, const char* json, double* ou
 #include <stan/io/empty_var_context.hpp>
 #include <stan/services/sample/hmc_nuts_diag_e_adapt.hpp>
 
+#include <csignal>
 #include <fstream>
+
+namespace {
+// Ctrl-C during a chain: Python runs its SIGINT handler only when the native call returns, so while a chain
+// runs, a handler of our own records the signal and Stan's interrupt callback (called every iteration) stops
+// the chain; plstan_sample_nuts then returns PLSTAN_INTERRUPTED and the caller raises KeyboardInterrupt.
+volatile std::sig_atomic_t sigint_seen = 0;
+extern "C" void on_sigint(int) { sigint_seen = 1; }
+constexpr int PLSTAN_INTERRUPTED = -2;
+
+struct sigint_interrupt : public stan::callbacks::interrupt {
+  void operator()() override {
+    if (sigint_seen) throw std::runtime_error("interrupted (SIGINT)");
+  }
+};
+}  // namespace
 
 extern "C" {
 
@@ -416,6 +433,11 @@ int plstan_sample_nuts(plstan_model* pm, const char* path, const char* header, i
                        int max_depth, char** log, char** err) {
   std::stringstream log_stream;
   int rc = -1;
+  sigint_seen = 0;
+  struct sigaction act {}, old {};
+  act.sa_handler = on_sigint;
+  sigemptyset(&act.sa_mask);
+  const bool handler_set = sigaction(SIGINT, &act, &old) == 0;
   try {
     auto out = std::make_unique<std::ofstream>(path);
     if (!out->good()) {
@@ -426,7 +448,7 @@ int plstan_sample_nuts(plstan_model* pm, const char* path, const char* header, i
     stan::callbacks::unique_stream_writer<std::ofstream> sample_writer(std::move(out), "# ");
     stan::callbacks::writer init_writer;
     stan::callbacks::writer diagnostic_writer;
-    stan::callbacks::interrupt interrupt;
+    sigint_interrupt interrupt;
     stan::callbacks::stream_logger logger(log_stream, log_stream, log_stream, log_stream,
                                           log_stream);
     stan::io::empty_var_context init;
@@ -438,6 +460,8 @@ int plstan_sample_nuts(plstan_model* pm, const char* path, const char* header, i
     set_error(err, e.what());
     rc = -1;
   }
+  if (handler_set) sigaction(SIGINT, &old, nullptr);
+  if (sigint_seen) rc = PLSTAN_INTERRUPTED;
   if (log != nullptr) *log = dup_string(log_stream.str());
   return rc;
 }

@@ -44,6 +44,9 @@ class StanEvaluationError(RuntimeError):
     """Stan threw while evaluating a draw (message from Stan, prefixed with the draw index)."""
 
 
+#: draws per native call of param_constrain (write_array with generated quantities: about 10 us a draw)
+_CONSTRAIN_CHUNK = 65536
+
 _dbl_p = ctypes.POINTER(ctypes.c_double)
 _int_p = ctypes.POINTER(ctypes.c_int)
 _err_p = ctypes.POINTER(ctypes.c_char_p)
@@ -71,7 +74,7 @@ def _bind(lib: ctypes.CDLL) -> None:
         "plstan_time_gradient": (c_int, [vp, _dbl_p, c_int, _dbl_p, _dbl_p, errp]),
         "plstan_param_constrain": (
             c_int,
-            [vp, c_int, c_int, _dbl_p, c_int, c_uint, _dbl_p, c_int, errp],
+            [vp, c_int, c_int, _dbl_p, c_int, c_uint, c_int, _dbl_p, c_int, errp],
         ),
         "plstan_param_unconstrain": (c_int, [vp, _dbl_p, c_int, _dbl_p, c_int, errp]),
         "plstan_param_unconstrain_json": (c_int, [vp, c_char_p, _dbl_p, errp]),
@@ -454,12 +457,16 @@ class StanModel:
         x, single = self._draws(theta_unc, self.dim, "param_constrain")
         n_out = self.param_num(include_tp, include_gq)
         out = np.empty((x.shape[0], n_out))
-        err = ctypes.c_void_p()
-        rc = self._lib.plstan_param_constrain(
-            self._handle, int(include_tp), int(include_gq), self._ptr(x), x.shape[0],
-            int(seed) & 0xFFFFFFFF, self._ptr(out), self.n_threads, ctypes.byref(err),
-        )
-        self._check(rc, err, "param_constrain")
+        # chunks of draws, each a short native call, so that Ctrl-C (handled by Python between calls) stops a
+        # long evaluation promptly; the RNG of draw s depends on s only, not on the chunking
+        for lo in range(0, x.shape[0], _CONSTRAIN_CHUNK):
+            hi = min(lo + _CONSTRAIN_CHUNK, x.shape[0])
+            err = ctypes.c_void_p()
+            rc = self._lib.plstan_param_constrain(
+                self._handle, int(include_tp), int(include_gq), self._ptr(x[lo:hi]), hi - lo,
+                int(seed) & 0xFFFFFFFF, lo, self._ptr(out[lo:hi]), self.n_threads, ctypes.byref(err),
+            )
+            self._check(rc, err, "param_constrain")
         return out[0] if single else out
 
     def param_unconstrain(self, theta) -> np.ndarray:

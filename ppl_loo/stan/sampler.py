@@ -85,6 +85,10 @@ def _header(model: StanModel, *, path, chain, seed, num_warmup, num_samples, thi
     return "".join(f"# {ln}\n" for ln in lines)
 
 
+#: plstan_sample_nuts' return code after a Ctrl-C (SIGINT) during the chain
+_INTERRUPTED = -2
+
+
 def sample_cmdstan_csv(
     model: StanModel,
     output_dir,
@@ -137,6 +141,11 @@ def sample_cmdstan_csv(
             float(adapt_delta), int(max_depth), ctypes.byref(log), ctypes.byref(err),
         )
         text = model._take(log) if log.value else ""
+        if rc == _INTERRUPTED:  # Ctrl-C while the chain ran (the library's own handler caught it)
+            if err.value:
+                model._take(err)
+            path.unlink(missing_ok=True)  # a half-written chain is not output
+            raise KeyboardInterrupt(f"Stan's sampler was interrupted on chain {chain}")
         if rc != 0:
             msg = model._take(err) if err.value else text.strip()[-2000:]
             raise StanEvaluationError(f"Stan's sampler failed on chain {chain} (return code {rc}): {msg}")

@@ -255,6 +255,34 @@ def test_sigint_during_pymc_refits():
     _stopped(r)
 
 
+STAN_REFIT_SCRIPT = f"""
+import warnings
+import numpy as np
+import ppl_loo as pl
+from ppl_loo.stan.sampler import sample_cmdstan_csv
+import tempfile
+Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
+data = {{"N": len(Y), "y": Y, "sigma": 1.0, "mu0": 0.0, "tau0": 10.0}}
+program = "{ROOT / 'stan_models' / 'normal_known_sigma.stan'}"
+sm = pl.StanModel(program, data, sampler=True)
+paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=11, num_warmup=300, num_samples=500)
+tree = pl.from_cmdstan([str(p) for p in paths])
+warnings.simplefilter("ignore")
+res = pl.loo(tree, pl.StanModel(program, data), progressbar=True, refit=list(range(12)), random_seed=3,
+             refit_kwargs={{"chains": 2, "draws": 1000000, "warmup": 300}})
+print("DONE", flush=True)
+"""
+
+
+def test_sigint_during_stan_refits():
+    """A Stan refit's chain runs in native code; the library's own SIGINT handler stops it at the next
+    iteration (Stan's interrupt callback), and KeyboardInterrupt reaches the script within the limit."""
+    r = interrupt_when(STAN_REFIT_SCRIPT, printed("refit:"), after_s=3.0, timeout_s=900)
+    assert "DONE" not in r["output"]
+    assert "interrupted on chain" in r["output"], r["output"][-3000:]
+    _stopped(r)
+
+
 @pytest.fixture(scope="module")
 def normal_fit():
     import jax.scipy.stats as st
