@@ -373,16 +373,23 @@ class PyMCModel(PosteriorModel):
             pm.Potential("ppl_loo_refit_without_observation", -terms.flatten()[int(i)])
             with warnings.catch_warnings(), _noticing_sigint() as interrupted:
                 warnings.simplefilter("ignore")
-                idata = pm.sample(draws=int(draws), tune=int(warmup), chains=int(chains), cores=1,
-                                  random_seed=int(np.random.default_rng(random_seed).integers(2**31)),
-                                  target_accept=float(target_accept), progressbar=False,
-                                  compute_convergence_checks=False, nuts={"max_treedepth": int(max_tree_depth)})
+                try:
+                    idata = pm.sample(draws=int(draws), tune=int(warmup), chains=int(chains), cores=1,
+                                      random_seed=int(np.random.default_rng(random_seed).integers(2**31)),
+                                      target_accept=float(target_accept), progressbar=False,
+                                      compute_convergence_checks=False, nuts={"max_treedepth": int(max_tree_depth)})
+                except Exception as err:
+                    if interrupted:  # nutpie turns a Ctrl-C before its first draw into "no results to take"
+                        raise KeyboardInterrupt(f"pm.sample was interrupted (Ctrl-C) while refitting without "
+                                                f"observation {int(i)}") from err
+                    raise
         got = (idata["posterior"].sizes.get("chain", 0), idata["posterior"].sizes.get("draw", 0))
         if interrupted or got != (int(chains), int(draws)):
-            # pm.sample catches Ctrl-C and returns the draws it has: a refit from those would be a wrong number
-            raise KeyboardInterrupt(f"pm.sample stopped after {got[0]} chain(s) x {got[1]} draws of the "
-                                    f"{int(chains)} x {int(draws)} asked for (interrupted): the refit without "
-                                    f"observation {int(i)} is incomplete")
+            # pm.sample (nutpie) catches Ctrl-C and returns what it has, sometimes in arrays of the full size that
+            # were never filled: a refit from those would be a wrong number
+            raise KeyboardInterrupt(f"pm.sample was interrupted (Ctrl-C) while refitting without observation {int(i)} "
+                                    f"(it returned {got[0]} chain(s) x {got[1]} draws of the {int(chains)} x "
+                                    f"{int(draws)} asked for, not all of them sampled)")
         theta = np.asarray(self.unconstrain(idata["posterior"]))
         div = int(np.asarray(idata["sample_stats"]["diverging"].values).sum())
         return theta.reshape(int(chains), int(draws), self.dim), {"sampler": "pm.sample without the observation",
