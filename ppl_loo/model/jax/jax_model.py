@@ -463,20 +463,8 @@ class JaxModel(LayoutMixin, PosteriorModel):
         abstract = {
             n: jax.ShapeDtypeStruct(self.layout.shapes[n], jnp.float64) for n in self.layout.names
         }
-        try:
-            out = jax.eval_shape(log_lik, abstract)
-        except Exception as err:  # noqa: BLE001 - rethrown with context
-            raise ValueError(
-                "log_lik could not be evaluated on parameters of the declared shapes "
-                f"{self.layout.shapes}: {_what(err)}"
-            ) from err
-        try:
-            prior_out = jax.eval_shape(log_prior, abstract)
-        except Exception as err:  # noqa: BLE001 - rethrown with context
-            raise ValueError(
-                "log_prior could not be evaluated on parameters of the declared shapes "
-                f"{self.layout.shapes}: {_what(err)}"
-            ) from err
+        out = _eval_shape(log_lik, "log_lik", abstract, self.layout.shapes)
+        prior_out = _eval_shape(log_prior, "log_prior", abstract, self.layout.shapes)
         if tuple(getattr(prior_out, "shape", ())) != ():
             raise ValueError(f"log_prior must return one number (the joint log prior density); it returns shape "
                              f"{tuple(prior_out.shape)}: sum it, e.g. jnp.sum(jst.norm.logpdf(v['beta'], 0, 1)).")
@@ -527,3 +515,12 @@ class JaxModel(LayoutMixin, PosteriorModel):
     def _var_target_on_theta(self, theta, i):
         """The user's ``log_var_target`` at one unconstrained draw (the ``var_target_fn``)."""
         return self._log_var_target(self.layout.constrain(theta), i)
+
+
+def _eval_shape(fn, fname, abstract, shapes):
+    """``jax.eval_shape(fn, abstract)``, or a ValueError naming ``fname`` and the declared shapes."""
+    try:
+        return jax.eval_shape(fn, abstract)
+    except Exception as err:  # noqa: BLE001 - rethrown with context
+        raise ValueError(f"{fname} could not be evaluated on parameters of the declared shapes {shapes}: "
+                         f"{_what(err)}") from err
