@@ -23,7 +23,7 @@ find_python() {
   return 1
 }
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import ppl_loo, pytest, selenium' >/dev/null 2>&1; then
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import ppl_loo, pytest, selenium, dask.array, distributed, zarr' >/dev/null 2>&1; then
   PY=$(find_python) || { echo "error: ppl_loo needs Python >= 3.12 (PyMC 6, ArviZ 1.x); none found. Install one (e.g. pyenv install 3.12) or set PPL_LOO_PYTHON." >&2; exit 1; }
   echo "using $PY ($("$PY" --version 2>&1)) for $VENV" >&2
   "$PY" -m venv "$VENV"
