@@ -48,7 +48,17 @@ esac
 
 case "${1:-test}" in
   demo) shift; exec "$VENV/bin/ppl-loo" demo "$@" ;;
-  test) shift; exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  test) shift
+    # test files run in parallel worker processes (pytest-xdist), one whole file per worker at a time (module-scoped
+    # fixtures such as the reduced benchmarks run once): as many workers as cores, at most one per 6 GB of memory
+    # (a worker's peak) and at most 4; PPL_LOO_TEST_WORKERS overrides (0: no workers, one process)
+    workers="${PPL_LOO_TEST_WORKERS:-$("$VENV/bin/python" -c 'import os
+mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+print(max(1, min(len(os.sched_getaffinity(0)), int(mem // 6), 4)))')}"
+    if [ "$workers" -gt 0 ] 2>/dev/null; then
+      exec "$VENV/bin/python" -m pytest -q -n "$workers" --dist loadfile "$@"
+    fi
+    exec "$VENV/bin/python" -m pytest -q "$@" ;;
   env) ;;
   *) echo "usage: bash dev.sh {demo|test|env}" >&2; exit 2 ;;
 esac

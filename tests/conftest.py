@@ -12,17 +12,24 @@ import faulthandler
 import gc
 import os
 import sys
+import time
 
 import jax
 import pytest
 
-os.environ.setdefault("PPL_LOO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "ppl_loo", "xla"))
+#: one cache folder per pytest-xdist worker: JAX writes cache entries in place (no rename), and a worker must never
+#: read an entry another is still writing
+os.environ.setdefault("PPL_LOO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "ppl_loo", "xla",
+                                                        os.environ.get("PYTEST_XDIST_WORKER", "main")))
 
 
 #: with PPL_LOO_TEST_TRACE=<file> (set by .ci/run), each test's start (node id and the process' resident memory)
 #: is appended to <file>, and a fatal signal's traceback (every thread) goes to <file>.crash, so that a crash of
 #: the whole test process names the test and the native frame even when the console output is truncated
+#: (one file per pytest-xdist worker: <file>.<worker id>)
 _TRACE = os.environ.get("PPL_LOO_TEST_TRACE", "")
+if _TRACE and os.environ.get("PYTEST_XDIST_WORKER"):
+    _TRACE = f"{_TRACE}.{os.environ['PYTEST_XDIST_WORKER']}"
 
 
 def _status(field: str) -> int:
@@ -60,7 +67,7 @@ def _n_maps() -> int:
 def pytest_runtest_logstart(nodeid, location):
     if _TRACE:
         with open(_TRACE, "a") as fh:
-            fh.write(f"{nodeid} rss={_status('VmRSS') // 1024}MB threads={_status('Threads')} maps={_n_maps()}\n")
+            fh.write(f"{time.strftime('%H:%M:%S')} {nodeid} rss={_status('VmRSS') // 1024}MB threads={_status('Threads')} maps={_n_maps()}\n")
 
 
 @pytest.fixture(scope="module", autouse=True)
