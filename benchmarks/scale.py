@@ -140,7 +140,7 @@ def measure_size(n, args, workdir):
             "rare_observations": len(json.loads(_attr(path, "rare_observations")))}
     print(f"n = {n}: store {how} in {data['wall_s']:.1f} s ({data['size_gb']:.2f} GB): {path}", flush=True)
     spec = {"store": str(path), "n": n, "chunk_obs": args.chunk_obs, "observations": args.observations,
-            "seed": args.seed}
+            "seed": args.seed, "transforms": args.transforms}
     jobs = []  # (key, task, spec)
     runs, arrays = {}, {}
     for task in PLAIN + SUBSAMPLE:
@@ -246,7 +246,7 @@ def targets(sizes, runs):
         else:
             out["plain_within_1.5x_of_arviz_stats"][str(n)] = {"verdict": "error (a row did not run)"}
         tp = {k: rn[k].get("obs_per_s_search", rn[k].get("obs_per_s")) for k in rn
-              if k.startswith("adaptive_w") and k != "adaptive_w0" and "error" not in rn[k]}
+              if k.startswith("adaptive_w") and k != "adaptive_w0" and "wall_s" in rn[k] and "error" not in rn[k]}
         if len(tp) > 1:
             ks = sorted(tp, key=lambda k: int(k[len("adaptive_w"):]))
             grows = all(tp[ks[i + 1]] > tp[ks[i]] for i in range(len(ks) - 1))
@@ -353,11 +353,13 @@ def parse(argv):
     ap.add_argument("--reduced", action="store_true",
                     help="n = 10^3, 10^4, 400 draws, 200 subsampled observations (the CI test)")
     ap.add_argument("--sizes", type=int, nargs="+", default=None)
-    ap.add_argument("--draws", type=int, default=None, help="S (a multiple of 4; default 2000)")
+    ap.add_argument("--draws", type=int, default=None, help="S (a multiple of 8; default 2000)")
     ap.add_argument("--chunk-obs", type=int, default=None, help="observations per zarr chunk (default 5000)")
     ap.add_argument("--observations", type=int, default=None, help="subsample size (default 1000)")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2],
                     help="dask worker counts of the adaptive rows (0: in-process, no client)")
+    ap.add_argument("--transforms", nargs="+", default=None,
+                    help="transforms of the adaptive rows (default: all; --reduced: pmm1, to keep compiling short)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default="/tmp/ppl_loo_scale")
     ap.add_argument("--out", default=str(HERE / "results" / "scale.json"))
@@ -381,6 +383,7 @@ def parse(argv):
     if red and args.workers == [0, 1, 2]:
         args.workers = [1, 2]
     args.parallel = args.parallel or (3 if red else 1)
+    args.transforms = args.transforms or (["pmm1"] if red else "all")
     return args
 
 

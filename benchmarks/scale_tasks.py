@@ -156,7 +156,8 @@ def adaptive(tree, spec):
     y = np.asarray(tree["observed_data"]["y"].values)
     model = pl.models.LogisticRegression(X, y)
     workers = int(spec["workers"])
-    kwargs = {"progressbar": False}
+    transforms = spec.get("transforms", "all")
+    kwargs = {"progressbar": False, "transforms": transforms if isinstance(transforms, str) else tuple(transforms)}
     cluster = client = None
     try:
         if workers:
