@@ -5,9 +5,9 @@ every measurement in its own process) into a temporary directory and checks, wit
 
 - the stored log-likelihood is the Bernoulli-logit log density of the stored draws, X and y (closed form);
 - ``arviz_stats.loo`` summed over chunks of observations equals ``arviz_stats.loo`` on the whole loaded array
-  (the benchmark's bounded-memory reference is the real thing);
+  (n = 10^3: the benchmark's bounded-memory reference is the real thing);
 - ``pl.loo`` on the lazily opened zarr DataTree equals ``arviz_stats.loo`` (elpd, se, p, every elpd_i to 1e-8),
-  and equals ``pl.loo`` on the same tree loaded;
+  and (n = 10^3) ``pl.loo`` on the same tree loaded;
 - ``pl.loo_subsample`` equals ``arviz_stats.loo_subsample`` on the same observations (to 1e-8);
 - the adaptive rows ran with 1 and 2 dask workers and give the same numbers;
 - the JSON has every field the table is built from. Timings are recorded, never asserted.
@@ -56,6 +56,10 @@ def test_json_has_every_field(reduced):
         runs = doc["runs"][n]
         assert set(runs) >= {"plain_ours", "plain_arviz_chunked", "plain_ours_memory", "plain_arviz_memory",
                              "subsample_ours", "subsample_arviz_memory", "adaptive_w1", "adaptive_w2"}
+        # --reduced: the loaded-whole plain rows and the adaptive rows at n = 10^3 only
+        assert all("skipped" not in r for r in runs.values()) if n == "1000" else (
+            {k for k, r in runs.items() if "skipped" in r} == {"plain_ours_memory", "plain_arviz_memory",
+                                                                "adaptive_w1", "adaptive_w2"})
         for key, r in runs.items():
             if "skipped" in r:
                 continue
@@ -90,7 +94,7 @@ def test_stored_log_likelihood_is_the_bernoulli_logit_density(reduced):
 
 def test_arviz_chunk_loop_equals_arviz_on_the_whole_array(reduced):
     doc, _ = reduced
-    for n in SIZES:
+    for n in SIZES[:1]:
         d = doc["agreement"][n]["plain_arviz_chunked vs plain_arviz_memory"]
         for key in ("abs_elpd_diff", "abs_se_diff", "abs_p_diff", "max_abs_elpd_i_diff", "max_abs_pareto_k_diff"):
             assert d[key] <= 1e-10, (n, key, d[key])
@@ -98,9 +102,10 @@ def test_arviz_chunk_loop_equals_arviz_on_the_whole_array(reduced):
 
 def test_plain_pl_loo_on_zarr_agrees_with_arviz_stats(reduced):
     doc, _ = reduced
-    for n in SIZES:
-        for pair in ("plain_ours vs plain_arviz_chunked", "plain_ours_memory vs plain_arviz_memory",
-                     "plain_ours vs plain_ours_memory"):
+    for n, pairs in (("1000", ("plain_ours vs plain_arviz_chunked", "plain_ours_memory vs plain_arviz_memory",
+                               "plain_ours vs plain_ours_memory")),
+                     ("10000", ("plain_ours vs plain_arviz_chunked",))):
+        for pair in pairs:
             d = doc["agreement"][n][pair]
             assert "not_compared" not in d, (n, pair, d.get("not_compared"))
             for key in ("abs_elpd_diff", "abs_se_diff", "abs_p_diff", "max_abs_elpd_i_diff"):
@@ -113,7 +118,8 @@ def test_loo_subsample_agrees_with_arviz_stats(reduced):
     for n in SIZES:
         d = doc["agreement"][n]["subsample_ours vs subsample_arviz_memory"]
         assert "not_compared" not in d, (n, d.get("not_compared"))
-        for key in ("abs_elpd_diff", "abs_se_diff", "abs_p_diff"):
+        for key in ("abs_elpd_diff", "abs_se_diff", "abs_p_diff", "abs_subsampling_se_diff", "max_abs_elpd_i_diff",
+                    "max_abs_pareto_k_diff"):
             assert d[key] <= 1e-8, (n, key, d[key])
 
 
