@@ -369,6 +369,7 @@ def parse(argv):
     ap.add_argument("--transforms", nargs="+", default=None,
                     help="transforms of the adaptive rows (default: all; --reduced: pmm1, to keep compiling short)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--note", default="", help="a line kept in the JSON's settings (what code ran, why)")
     ap.add_argument("--data-dir", default="/tmp/ppl_loo_scale")
     ap.add_argument("--out", default=str(HERE / "results" / "scale.json"))
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per measured process")
