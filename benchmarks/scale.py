@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/scale.py                      # n = 10^4, 10^5 (add --sizes 10000 100000 1000000)
     .venv/bin/python benchmarks/scale.py --reduced --out X.json   # what tests/test_scale_benchmark.py runs
+    .venv/bin/python benchmarks/scale.py --combine A.json B.json --out benchmarks/results/scale.json
 
 Data (``benchmarks/scale_data.py``): a logistic regression with 10 covariates, a few "rare" covariates that give
 about 80 high-k observations at every n, ``S`` draws of the Laplace approximation of the posterior (Newton's method
@@ -400,7 +401,28 @@ def parse(argv):
     return args
 
 
+def combine(paths, out):
+    """One document from the JSON of several runs (different sizes): data, runs and agreement by n, the targets
+    recomputed over every size, each run's settings and machine kept (``runs_combined``)."""
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    doc = {k: docs[-1][k] for k in ("settings", "machine", "versions", "design")}
+    doc["runs_combined"] = [{"file": str(p), "settings": d["settings"], "machine": d["machine"],
+                             "versions": d["versions"]} for p, d in zip(paths, docs)]
+    for key in ("data", "runs", "agreement"):
+        doc[key] = {n: v for d in docs for n, v in d[key].items()}
+    sizes = sorted(int(n) for n in doc["runs"])
+    doc["settings"] = {**doc["settings"], "sizes": sizes}
+    doc["targets"] = targets(sizes, doc["runs"])
+    print_table(sizes, doc["runs"], doc["agreement"], doc["targets"])
+    Path(out).write_text(json.dumps(doc, indent=1, default=float))
+    print(f"wrote {out}")
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--combine":  # scale.py --combine A.json B.json ... --out OUT.json
+        i = argv.index("--out")
+        return combine(argv[1:i], argv[i + 1])
     args = parse(argv)
     doc = {"settings": {k: v for k, v in vars(args).items()}, "machine": machine(), "versions": versions(),
            "design": scale_data.__doc__, "data": {}, "runs": {}, "agreement": {}}
