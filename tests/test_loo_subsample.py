@@ -16,6 +16,7 @@ from ppl_loo.numerics.subsample import diff_srs, hansen_hurwitz, srs
 pytestmark = pytest.mark.x64
 
 FIELDS = ("elpd", "se", "subsampling_se", "p")
+TRANSFORMS = ("mm_iter", "mm2", "newton_mix", "pmm1_mix")  # a smaller search compiles faster
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,7 @@ def leverage_fit():
     obs = np.r_[0, 1, np.random.default_rng(5).choice(np.arange(2, n), 48, replace=False)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        adapted = pl.loo_subsample(data, model, observations=obs, progressbar=False)
+        adapted = pl.loo_subsample(data, model, observations=obs, transforms=TRANSFORMS, progressbar=False)
         plain = pl.loo_subsample(data, observations=obs)
     return model, data, obs, adapted, plain, model.exact_elpd_i()
 
@@ -151,8 +152,8 @@ def test_all_observations_with_model_is_pl_loo(leverage_fit):
     model, data, _, _, _, _ = leverage_fit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        full = pl.loo(data, model, progressbar=False)
-        res = pl.loo_subsample(data, model, observations=np.arange(400), progressbar=False)
+        full = pl.loo(data, model, transforms=TRANSFORMS, progressbar=False)
+        res = pl.loo_subsample(data, model, observations=np.arange(400), transforms=TRANSFORMS, progressbar=False)
     assert res.elpd == pytest.approx(full.elpd, abs=1e-8)
     np.testing.assert_allclose(res.elpd_i.values, full.elpd_i.values, atol=1e-10)
     np.testing.assert_array_equal(res.transform.values, full.transform.values)
@@ -199,3 +200,44 @@ def test_bad_arguments(synthetic):
     # repeats are how often an observation was drawn for Hansen-Hurwitz
     res = pl.loo_subsample(synthetic, observations=np.array([3, 3, 4, 10]), estimator="hh_pps")
     np.testing.assert_array_equal(res.subsample_counts, [2, 1, 1])
+
+
+def test_add_loo_and_pl_compare_refuse_clearly(synthetic):
+    res = pl.loo_subsample(synthetic, observations=10)
+    with pytest.raises(TypeError, match="pl.loo_subsample result.*run pl.loo for the full result"):
+        pl.add_loo(synthetic, res)
+    with pytest.raises(TypeError, match="'a' is a SubsampleResult"):
+        pl.compare({"a": res, "b": pl.loo(synthetic)})
+    import pickle
+    back = pickle.loads(pickle.dumps(res))
+    assert back.elpd == res.elpd and back.estimator == "diff_srs"
+
+
+# ------------------------------------------------------------------ a real PyMC model
+@pytest.fixture(scope="module")
+def pymc_fit():
+    pm = pytest.importorskip("pymc")
+    rng = np.random.default_rng(2)
+    n = 1000
+    x = rng.normal(size=n)
+    y = 0.3 + 0.7 * x + rng.standard_t(4, size=n)
+    with pm.Model(coords={"obs_id": np.arange(n)}) as model:
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 2)
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y", a + b * x, s, observed=y, dims="obs_id")
+        idata = pm.sample(draws=500, tune=400, chains=2, cores=1, progressbar=False, random_seed=4,
+                          compute_convergence_checks=False, nuts_sampler="pymc")
+        pm.compute_log_likelihood(idata, progressbar=False)
+    return model, idata
+
+
+def test_pymc_plain_and_plpd_equal_arviz(pymc_fit):
+    model, idata = pymc_fit
+    ref = azs.loo_subsample(idata, observations=150, pointwise=True, seed=7)
+    _assert_same_as_arviz(pl.loo_subsample(idata, observations=150, seed=7), ref)
+    # plpd: arviz_stats builds the log-likelihood at the posterior mean from the PyMC model; ppl_loo through its
+    # own adapter (adapt="none": the subsample keeps plain PSIS, as arviz_stats)
+    ref = azs.loo_subsample(idata, observations=150, pointwise=True, seed=7, method="plpd", model=model)
+    ours = pl.loo_subsample(idata, model, observations=150, seed=7, approximation="plpd", adapt="none")
+    _assert_same_as_arviz(ours, ref)
