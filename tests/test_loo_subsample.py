@@ -161,13 +161,35 @@ def test_all_observations_with_model_is_pl_loo(leverage_fit):
 
 def test_plpd_is_log_lik_at_posterior_mean(leverage_fit):
     model, data, obs, _, _, _ = leverage_fit
-    with pytest.warns(UserWarning, match=r"2 observation\(s\) are doubtful.*y\[obs=0\]: k-hat"):
+    with pytest.warns(UserWarning, match=r"greater than 0.67 for 2 observation\(s\) \(y\[obs=0\], y\[obs=1\]\)"):
         res = pl.loo_subsample(data, model, observations=obs, approximation="plpd", adapt="none")
     beta_bar = data["posterior"]["beta"].mean(("chain", "draw")).values
     expected = stats.norm.logpdf(model.y, model.X @ beta_bar, 1.0)
     np.testing.assert_allclose(res.elpd_loo_approx.values, expected, rtol=1e-10)
     assert res.approximation == "plpd" and not res.adapted
     assert res.doubtful.values[[0, 1]].all()  # adapt="none": plain PSIS, and k-hat is high there
+
+
+def test_stored_log_likelihood_that_differs_from_the_model_warns(leverage_fit):
+    model, data, obs, _, _, _ = leverage_fit
+    bad = data.copy()
+    ll = bad["log_likelihood"].to_dataset()
+    ll["y"] = ll["y"] + 0.5 * (ll["obs"] == obs[3])
+    bad["log_likelihood"] = ll
+    with pytest.warns(UserWarning) as record:
+        pl.loo_subsample(bad, model, observations=obs, adapt="none")
+    assert any("stored log_likelihood['y'] differs from the model's by up to 0.5" in str(w.message) for w in record)
+
+
+def test_dask_backed_log_likelihood_gives_the_same_numbers(synthetic):
+    lazy = synthetic.copy()
+    lazy["log_likelihood"] = synthetic["log_likelihood"].to_dataset().chunk({"obs": 300})
+    a = pl.loo_subsample(synthetic, observations=100, seed=2)
+    b = pl.loo_subsample(lazy, observations=100, seed=2)
+    for f in FIELDS:  # the same up to the rounding of a reduction by chunks
+        assert b[f] == pytest.approx(a[f], rel=1e-12), f
+    np.testing.assert_array_equal(a.elpd_i.values, b.elpd_i.values)
+    assert type(lazy["log_likelihood"]["y"].data).__module__.startswith("dask")  # never loaded into the tree
 
 
 # ------------------------------------------------------------------ inputs

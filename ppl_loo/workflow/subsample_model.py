@@ -6,6 +6,7 @@ vouched for), the model's log-likelihood evaluated at the subsample only (and at
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -20,9 +21,9 @@ from ppl_loo.workflow.inputs import (MIN_DRAWS, RHAT_VOUCH, SAMPLE_DIMS, align_o
                                      check_posterior_draws, get_log_likelihood, identical_chains, max_rhat_of,
                                      obs_labels)
 from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, model_reasons
-from ppl_loo.workflow.messages import warn_doubtful, warn_identical_chains, warn_unconverged
+from ppl_loo.workflow.messages import warn_doubtful, warn_identical_chains, warn_plain, warn_unconverged
 from ppl_loo.workflow.plain import (ADAPT_ALL_N, flag_observations, logmeanexp, plain_psis, pointwise_reasons)
-from ppl_loo.workflow.subsample_estimate import choose_observations, combine, lpd_of, make_result
+from ppl_loo.workflow.subsample_estimate import choose_observations, combine, lpd_of, make_result, select_columns
 from ppl_loo.workflow.subsample_plain import sample_r_eff
 
 __all__ = ["model_subsample", "SubsampleColumns"]
@@ -76,6 +77,7 @@ def model_subsample(data, model, observations, approximation, estimator, var_nam
     idx, counts = choose_observations(observations, n, estimator, seed, approx_all)
     ll = np.asarray(model.log_lik(theta_j, obs=jnp.asarray(idx)), dtype=np.float64)
     check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the subsample", _OFF_MODEL)
+    _compare_stored(data, var_name, model, n, idx, ll)
     logp0, grad = model.log_density_and_grad(theta_j)
     check_finite(np.asarray(logp0), "the model's log density at the posterior draws", _OFF_MODEL)
     r_eff = sample_r_eff(data, S, reff, f"log_likelihood[{var_name!r}]")
@@ -87,7 +89,7 @@ def model_subsample(data, model, observations, approximation, estimator, var_nam
                        n_chains=n_chains, k_threshold=float(k_thr))
     pw, cands, plain, flagged = _search(model, draws, cfg, idx, n, opts)
     reason = _vouch(pw, plain, data, k_thr, opts["adapt"] == "none")
-    _warn_doubtful(pw, ref0, idx, reason, k_thr)
+    _warn_doubtful(pw, ref0, idx, reason, k_thr, opts["adapt"] == "none")
     elpd, sub_se, se, p = combine(estimator, pw.elpd, logmeanexp(ll) - pw.elpd, approx_all, idx, counts, n)
     pointwise = {"elpd_i": (pw.elpd, np.nan), "pareto_k": (pw.k, np.nan), "p_loo_i": (logmeanexp(ll) - pw.elpd,
                  np.nan), "pareto_k_psis": (plain.k, np.nan), "mcse_elpd_i": (pw.mcse, np.nan),
@@ -135,9 +137,15 @@ def _vouch(pw, plain, data, k_threshold, no_search):
     return model_reasons(pw, plain, k_threshold, unconverged, max_rhat, where)
 
 
-def _warn_doubtful(pw, ref0, idx, reason, k_threshold):
+def _warn_doubtful(pw, ref0, idx, reason, k_threshold, no_search):
     bad = np.flatnonzero(pw.doubtful)
     if not bad.size or bad.size == pw.doubtful.size and "converged" in reason[bad[0]]:
+        return
+    if no_search:  # plain PSIS on the subsample: the message of pl.loo(data), at the flat indices of the data
+        n = int(np.prod(ref0.shape)) if ref0.ndim else 1
+        k, doubtful, why = np.full(n, np.nan), np.zeros(n, bool), np.full(n, "", dtype=object)
+        k[idx], doubtful[idx], why[idx] = pw.k, pw.doubtful, reason
+        warn_plain(ref0, k, doubtful, why, k_threshold)
         return
     which = "; ".join(f"{obs_labels(ref0, [idx[j]])}: {reason[j]}" for j in bad[:5])
     warn_doubtful(pw, k_threshold, which + (f"; and {bad.size - 5} more" if bad.size > 5 else ""))
@@ -163,6 +171,22 @@ def _stored(data, var_name, model, n):
     if da is None or int(np.prod([da.sizes[d] for d in da.dims if d not in SAMPLE_DIMS])) != n:
         return None
     return align_obs_dims(da, model.obs_dims, f"log_likelihood[{da.name!r}]")
+
+
+def _compare_stored(data, var_name, model, n, idx, ll):
+    """Warn when the stored log-likelihood of the subsample differs from the model's at the same draws (the
+    tolerance of :func:`~ppl_loo.workflow.draws.compare_log_lik`: 1e-6 relative, or the CSV's digits)."""
+    stored = _stored(data, var_name, model, n)
+    if stored is None:
+        return
+    arr = np.asarray(select_columns(stored, idx).values, dtype=np.float64).reshape(ll.shape)
+    sig = getattr(data, "attrs", {}).get("sig_figs")
+    rtol = 10.0 ** (2 - int(sig)) if sig is not None and 0 < int(sig) < 15 else 1e-6
+    diff = float(np.nanmax(np.abs(arr - ll)))
+    if diff > rtol * (1.0 + float(np.nanmax(np.abs(ll)))):
+        warnings.warn(f"the stored log_likelihood[{var_name!r}] differs from the model's by up to {diff:.3g} at the "
+                      "same draws (on the subsample); ppl_loo uses the model's values. Check that the model and its "
+                      "data are the ones that produced the draws.", UserWarning, stacklevel=4)
 
 
 def _template(data, var_name, model, n):
