@@ -4,6 +4,7 @@ identities and the truth, the adaptive engine on the subsample against closed-fo
 import warnings
 
 import arviz_stats as azs
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
@@ -190,6 +191,19 @@ def test_dask_backed_log_likelihood_gives_the_same_numbers(synthetic):
         assert b[f] == pytest.approx(a[f], rel=1e-12), f
     np.testing.assert_array_equal(a.elpd_i.values, b.elpd_i.values)
     assert type(lazy["log_likelihood"]["y"].data).__module__.startswith("dask")  # never loaded into the tree
+
+
+def test_model_log_likelihood_by_chunks_of_draws(leverage_fit):
+    from ppl_loo.workflow.subsample_model import _log_lik_columns, _lpd_from_model
+
+    model, data, obs, _, _, _ = leverage_fit
+    pm = pl.as_model(model)
+    theta = jnp.asarray(pm.unconstrain(data["posterior"].to_dataset()))
+    whole = np.asarray(pm.log_lik(theta))
+    # 1000 draws x 400 observations in chunks of 3 draws (the last one shorter)
+    np.testing.assert_allclose(_log_lik_columns(pm, theta, obs, 400, max_values=1200), whole[:, obs], rtol=1e-14)
+    lpd = np.log(np.mean(np.exp(whole), axis=0))
+    np.testing.assert_allclose(_lpd_from_model(pm, theta, 400, max_values=1200), lpd, rtol=1e-12)
 
 
 # ------------------------------------------------------------------ inputs

@@ -11,6 +11,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
+from scipy.special import logsumexp
 
 from ppl_loo.model import as_model
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
@@ -75,7 +76,7 @@ def model_subsample(data, model, observations, approximation, estimator, var_nam
     ref0 = _template(data, var_name, model, n)
     approx_all = _approximation(data, model, theta_j, approximation, var_name, n)
     idx, counts = choose_observations(observations, n, estimator, seed, approx_all)
-    ll = np.asarray(model.log_lik(theta_j, obs=jnp.asarray(idx)), dtype=np.float64)
+    ll = _log_lik_columns(model, theta_j, idx, n)
     check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the subsample", _OFF_MODEL)
     _compare_stored(data, var_name, model, n, idx, ll)
     logp0, grad = model.log_density_and_grad(theta_j)
@@ -202,13 +203,35 @@ def _template(data, var_name, model, n):
     return xr.DataArray(np.zeros(shape), dims=dims, coords=coords, name=var_name)
 
 
+def _log_lik_columns(model, theta_j, idx, n, max_values=2**25):
+    """``(S, m)`` log-likelihood of the subsample, by chunks of draws: the adapters evaluate every observation
+    before selecting, so a chunk holds at most ``max_values`` values (256 MB)."""
+    S = theta_j.shape[0]
+    step = int(max(1, min(S, max_values // max(n, 1))))
+    obs = jnp.asarray(idx)
+    parts = [np.asarray(model.log_lik(theta_j[s:s + step], obs=obs), dtype=np.float64) for s in range(0, S, step)]
+    return np.concatenate(parts, axis=0)
+
+
+def _lpd_from_model(model, theta_j, n, max_values=2**25):
+    """``log mean_s p(y_i | theta_s)`` from the model's log-likelihood, by chunks of draws of at most
+    ``max_values`` values (256 MB), so that ``S x n`` is never held at once."""
+    S = theta_j.shape[0]
+    step = int(max(1, min(S, max_values // max(n, 1))))
+    acc = None
+    for start in range(0, S, step):
+        part = logsumexp(np.asarray(model.log_lik(theta_j[start:start + step]), dtype=np.float64), axis=0)
+        acc = part if acc is None else np.logaddexp(acc, part)
+    return acc - np.log(S)
+
+
 def _approximation(data, model, theta_j, approximation, var_name, n):
     """elpd_loo approximation of every observation: ``"lpd"`` from the stored log-likelihood (else the
     model's at every draw), ``"plpd"``: the model's log-likelihood at the posterior mean (the mean of the
     constrained draws, as ``arviz_stats`` and R ``loo``)."""
     if approximation == "lpd":
         stored = _stored(data, var_name, model, n)
-        values = lpd_of(stored) if stored is not None else logmeanexp(np.asarray(model.log_lik(theta_j)))
+        values = lpd_of(stored) if stored is not None else _lpd_from_model(model, theta_j, n)
     else:
         post = data["posterior"].to_dataset()
         mean = post.mean(SAMPLE_DIMS).expand_dims(chain=[0], draw=[0])
