@@ -27,7 +27,7 @@ ESTIMATORS = ("diff_srs", "srs", "hh_pps")
 
 
 @uses_x64
-def loo_subsample(data, model=None, *, observations, approximation=None, estimator="diff_srs", var_name=None,
+def loo_subsample(data, model=None, *, observations=None, approximation=None, estimator="diff_srs", var_name=None,
                   seed=315, reff=None, k_threshold=None, method=None, transforms="all", hbar=None, adapt="auto",
                   influence_threshold=None, jacobian="auto", batch_size="auto", min_ess=None, progressbar=True):
     """Subsampled PSIS-LOO-CV (Magnusson et al. 2019, 2020), adaptive on the subsample with a model.
@@ -70,6 +70,12 @@ def loo_subsample(data, model=None, *, observations, approximation=None, estimat
         :class:`~ppl_loo.workflow.subsample_result.SubsampleResult`.
     """
     data = check_datatree(data)
+    if isinstance(model, (int, np.integer, np.ndarray, list, tuple)) and not isinstance(model, bool):
+        raise TypeError(f"model={model!r}: the second positional argument is the model; give the subsample as a "
+                        f"keyword, pl.loo_subsample(data, observations={model!r}) (arviz_stats takes it positionally).")
+    if observations is None:
+        raise TypeError("observations is required: the subsample size (an int) or an array of flat observation "
+                        "indices, e.g. pl.loo_subsample(data, observations=1000).")
     approximation = _check_approximation(approximation, method)
     estimator = _check_choice(estimator, ESTIMATORS, "estimator")
     k_threshold, reff = check_k_threshold(k_threshold), check_reff(reff)
