@@ -15,6 +15,8 @@ from ppl_loo.workflow.add_loo import add_loo
 from ppl_loo.workflow.compare import compare
 from ppl_loo.workflow.expectation import loo_expectation
 from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
+from ppl_loo.workflow.subsample import loo_subsample
+from ppl_loo.workflow.subsample_result import SubsampleResult
 from ppl_loo.workflow.predictive import LooROC, loo_roc
 from ppl_loo.workflow.pvi import pvi
 from ppl_loo.workflow.pvi_eval import predictive_scores
@@ -26,6 +28,6 @@ from ppl_loo.workflow.result import LooResult
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "add_loo", "loo_expectation", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
+__all__ = ["loo", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model", "qnvb", "laplace", "laplace_predictive",
            "compare", "report"]

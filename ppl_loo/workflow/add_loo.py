@@ -7,6 +7,7 @@ import xarray as xr
 
 from ppl_loo.workflow.inputs import check_datatree, get_log_likelihood
 from ppl_loo.workflow.result import loo_datatree
+from ppl_loo.workflow.subsample_result import SubsampleResult
 
 __all__ = ["add_loo", "check_matches"]
 
@@ -38,6 +39,9 @@ def add_loo(data, res, group="loo", *, overwrite=False):
         A copy of ``data``; ``data`` itself is not modified.
     """
     data = check_datatree(data)
+    if isinstance(res, SubsampleResult):
+        raise TypeError("res is a pl.loo_subsample result: it has elpd_i for the subsample only, and pl.add_loo writes "
+                        "a full LOO result. Keep it as it is (it pickles), or run pl.loo for the full result.")
     if not isinstance(group, str) or not group:
         raise TypeError(f"group={group!r}: give the name of the group to write as a non-empty string.")
     if group in data.children and not overwrite:
