@@ -139,15 +139,17 @@ def test_peak_memory_is_one_chunk(reg, plain_ref, how, monkeypatch):
 
 
 def test_auto_chunks_follow_stored_chunks(monkeypatch):
-    """``chunk_size=None`` groups whole stored chunks within the budget and splits larger ones."""
+    """Whole stored chunks are read, grouped within the budget (or ``chunk_size``); an in-memory array is read
+    in ranges of that many observations."""
     import ppl_loo.workflow.chunked as chunked
     from ppl_loo.workflow.chunked import obs_blocks
 
     ll = xr.DataArray(dask.array.zeros((2, 10, 20), chunks=(2, 10, (3, 3, 8, 6))), dims=("chain", "draw", "obs"))
     assert obs_blocks(ll, None) == [(0, 20)]
     monkeypatch.setattr(chunked, "CHUNK_BYTES", 8 * 20 * chunked.COPIES * 7)  # 7 observations per chunk
-    assert obs_blocks(ll, None) == [(0, 6), (6, 13), (13, 14), (14, 20)]
-    assert obs_blocks(ll, 8) == [(0, 8), (8, 16), (16, 20)]
+    assert obs_blocks(ll, None) == [(0, 6), (6, 14), (14, 20)]  # the chunk of 8 read once, whole
+    assert obs_blocks(ll, 8) == [(0, 6), (6, 14), (14, 20)]
+    assert obs_blocks(ll.compute(), 8) == [(0, 8), (8, 16), (16, 20)]
 
 
 def test_nan_in_one_chunk_gives_the_in_memory_error(reg):
@@ -174,7 +176,7 @@ def test_too_few_draws_gives_the_in_memory_error(reg):
 
 
 def test_bad_chunk_size_is_named(reg):
-    with pytest.raises(ValueError, match=r"chunk_size=0: give the number of observations read at once"):
+    with pytest.raises(ValueError, match=r"chunk_size=0: give the number of observations processed at once"):
         pl.loo(reg[1], chunk_size=0)
 
 

@@ -25,7 +25,7 @@ from ppl_loo.workflow.inputs import (SAMPLE_DIMS, align_obs_dims, check_finite, 
 from ppl_loo.workflow.plain import (NON_FINITE_FIX, Plain, logmeanexp, plain_log_likelihood, plain_loo_checks,
                                     plain_loo_result, plain_psis_loo, posterior_chains, psis_columns)
 
-__all__ = ["CHUNK_BYTES", "is_lazy", "check_chunk_size", "obs_blocks", "PlainPass", "plain_pass", "psis_loo",
+__all__ = ["CHUNK_BYTES", "is_lazy", "check_chunk_size", "psis_width", "obs_blocks", "PlainPass", "plain_pass", "psis_loo",
            "stored_for_chunks", "chunked_plain", "flagged_log_lik", "FlaggedColumns", "LogRatioRows",
            "lazy_log_weights", "read_columns"]
 
@@ -46,8 +46,8 @@ def check_chunk_size(chunk_size):
     if chunk_size is None:
         return None
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size!r}: give the number of observations read at once as a positive "
-                         "integer, or None to size the chunks from a memory budget of about 512 MB.")
+        raise ValueError(f"chunk_size={chunk_size!r}: give the number of observations processed at once as a "
+                         "positive integer, or None to size the chunks from a memory budget of about 512 MB.")
     return int(chunk_size)
 
 
@@ -55,35 +55,34 @@ def _obs_dims(da):
     return [d for d in da.dims if d not in SAMPLE_DIMS]
 
 
+def psis_width(S, chunk_size=None):
+    """Observations processed by one PSIS call: ``chunk_size``, or as many as fit in :data:`CHUNK_BYTES`."""
+    return chunk_size if chunk_size is not None else max(1, CHUNK_BYTES // (8 * S * COPIES))
+
+
 def obs_blocks(da, chunk_size=None):
     """``[(start, stop), ...]``: ranges of the first observation dim of ``da`` ``(chain, draw, *obs)``, each
-    read as one chunk of about ``chunk_size`` observations (the whole rows of the later obs dims).
+    read at once (with the whole rows of the later obs dims).
 
-    ``chunk_size=None``: as many as fit in :data:`CHUNK_BYTES`, and for a dask array whole dask chunks of
-    the first obs dim where they fit (so that no stored chunk is read twice).
+    A dask array is read in whole stored chunks of that dim, grouped while they hold at most
+    :func:`psis_width` observations; a stored chunk larger than that is read once, whole (its values are
+    then processed in pieces of that width: decoding a zarr chunk needs all of it anyway). An in-memory
+    array is read in ranges of that width.
     """
     obs = _obs_dims(da)
     if not obs:
         return [(0, 1)]
     rows = int(da.sizes[obs[0]])
     rest = int(np.prod([da.sizes[d] for d in obs[1:]], dtype=np.int64)) if len(obs) > 1 else 1
-    S = int(da.sizes["chain"]) * int(da.sizes["draw"])
-    per = chunk_size if chunk_size is not None else max(1, CHUNK_BYTES // (8 * S * COPIES))
-    per_rows = max(1, per // max(rest, 1))
-    if chunk_size is not None or not is_lazy(da):
+    per_rows = max(1, psis_width(int(da.sizes["chain"]) * int(da.sizes["draw"]), chunk_size) // max(rest, 1))
+    if not is_lazy(da):
         return [(a, min(a + per_rows, rows)) for a in range(0, rows, per_rows)]
     blocks, start, stop = [], 0, 0
     for size in da.chunksizes[obs[0]]:
-        if stop > start and stop + size - start > per_rows:  # close the block before this dask chunk
+        if stop > start and stop + size - start > per_rows:  # close the block before this stored chunk
             blocks.append((start, stop))
             start = stop
         stop += size
-        if stop - start > per_rows:  # a dask chunk larger than the budget: split it, its rest a block alone
-            while stop - start > per_rows:
-                blocks.append((start, start + per_rows))
-                start += per_rows
-            blocks.append((start, stop))
-            start = stop
     if stop > start:
         blocks.append((start, stop))
     return blocks
@@ -117,22 +116,27 @@ def plain_pass(da, r_eff, n_chains, offset=None, chunk_size=None, compute=True):
     n = int(np.prod([da.sizes[d] for d in _obs_dims(da)], dtype=np.int64))
     out = {key: np.full(n, np.nan) for key in ("elpd", "k", "mcse", "n_eff", "influence", "lpd")}
     n_bad, max_abs, pos = 0, 0.0, 0
+    width = psis_width(int(da.sizes["chain"]) * int(da.sizes["draw"]), chunk_size)
     for block in obs_blocks(da, chunk_size):
-        ll = stack_draws(_block(da, block))  # (S, m): the only values loaded
-        sl = slice(pos, pos + ll.shape[1])
-        pos = sl.stop
-        n_bad += int(np.sum(~np.isfinite(ll)))
+        values = stack_draws(_block(da, block))  # (S, m): the only values loaded
+        n_bad += int(np.sum(~np.isfinite(values)))
         if n_bad or not compute:
             continue
-        log_ratios = -ll.T if offset is None else (-ll + offset[:, None]).T
-        cols = psis_columns(ll, log_ratios, r_eff, n_chains)
-        for key, value in zip(("elpd", "k", "lw", "mcse", "n_eff"), cols):
-            if key != "lw":
-                out[key][sl] = value
-        out["influence"][sl] = np.var(ll, axis=0, ddof=1)
-        out["lpd"][sl] = logmeanexp(ll)
-        max_abs = max(max_abs, float(np.max(np.abs(ll))) if ll.size else 0.0)
+        max_abs = max(max_abs, float(np.max(np.abs(values))) if values.size else 0.0)
+        for a in range(0, values.shape[1], width):
+            ll = np.ascontiguousarray(values[:, a:a + width])
+            _psis_into(out, slice(pos + a, pos + a + ll.shape[1]), ll, r_eff, n_chains, offset)
+        pos += values.shape[1]
     return PlainPass(**out, max_abs=max_abs, n_bad=n_bad)
+
+
+def _psis_into(out, sl, ll, r_eff, n_chains, offset):
+    """Plain PSIS of the columns ``ll`` ``(S, m)`` into the slice ``sl`` of the arrays of ``out``."""
+    log_ratios = -ll.T if offset is None else (-ll + offset[:, None]).T
+    elpd, k, _, mcse, n_eff = psis_columns(ll, log_ratios, r_eff, n_chains)
+    for key, value in (("elpd", elpd), ("k", k), ("mcse", mcse), ("n_eff", n_eff),
+                       ("influence", np.var(ll, axis=0, ddof=1)), ("lpd", logmeanexp(ll))):
+        out[key][sl] = value
 
 
 def read_columns(da, idx):

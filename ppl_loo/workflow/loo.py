@@ -119,12 +119,13 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         for draws of an approximation). With ``reff`` given the result does not depend on the order of the
         draws.
     chunk_size : int, optional
-        Observations read at once from a dask-backed ``log_likelihood`` (``xr.open_datatree(path,
-        engine="zarr", chunks={})``). Such a log-likelihood is never loaded whole: plain PSIS runs chunk by
-        chunk (peak memory that of a chunk, the numbers those of the in-memory path), the model is
-        evaluated only on the observations it flags, and ``res.log_weights`` stays a lazy dask array.
-        None (default): chunks of about 512 MB, whole stored chunks where they fit; an integer also reads
-        an in-memory log-likelihood this way. ``refit=`` needs it in memory (``docs/scale.md``).
+        Observations processed at once from a dask-backed ``log_likelihood`` (``xr.open_datatree(path,
+        engine="zarr", chunks={})``). Such a log-likelihood is never loaded whole: it is read in whole
+        stored chunks and plain PSIS runs chunk by chunk (peak memory that of a chunk, the numbers those of
+        the in-memory path), the model is evaluated only on the observations plain PSIS flags, and
+        ``res.log_weights`` stays a lazy dask array. None (default): about 512 MB of working memory per
+        chunk; an integer also reads an in-memory log-likelihood this way. ``refit=`` needs the
+        log-likelihood in memory (``docs/scale.md``).
 
     Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
     draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
