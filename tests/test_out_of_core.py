@@ -209,6 +209,20 @@ def test_model_path_dask_equals_in_memory(model_runs):
     np.testing.assert_allclose(got.adapted_log_weights.values, ref.adapted_log_weights.values, atol=1e-10)
 
 
+def test_candidates_table_holds_the_searched_rows(model_runs):
+    """Out of core, ``res.candidates`` has one row per searched observation (``"index"``: their indices), equal
+    to those rows of the in-memory table; the in-memory rows of the others are all NaN."""
+    ref, got, _, _ = model_runs
+    searched = np.flatnonzero(ref.searched.values)
+    np.testing.assert_array_equal(got.candidates["index"], searched)
+    assert got.candidates["labels"] == ref.candidates["labels"]
+    assert set(got.candidates) == set(ref.candidates) | {"index"}
+    for key, value in ref.candidates.items():
+        if key != "labels":
+            np.testing.assert_allclose(got.candidates[key], value[searched], rtol=0, atol=1e-10, err_msg=key)
+            assert np.all(np.isnan(np.delete(value, searched, axis=0))), key
+
+
 def test_model_evaluated_on_flagged_observations_only(model_runs):
     """(e) in memory the model gives all 301 columns; out of core only the flagged ones."""
     ref, _, asked_ref, asked = model_runs
@@ -226,3 +240,15 @@ def test_model_path_log_weights_are_lazy(model_runs):
 def test_model_path_refit_asks_for_memory(reg):
     with pytest.raises(ValueError, match=r"refit= needs the whole log-likelihood in memory"):
         pl.loo(_lazy(reg[1], 64), reg[0], refit="doubtful", random_seed=1, progressbar=False)
+
+
+def test_model_path_result_round_trips(model_runs, tmp_path):
+    """The out-of-core result written to netCDF (its lazy weights computed chunk by chunk) and read back."""
+    _, got, _, _ = model_runs
+    path = tmp_path / "loo.nc"
+    got.to_datatree().to_netcdf(path)
+    back = pl.LooResult.from_datatree(xr.open_datatree(path).load())
+    np.testing.assert_array_equal(back.elpd_i.values, got.elpd_i.values)
+    np.testing.assert_array_equal(back.log_weights.values, got.log_weights.values)
+    np.testing.assert_array_equal(back.candidates["index"], got.candidates["index"])
+    assert back.elpd == got.elpd

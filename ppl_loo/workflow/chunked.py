@@ -19,15 +19,16 @@ from xarray.namedarray.utils import is_duck_dask_array
 
 from ppl_loo.jax_settings import x64
 from ppl_loo.numerics.loo import psis_identity
+from ppl_loo.workflow.adapt import Candidates
 from ppl_loo.workflow.draws import OFF_MODEL, warn_if_differs
 from ppl_loo.workflow.inputs import (SAMPLE_DIMS, align_obs_dims, check_finite, get_log_likelihood, non_finite_error,
                                      stack_draws)
 from ppl_loo.workflow.plain import (NON_FINITE_FIX, Plain, logmeanexp, plain_log_likelihood, plain_loo_checks,
                                     plain_loo_result, plain_psis_loo, posterior_chains, psis_columns)
 
-__all__ = ["CHUNK_BYTES", "is_lazy", "check_chunk_size", "psis_width", "obs_blocks", "PlainPass", "plain_pass", "psis_loo",
-           "stored_for_chunks", "chunked_plain", "flagged_log_lik", "FlaggedColumns", "LogRatioRows",
-           "lazy_log_weights", "read_columns"]
+__all__ = ["CHUNK_BYTES", "is_lazy", "check_chunk_size", "psis_width", "obs_blocks", "PlainPass", "plain_pass",
+           "psis_loo", "stored_for_chunks", "chunked_plain", "flagged_log_lik", "FlaggedColumns", "LogRatioRows",
+           "lazy_log_weights", "read_columns", "SearchedCandidates"]
 
 #: working memory of one chunk (bytes) when ``chunk_size`` is None
 CHUNK_BYTES = 512 * 2**20
@@ -282,3 +283,22 @@ def lazy_log_weights(stored, r_eff, offset=None):
     out = xr.apply_ufunc(smooth, da, input_core_dims=[list(SAMPLE_DIMS)], output_core_dims=[list(SAMPLE_DIMS)],
                          dask="parallelized", output_dtypes=[np.float64])
     return out.transpose(*SAMPLE_DIMS, ...).rename("log_weights")
+
+
+class SearchedCandidates(Candidates):
+    """``res.candidates`` with one row per searched observation (their flat indices under ``"index"``) instead
+    of one per observation: the in-memory table is ``n x candidates`` for each of a dozen fields, gigabytes
+    for a million observations, and its rows of unsearched observations are all NaN."""
+
+    @classmethod
+    def empty(cls, labels, n, n_chains, n_searched, S):
+        out = super().empty(labels, n_searched, n_chains, n_searched, S)
+        out.obs = np.full(n_searched, -1, dtype=np.int64)
+        return out
+
+    def record(self, i, j, r, approx):
+        self.obs[j] = int(i)
+        super().record(j, j, r, approx)
+
+    def as_dict(self):
+        return {**super().as_dict(), "index": self.obs}

@@ -18,7 +18,7 @@ from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.adapt import Candidates, Pointwise, check_transforms, decide, run_search
-from ppl_loo.workflow.chunked import chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
+from ppl_loo.workflow.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
 from ppl_loo.workflow.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
@@ -171,14 +171,14 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), jacobian,
                        min_ess=min(100.0, S / 10.0) if min_ess is None else float(min_ess),
                        n_chains=draws.n_chains, k_threshold=float(k_threshold))
-
     plain, lpd = (plain_psis(draws), None) if stored is None else chunked_plain(stored, draws, chunk_size)
     flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
     obs_idx = np.flatnonzero(flagged)
     draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored, obs_idx))
     results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar)
     pw = Pointwise.from_plain(plain)
-    cands = Candidates.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
+    table = Candidates if stored is None else SearchedCandidates  # out of core: rows of the searched only
+    cands = table.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
     decide(pw, cands, plain, results, obs_idx, cfg, draws.approx)
 
     # the draws themselves: where they have not converged, nothing estimated from them is vouched for
