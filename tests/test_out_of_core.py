@@ -252,3 +252,16 @@ def test_model_path_result_round_trips(model_runs, tmp_path):
     np.testing.assert_array_equal(back.log_weights.values, got.log_weights.values)
     np.testing.assert_array_equal(back.candidates["index"], got.candidates["index"])
     assert back.elpd == got.elpd
+
+
+def test_two_observation_dims(reg, plain_ref):
+    """A (7, 43) observation variable chunked over its first dim: the same numbers, in C order."""
+    data = reg[1].copy()
+    ll = data["log_likelihood"]["y"].values.reshape(4, 250, 7, 43)
+    data["log_likelihood"] = xr.Dataset({"y": (("chain", "draw", "a", "b"), ll)}).chunk({"a": 2, "b": 20})
+    got = _quiet(pl.loo, data)
+    assert got.elpd_i.dims == ("a", "b")
+    for key in POINTWISE:
+        np.testing.assert_allclose(getattr(got, key).values.ravel(), getattr(plain_ref, key).values, rtol=0,
+                                   atol=1e-12, err_msg=key)
+    assert abs(got.elpd - plain_ref.elpd) < 1e-12
