@@ -265,3 +265,21 @@ def test_two_observation_dims(reg, plain_ref):
         np.testing.assert_allclose(getattr(got, key).values.ravel(), getattr(plain_ref, key).values, rtol=0,
                                    atol=1e-12, err_msg=key)
     assert abs(got.elpd - plain_ref.elpd) < 1e-12
+
+
+def test_draws_of_an_approximation(reg):
+    """Eq. 13 (``log_q`` given: the draws' density is not the posterior's): the log ratios carry
+    ``log p - log q`` per draw in the chunks and in the lazy weights; the same numbers as in memory."""
+    from scipy import stats
+
+    model, data = reg
+    m, C = model.posterior()
+    beta = data["posterior"]["beta"].values.reshape(-1, model.dim)
+    log_q = stats.multivariate_normal(m, 1.3 * C).logpdf(beta)  # a wider Gaussian than the posterior
+    kwargs = dict(log_q=log_q, progressbar=False, transforms=("pmm1", "kl"), hbar=(0.25, 0.0625))
+    ref = _quiet(pl.loo, data, model, **kwargs)
+    got = _quiet(pl.loo, _lazy(data, 64), model, **kwargs)
+    assert got.approx_posterior and ref.approx_posterior
+    _assert_same(got, ref, POINTWISE + ("n_eff_i", "influence"), atol=1e-10)
+    np.testing.assert_array_equal(got.searched.values, ref.searched.values)
+    np.testing.assert_allclose(got.log_weights.values, ref.log_weights.values, rtol=0, atol=1e-10)
