@@ -283,3 +283,23 @@ def test_draws_of_an_approximation(reg):
     _assert_same(got, ref, POINTWISE + ("n_eff_i", "influence"), atol=1e-10)
     np.testing.assert_array_equal(got.searched.values, ref.searched.values)
     np.testing.assert_allclose(got.log_weights.values, ref.log_weights.values, rtol=0, atol=1e-10)
+
+
+def test_nan_k_explained_from_the_chunks(reg):
+    """A NaN k-hat (one draw with nearly all the weight) is explained from that observation's column, read
+    again from the stored chunks: the same reason and warning as in memory."""
+    data = reg[1].copy()
+    ll = data["log_likelihood"]["y"].values.copy()
+    rng = np.random.default_rng(0)
+    for j in (10, 200):
+        ll[:, :, j] = -1.0 + 0.1 * rng.normal(size=(4, 250))
+        ll[1, 3, j], ll[2, 5, j] = -2000.0, -1000.0
+    data["log_likelihood"] = xr.Dataset({"y": (("chain", "draw", "obs"), ll)})
+    with pytest.warns(UserWarning) as in_memory:
+        ref = pl.loo(data)
+    with pytest.warns(UserWarning) as chunked:
+        got = pl.loo(_lazy(data, 64))
+    assert np.flatnonzero(np.isnan(ref.pareto_k.values)).tolist() == [10, 200]
+    assert "differ by more than a factor exp(700)" in ref.reason.values[10]
+    np.testing.assert_array_equal(got.reason.values, ref.reason.values)
+    assert [str(w.message) for w in chunked] == [str(w.message) for w in in_memory]

@@ -153,13 +153,23 @@ def read_columns(da, idx):
 
 class LogRatioRows:
     """``rows[i]``: the ``(S,)`` plain log ratios of observation ``i``, read when asked (to explain a NaN or
-    infinite k-hat); stands for the ``(n, S)`` array of the in-memory path."""
+    infinite k-hat); stands for the ``(n, S)`` array of the in-memory path. The block of observations
+    holding ``i`` is read once and kept until a row of another block is asked for (rows are asked for in
+    increasing order)."""
 
-    def __init__(self, da, offset=None):
+    def __init__(self, da, offset=None, chunk_size=None):
         self.da, self.offset = da, offset
+        self.blocks = obs_blocks(da, chunk_size)
+        obs = _obs_dims(da)
+        rest = int(np.prod([da.sizes[d] for d in obs[1:]], dtype=np.int64)) if len(obs) > 1 else 1
+        self.starts = np.asarray([a * rest for a, _ in self.blocks], dtype=np.int64)
+        self.cached = (None, None)
 
     def __getitem__(self, i):
-        ll = read_columns(self.da, [int(i)])[:, 0]
+        b = int(np.searchsorted(self.starts, int(i), side="right")) - 1
+        if self.cached[0] != b:
+            self.cached = (b, stack_draws(_block(self.da, self.blocks[b])))
+        ll = self.cached[1][:, int(i) - self.starts[b]]
         return -ll if self.offset is None else -ll + self.offset
 
 
@@ -215,7 +225,8 @@ def psis_loo(data, var_name, k_threshold, reff=None, chunk_size=None):
     if deferred is not None:
         raise deferred
     S = int(da.sizes["chain"]) * int(da.sizes["draw"])
-    return plain_loo_result(da, k_threshold, S, p.elpd, p.k, p.mcse, p.lpd, LogRatioRows(da), lambda: p.max_abs)
+    return plain_loo_result(da, k_threshold, S, p.elpd, p.k, p.mcse, p.lpd, LogRatioRows(da, None, chunk_size),
+                            lambda: p.max_abs)
 
 
 def stored_for_chunks(data, var_name, model, chunk_size=None, refit=None):
@@ -251,7 +262,7 @@ def chunked_plain(stored, draws, chunk_size=None):
                                "Recompute it (pm.compute_log_likelihood) or drop the group to let ppl_loo "
                                "evaluate the model; NaN/inf are not allowed.")
     lw = lazy_log_weights(stored, draws.r_eff, offset)
-    return Plain(LogRatioRows(stored, offset), p.elpd, p.k, lw, p.mcse, p.n_eff, p.influence), p.lpd
+    return Plain(LogRatioRows(stored, offset, chunk_size), p.elpd, p.k, lw, p.mcse, p.n_eff, p.influence), p.lpd
 
 
 def flagged_log_lik(data, model, draws, stored, obs_idx):
