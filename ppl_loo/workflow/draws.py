@@ -15,9 +15,9 @@ from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.workflow.inputs import align_obs_dims, check_finite, get_log_likelihood, r_eff_of, stack_draws
 from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian, stored_log_q
 
-__all__ = ["LooDraws", "loo_draws", "compare_log_lik"]
+__all__ = ["LooDraws", "loo_draws", "compare_log_lik", "warn_if_differs", "OFF_MODEL"]
 
-_OFF_MODEL = "The draws may be outside the model's support or from a different model."
+OFF_MODEL = "The draws may be outside the model's support or from a different model."
 
 
 class LooDraws(NamedTuple):
@@ -37,11 +37,13 @@ class LooDraws(NamedTuple):
     approx_method: str | None = None  # "laplace", "qnvb", "pvi" or "log_q" for draws of an approximation
 
 
-def loo_draws(data, model, var_name, log_q) -> LooDraws:
+def loo_draws(data, model, var_name, log_q, log_lik=True) -> LooDraws:
     """:class:`LooDraws` of ``data``'s posterior under ``model`` (a :class:`~ppl_loo.model.Model`).
 
     ``log_q``: None (MCMC draws, or the ``q`` a ``pl.pvi`` DataTree stores), an array of one value
-    per draw, or a JAX function of one unconstrained draw.
+    per draw, or a JAX function of one unconstrained draw. ``log_lik=False``: ``ll`` is None (the
+    out-of-core path, :mod:`ppl_loo.workflow.chunked`, evaluates the model on the flagged observations
+    only and compares those with the stored values).
     """
     var_name = var_name or model.var_name
     theta = np.asarray(model.unconstrain(data["posterior"].to_dataset()), dtype=np.float64)
@@ -51,10 +53,12 @@ def loo_draws(data, model, var_name, log_q) -> LooDraws:
         raise ValueError(f"only {S} posterior draws: PSIS needs at least 10 (use hundreds).")
     theta_j = jnp.asarray(theta)
     logp0, grad_logp0 = model.log_density_and_grad(theta_j)
-    ll = np.asarray(model.log_lik(theta_j))  # (S, n)
-    check_finite(np.asarray(logp0), "the model's log density at the posterior draws", _OFF_MODEL)
-    check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws", _OFF_MODEL)
-    compare_log_lik(data, var_name, ll, joint_ok=not model.factorizes, obs_dims=model.obs_dims)
+    check_finite(np.asarray(logp0), "the model's log density at the posterior draws", OFF_MODEL)
+    ll = None
+    if log_lik:
+        ll = np.asarray(model.log_lik(theta_j))  # (S, n)
+        check_finite(ll, f"the pointwise log-likelihood {var_name!r} at the posterior draws", OFF_MODEL)
+        compare_log_lik(data, var_name, ll, joint_ok=not model.factorizes, obs_dims=model.obs_dims)
     stored = stored_gaussian(data, theta) if log_q is None else None
     if stored is not None:  # draws of pl.laplace / pl.qnvb: their Gaussian q (Eq. 13), traced into the search
         method, gauss = stored
@@ -124,17 +128,24 @@ def compare_log_lik(data, var_name, ll, joint_ok=False, obs_dims=None):
             f"log_likelihood[{var_name!r}] has {arr.shape[1]} observations x {arr.shape[0]} draws but "
             f"the model gives {ll.shape[1]} x {ll.shape[0]}: the data or the draws do not match the model."
         )
+    warn_if_differs(data, var_name, arr, ll, stacklevel=5)
+
+
+def warn_if_differs(data, var_name, stored, ll, stacklevel=4):
+    """Warn when the stored log-likelihood values ``stored`` differ from the model's ``ll`` (same shape)."""
     # values written with s significant digits (CmdStan CSV: attrs["sig_figs"], 6 by default) are off by
     # up to 0.5 10^(1-s) relative, and the model's values at the rounded draws by the propagated rounding
     # of the draws: compare at 10^(2-s) relative; full-precision draws at 1e-6
+    if not np.size(ll):
+        return
     sig = getattr(data, "attrs", {}).get("sig_figs")
     rtol = 10.0 ** (2 - int(sig)) if sig is not None and 0 < int(sig) < 15 else 1e-6
-    diff = np.nanmax(np.abs(arr - ll))
+    diff = np.nanmax(np.abs(stored - ll))
     if diff > rtol * (1.0 + np.nanmax(np.abs(ll))):
         warnings.warn(
             f"the stored log_likelihood[{var_name!r}] differs from the model's by up to {diff:.3g} at "
             "the same draws; ppl_loo uses the model's values. Check that the model and its data are "
             "the ones that produced the draws.",
             UserWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )

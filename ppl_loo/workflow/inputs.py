@@ -8,7 +8,8 @@ import numpy as np
 import xarray as xr
 
 __all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH",
-           "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels"]
+           "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
+           "check_finite", "non_finite_error"]
 
 SAMPLE_DIMS = ("chain", "draw")
 #: MCMC draws are vouched for only up to this rank-normalized split R-hat of every posterior variable
@@ -82,8 +83,12 @@ def check_finite(arr, what, fix):
     arr = np.asarray(arr)
     bad = ~np.isfinite(arr)
     if bad.any():
-        n_bad = int(bad.sum())
-        raise ValueError(f"{what} has {n_bad} non-finite value(s) (NaN or inf). {fix}")
+        raise non_finite_error(int(bad.sum()), what, fix)
+
+
+def non_finite_error(n_bad, what, fix):
+    """The ValueError of :func:`check_finite` for ``n_bad`` non-finite values of ``what``."""
+    return ValueError(f"{what} has {n_bad} non-finite value(s) (NaN or inf). {fix}")
 
 
 def r_eff_of(data, n_samples):
@@ -93,7 +98,11 @@ def r_eff_of(data, n_samples):
         return 1.0
     import arviz_stats  # noqa: F401  (registers the azstats accessor)
 
-    ess = post.azstats.ess(method="mean")
+    if any(hasattr(post[v].data, "dask") for v in post.data_vars):  # dask-backed (xr.open_datatree(..., chunks={}))
+        # arviz_stats' ess refuses dask arrays: one variable in memory at a time
+        ess = xr.Dataset({v: post[v].compute().azstats.ess(method="mean") for v in post.data_vars})
+    else:
+        ess = post.azstats.ess(method="mean")
     vals = np.hstack([np.asarray(ess[v].values).ravel() for v in ess.data_vars])
     return float(vals.mean() / n_samples)
 

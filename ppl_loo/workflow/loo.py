@@ -18,13 +18,14 @@ from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.adapt import Candidates, Pointwise, check_transforms, decide, run_search
+from ppl_loo.workflow.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
 from ppl_loo.workflow.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
                                      get_log_likelihood, identical_chains, max_rhat_of, obs_labels)
 from ppl_loo.workflow.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
 from ppl_loo.workflow.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
-                                    plain_psis_loo, pointwise_reasons, stable_se, stable_sum)
+                                    pointwise_reasons, stable_se, stable_sum)
 from ppl_loo.workflow.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.result import LooResult
 
@@ -40,7 +41,7 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 @uses_x64
 def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
         progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
-        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None):
+        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -117,6 +118,14 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1
         for draws of an approximation). With ``reff`` given the result does not depend on the order of the
         draws.
+    chunk_size : int, optional
+        Observations processed at once from a dask-backed ``log_likelihood`` (``xr.open_datatree(path,
+        engine="zarr", chunks={})``). Such a log-likelihood is never loaded whole: it is read in whole
+        stored chunks and plain PSIS runs chunk by chunk (peak memory that of a chunk, the numbers those of
+        the in-memory path), the model is evaluated only on the observations plain PSIS flags, and
+        ``res.log_weights`` stays a lazy dask array. None (default): about 512 MB of working memory per
+        chunk; an integer also reads an in-memory log-likelihood this way. ``refit=`` needs the
+        log-likelihood in memory (``docs/scale.md``).
 
     Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
     draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
@@ -143,7 +152,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
             raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
                              "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
                              "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
-        return plain_psis_loo(data, var_name, k_threshold, reff)
+        return psis_loo(data, var_name, k_threshold, reff, chunk_size)
     if reff is not None:  # (checked above otherwise)
         check_posterior_draws(data)
     names = _check_transform_names(transforms)
@@ -151,23 +160,25 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     if adapt not in ("auto", "all", "flagged"):
         raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
     model = as_model(model, var_name=var_name, data=data)
-    draws = loo_draws(data, model, var_name, log_q)
+    stored = stored_for_chunks(data, var_name, model, chunk_size, refit)  # None: in memory
+    draws = loo_draws(data, model, var_name, log_q, log_lik=stored is None)
     if reff is not None and not draws.approx:
         draws = draws._replace(r_eff=reff)
     names = names + approximation_transforms(draws, transforms, names)
-    S, n = draws.ll.shape
+    S, n = draws.theta.shape[0], (draws.ll.shape[1] if stored is None else int(np.prod(model.obs_shape or (1,))))
     check_refit_args(refit, refit_kwargs, random_seed, data, n)
     k_threshold = khat_threshold(S) if k_threshold is None else k_threshold
     cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), jacobian,
                        min_ess=min(100.0, S / 10.0) if min_ess is None else float(min_ess),
                        n_chains=draws.n_chains, k_threshold=float(k_threshold))
-
-    plain = plain_psis(draws)
+    plain, lpd = (plain_psis(draws), None) if stored is None else chunked_plain(stored, draws, chunk_size)
     flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
     obs_idx = np.flatnonzero(flagged)
+    draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored, obs_idx))
     results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar)
     pw = Pointwise.from_plain(plain)
-    cands = Candidates.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
+    table = Candidates if stored is None else SearchedCandidates  # out of core: rows of the searched only
+    cands = table.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
     decide(pw, cands, plain, results, obs_idx, cfg, draws.approx)
 
     # the draws themselves: where they have not converged, nothing estimated from them is vouched for
@@ -181,7 +192,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where)
     _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
           _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
-    return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason,
+    return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
                    max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
                                                                                                    k_threshold))
 
@@ -283,12 +294,12 @@ def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched,
 
 
 def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason, approx_ok_values=None,
-            **extra):
+            lpd=None, **extra):
     """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
     candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
     S, n = draws.ll.shape
     da = _pointwise_factory(data, draws.var_name, model, n)
-    p_loo_i = logmeanexp(draws.ll) - pw.elpd
+    p_loo_i = (logmeanexp(draws.ll) if lpd is None else lpd) - pw.elpd  # lpd: from the chunks (out of core)
     used = pw.use_adapted[obs_idx]
     arrays = {"elpd_i": pw.elpd, "pareto_k": pw.k, "p_loo_i": p_loo_i, "influence_pareto_k": plain.k,
               "n_eff_i": pw.n_eff, "pareto_k_psis": plain.k, "transform": pw.transform.astype(str),
@@ -300,7 +311,8 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
         elpd=stable_sum(pw.elpd), se=stable_se(pw.elpd),
         p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),
         approx_posterior=draws.approx, refit_info=refit_info, candidates=cands.as_dict(), var_name=draws.var_name,
-        log_weights=draws_array(data, plain.lw.T, da(plain.k, None), "log_weights"),
+        log_weights=plain.lw if isinstance(plain.lw, xr.DataArray) else draws_array(data, plain.lw.T, da(plain.k, None),
+                                                                                   "log_weights"),
         adapted_log_weights=adapted_weights_array(obs_idx[used], [cands.labels[b] for b in cands.best[used]],
                                                   cands.lw[used]),
         log_q=draws_array(data, np.asarray(draws.log_q0), None, "log_q") if draws.approx else None,

@@ -19,12 +19,15 @@ from ppl_loo.workflow.result import LooResult
 
 __all__ = ["ADAPT_K", "ADAPT_ALL_N", "Plain", "plain_psis", "flag_observations", "plain_psis_loo", "logmeanexp",
            "psis_mcse", "chain_se_psis", "stable_se", "stable_sum", "explain_k", "pointwise_reasons",
-           "check_k_threshold", "check_reff"]
+           "check_k_threshold", "check_reff", "psis_columns", "plain_log_likelihood", "plain_loo_checks",
+           "posterior_chains", "plain_loo_result", "NON_FINITE_FIX"]
 
 #: plain PSIS is adapted from this k-hat on (its variance is infinite above 1/2)
 ADAPT_K = 0.5
 #: ``adapt="auto"`` examines every observation of data sets up to this size
 ADAPT_ALL_N = 100
+#: what to do about NaN or infinite values of a stored log-likelihood
+NON_FINITE_FIX = "Recompute the log-likelihood; NaN/inf are not allowed."
 
 
 class Plain(NamedTuple):
@@ -39,14 +42,22 @@ class Plain(NamedTuple):
     influence: np.ndarray  # posterior variance of log p(y_i | theta)
 
 
+def psis_columns(ll, log_ratios, r_eff, n_chains):
+    """``(elpd, k, lw, mcse, n_eff)`` of plain PSIS for the columns of ``ll`` ``(S, m)`` with log ratios
+    ``(m, S)``; one column's values do not depend on the others (the chunked path,
+    :mod:`ppl_loo.workflow.chunked`, gives the same numbers)."""
+    elpd, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(log_ratios), jnp.asarray(ll.T), r_eff))
+    mcse = np.maximum(np.asarray(psis_mcse(lw, ll.T, r_eff)), chain_se_psis(log_ratios, ll, n_chains))
+    n_eff = r_eff / np.sum(np.exp(2 * lw), axis=1)
+    return elpd, k, lw, mcse, n_eff
+
+
 def plain_psis(draws) -> Plain:
     """:class:`Plain` of :class:`~ppl_loo.workflow.draws.LooDraws` (Eq. 10 with the identity map;
     Eq. 13 for draws from an approximation)."""
     ll, r_eff = draws.ll, draws.r_eff
     log_ratios = (-ll + (np.asarray(draws.logp0) - np.asarray(draws.log_q0))[:, None]).T  # (n, S)
-    elpd, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(log_ratios), jnp.asarray(ll.T), r_eff))
-    mcse = np.maximum(np.asarray(psis_mcse(lw, ll.T, r_eff)), chain_se_psis(log_ratios, ll, draws.n_chains))
-    n_eff = r_eff / np.sum(np.exp(2 * lw), axis=1)
+    elpd, k, lw, mcse, n_eff = psis_columns(ll, log_ratios, r_eff, draws.n_chains)
     return Plain(log_ratios, elpd, k, lw, mcse, n_eff, np.var(ll, axis=0, ddof=1))
 
 
@@ -191,28 +202,22 @@ def check_reff(reff):
     return value
 
 
-def plain_psis_loo(data, var_name, k_threshold, reff=None):
-    """``model=None``: plain PSIS-LOO from the log_likelihood group (as ``arviz_stats.loo``).
-
-    Computed with the engine's own PSIS, not by calling ``arviz_stats.loo``: a doubtful observation of an
-    adaptive result keeps exactly this plain value (to 1e-12, ``tests/test_engine_selection.py``), and
-    arviz_stats' PSIS differs from it by about 1e-10 relative; the two agree to 1e-8
-    (``tests/test_jax_settings.py``, ``tests/test_ovarian_benchmark.py``).
-
-    ``reff``: the relative efficiency (``arviz_stats.loo``'s ``reff``); None computes it from the posterior's
-    mean ESS. Observations with k-hat above ``k_threshold``, NaN or ``+inf`` are ``doubtful`` with a
-    ``reason`` and a warning; a constant log-likelihood has k-hat ``-inf`` and its exact LOO density.
-    """
+def plain_log_likelihood(data, var_name):
+    """The log-likelihood DataArray of ``pl.loo(data)`` (no model), or a ValueError saying how to get one."""
     da = get_log_likelihood(data, var_name)
     if da is None:
         raise ValueError(
             "`data` has no 'log_likelihood' group and no model was given. Either pass model=... "
             "(ppl_loo computes the log-likelihood), or add it with pm.compute_log_likelihood."
         )
+    return da
+
+
+def plain_loo_checks(data, da, reff):
+    """The relative efficiency of plain PSIS-LOO on ``da``, or a ValueError naming what is missing (too few
+    draws for the Pareto tail, an ESS that cannot be computed); reads no log-likelihood values."""
     what = f"log_likelihood[{da.name!r}]"
-    ll = stack_draws(da)
-    check_finite(ll, what, "Recompute the log-likelihood; NaN/inf are not allowed.")
-    S, n = ll.shape
+    S = int(da.sizes["chain"]) * int(da.sizes["draw"])
     if S < MIN_DRAWS:
         raise ValueError(f"{what} has {S} draws ({da.sizes['chain']} chain(s) x {da.sizes['draw']} draw(s)): PSIS "
                          f"needs at least {MIN_DRAWS} draws to fit the Pareto tail (use hundreds). Sample more draws.")
@@ -226,20 +231,58 @@ def plain_psis_loo(data, var_name, k_threshold, reff=None):
     if psis_tail_length(S, r_eff) < 5:
         raise ValueError(f"{what}: {S} draws with reff={r_eff:.3g} leave fewer than 5 draws for the Pareto tail. "
                          "Sample more draws.")
-    elpd_i, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(-ll.T), jnp.asarray(ll.T), r_eff))
+    return r_eff
+
+
+def posterior_chains(data):
+    """The number of chains of the posterior (1 without a posterior group)."""
+    return int(data["posterior"].sizes.get("chain", 1)) if "posterior" in data.children else 1
+
+
+def plain_psis_loo(data, var_name, k_threshold, reff=None):
+    """``model=None``: plain PSIS-LOO from the log_likelihood group (as ``arviz_stats.loo``).
+
+    Computed with the engine's own PSIS, not by calling ``arviz_stats.loo``: a doubtful observation of an
+    adaptive result keeps exactly this plain value (to 1e-12, ``tests/test_engine_selection.py``), and
+    arviz_stats' PSIS differs from it by about 1e-10 relative; the two agree to 1e-8
+    (``tests/test_jax_settings.py``, ``tests/test_ovarian_benchmark.py``).
+
+    ``reff``: the relative efficiency (``arviz_stats.loo``'s ``reff``); None computes it from the posterior's
+    mean ESS. Observations with k-hat above ``k_threshold``, NaN or ``+inf`` are ``doubtful`` with a
+    ``reason`` and a warning; a constant log-likelihood has k-hat ``-inf`` and its exact LOO density.
+    The whole ``(S, n)`` array is loaded: :func:`ppl_loo.workflow.chunked.psis_loo` reads a dask-backed
+    one in chunks of observations, with the same numbers.
+    """
+    da = plain_log_likelihood(data, var_name)
+    what = f"log_likelihood[{da.name!r}]"
+    ll = stack_draws(da)
+    check_finite(ll, what, NON_FINITE_FIX)
+    r_eff = plain_loo_checks(data, da, reff)
+    elpd_i, k, _, mcse, _ = psis_columns(ll, -ll.T, r_eff, posterior_chains(data))
+    return plain_loo_result(da, k_threshold, ll.shape[0], elpd_i, k, mcse, logmeanexp(ll), -ll.T,
+                            lambda: np.max(np.abs(ll)))
+
+
+def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs):
+    """The :class:`LooResult` of plain PSIS-LOO from its pointwise values over the observations of ``da``.
+
+    ``lpd``: ``log mean_s p(y_i | theta_s)`` per observation; ``log_ratios[i]``: the ``(S,)`` log ratios of
+    observation ``i`` (read only to explain a NaN or infinite k-hat); ``max_abs()``: the largest magnitude
+    of the log-likelihood (read only for the overflow message).
+    """
+    what = f"log_likelihood[{da.name!r}]"
+    n = k.shape[0]
     k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
     ref0 = da.isel(chain=0, draw=0, drop=True)
 
     def make(values, name):
         return xr.DataArray(np.asarray(values).reshape(ref0.shape), dims=ref0.dims, coords=ref0.coords, name=name)
 
-    n_chains = int(data["posterior"].sizes.get("chain", 1)) if "posterior" in data.children else 1
-    mcse = np.maximum(psis_mcse(lw, ll.T, r_eff), chain_se_psis(-ll.T, ll, n_chains))
-    p_loo_i = logmeanexp(ll) - elpd_i
-    doubtful, reason = pointwise_reasons(k, k_threshold, -ll.T, elpd_i)
+    p_loo_i = lpd - elpd_i
+    doubtful, reason = pointwise_reasons(k, k_threshold, log_ratios, elpd_i)
     elpd, se = stable_sum(elpd_i), stable_se(elpd_i)
     if not (np.isfinite(elpd) and np.isfinite(se)):
-        raise ValueError(f"{what} holds values up to {np.max(np.abs(ll)):.3g} in magnitude: the sum or the standard "
+        raise ValueError(f"{what} holds values up to {max_abs():.3g} in magnitude: the sum or the standard "
                          "error of elpd_loo overflows float64. Check the units of the log-likelihood.")
     if doubtful.any():
         warn_plain(ref0.rename(da.name), k, doubtful, reason, k_threshold)
