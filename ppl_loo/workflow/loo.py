@@ -18,6 +18,7 @@ from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.adapt import Candidates, Pointwise, check_transforms, decide, run_search
+from ppl_loo.workflow.distributed import resolve_client
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
 from ppl_loo.workflow.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
@@ -40,7 +41,7 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 @uses_x64
 def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
         progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
-        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None):
+        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, client=None):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -117,6 +118,12 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1
         for draws of an approximation). With ``reff`` given the result does not depend on the order of the
         draws.
+    client : distributed.Client, None or False
+        Where the adaptive search runs. A ``dask.distributed`` client: its workers, one task per batch of
+        ``batch_size`` observations (the model and the draws reach each worker once; a ``pl.StanModel`` as
+        its program and data, the worker loading the compiled library from the cache by its key). None
+        (default): the session's active client when there is one (``distributed.default_client()``), else
+        this process. False: this process. The results are the same wherever it runs (``docs/scale.md``).
 
     Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
     draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
@@ -126,6 +133,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     -------
     LooResult
     """
+    client = resolve_client(client)  # checked first; found once (None: the active client, if any)
     data = check_datatree(data)
     k_threshold = check_k_threshold(k_threshold)
     reff = check_reff(reff)
@@ -165,7 +173,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     plain = plain_psis(draws)
     flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
     obs_idx = np.flatnonzero(flagged)
-    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar)
+    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar, False if client is None else client)
     pw = Pointwise.from_plain(plain)
     cands = Candidates.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
     decide(pw, cands, plain, results, obs_idx, cfg, draws.approx)
