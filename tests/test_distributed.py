@@ -8,10 +8,14 @@ The Stan program is ``CHECKED_CODE`` of ``test_stan_loo.py`` (the same text: the
 
 from __future__ import annotations
 
+import _thread
 import logging
 import pickle
 import shutil
+import threading
+import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +28,7 @@ import ppl_loo as pl
 from ppl_loo.sampling import sample_nuts
 from ppl_loo.workflow.distributed import worker_cache_keys
 
+NORMAL = Path(__file__).resolve().parents[1] / "stan_models" / "normal_known_sigma.stan"
 POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
              "doubtful", "searched")
 
@@ -86,13 +91,18 @@ def _new_keys_on_every_worker(client, before, after):
 
 
 # ----------------------------------------------------------------------------- closed-form JAX model
-def test_logistic_regression_same_numbers_on_the_active_client(client):
-    """pl.models.LogisticRegression, client=None: the active client is found and used."""
+@pytest.fixture(scope="module")
+def logistic():
     rng = np.random.default_rng(4)
     X = rng.normal(size=(24, 2))
     y = (X[:, 0] + 0.8 * rng.normal(size=24) > 0).astype(int)
     model = pl.models.LogisticRegression(X, y)
-    data = sample_nuts(model, num_chains=2, num_warmup=300, num_samples=300, random_seed=3)
+    return model, sample_nuts(model, num_chains=2, num_warmup=300, num_samples=300, random_seed=3)
+
+
+def test_logistic_regression_same_numbers_on_the_active_client(client, logistic):
+    """pl.models.LogisticRegression, client=None: the active client is found and used."""
+    model, data = logistic
     local = _loo(data, model, client=False, batch_size=4)
     before = _cached(client)
     remote = _loo(data, model, batch_size=4)  # client=None: the module's client is the default one
@@ -100,6 +110,42 @@ def test_logistic_regression_same_numbers_on_the_active_client(client):
     _assert_same(local, remote)
     assert local.searched.values.all() and (local.transform.values != "psis").any()  # the search did run
     assert len(_new_keys_on_every_worker(client, before, after)) == 2  # six tasks on both workers
+
+
+def _search_tasks(client):
+    """The adaptive-search tasks the scheduler still holds."""
+    return client.run_on_scheduler(
+        lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if "ppl_loo-search" in str(k)])
+
+
+def test_ctrl_c_cancels_the_tasks(client, logistic):
+    """Ctrl-C (SIGINT in the main thread) once the first batch came back: KeyboardInterrupt, and the
+    scheduler forgets every task of the run (the unfinished ones cancelled, none left queued)."""
+    model, data = logistic
+    stop = threading.Event()
+
+    def interrupt_after_first_result():
+        while not stop.is_set():
+            states = client.run_on_scheduler(lambda dask_scheduler: [
+                ts.state for k, ts in dask_scheduler.tasks.items() if "ppl_loo-search" in str(k)])
+            if "memory" in states:
+                _thread.interrupt_main()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=interrupt_after_first_result)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _loo(data, model, client=client, transforms=("mm1",), batch_size=1)  # 24 tasks
+    finally:
+        stop.set()
+        watcher.join()
+    for _ in range(100):
+        if not _search_tasks(client):
+            break
+        time.sleep(0.1)
+    assert _search_tasks(client) == []
 
 
 # ----------------------------------------------------------------------------- PyMC
@@ -116,9 +162,10 @@ def test_pymc_model_same_numbers(client):
         pm.Normal("y", a + b * x, s, observed=yv)
         idata = pm.sample(draws=300, tune=300, chains=2, cores=1, random_seed=7, progressbar=False,
                           compute_convergence_checks=False, nuts_sampler="pymc")
-    local = _loo(idata, m, client=False, batch_size=3)
+    kw = {"transforms": ("mm1", "pmm1", "kl"), "batch_size": 3}
+    local = _loo(idata, m, client=False, **kw)
     before = _cached(client)
-    remote = _loo(idata, m, client=client, batch_size=3)
+    remote = _loo(idata, m, client=client, **kw)
     after = _cached(client)
     _assert_same(local, remote)
     assert len(_new_keys_on_every_worker(client, before, after)) == 2
@@ -160,6 +207,27 @@ def test_stan_program_same_numbers_and_worker_errors(client):
         errors.append(info.value)
     assert type(errors[0]) is type(errors[1]) and isinstance(errors[0], pl.stan.StanEvaluationError)
     assert str(errors[0]) == str(errors[1])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+def test_stan_sampler_on_a_worker_thread(client, tmp_path):
+    """Stan's NUTS in the library, run on a dask worker (a task thread of another process, not the thread
+    that loaded the library: it needs an autodiff stack of its own), writes the same draws as here."""
+    from ppl_loo.stan.sampler import sample_cmdstan_csv
+
+    data = {"N": 12, "y": [0.3, -0.5, 1.1, 0.2, -0.9, 0.4, 0.0, 0.7, -0.2, 0.5, -0.4, 6.0], "sigma": 1.0,
+            "mu0": 0.0, "tau0": 2.0}  # test_cli.py's program and data: the same cached library
+    sm = pl.StanModel(NORMAL, data, sampler=True)
+
+    def draws(model, out):
+        paths, _ = sample_cmdstan_csv(model, out, chains=1, seed=9, num_warmup=100, num_samples=100)
+        rows = [line for line in paths[0].read_text().splitlines() if line and not line.startswith("#")]
+        return np.loadtxt(rows[1:], delimiter=",")  # lp__, ..., mu, log_lik (rows[0]: the names)
+
+    here = draws(sm, tmp_path / "here")
+    there = client.submit(draws, sm, tmp_path / "worker", pure=False).result()
+    assert here.shape == (100, 20)
+    np.testing.assert_array_equal(here, there)
 
 
 def test_client_argument_is_checked():

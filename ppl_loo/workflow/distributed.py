@@ -122,7 +122,7 @@ def _gather(client, futures, n, progressbar):
             parts[futures[fut]] = res
             bar.update(len(res))
     except BaseException:  # Ctrl-C included: nothing left running for a result nobody will read
-        client.cancel([f for f in futures if not f.done()])
+        client.cancel(list(futures))  # the finished ones too: their results are released on the workers
         raise
     finally:
         bar.close()
