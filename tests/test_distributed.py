@@ -17,6 +17,8 @@ import time
 import warnings
 from pathlib import Path
 
+import jax.numpy as jnp
+import jax.scipy.stats as jst
 import numpy as np
 import pytest
 import xarray as xr
@@ -85,8 +87,8 @@ def _loo(data, model, **kw):
         return pl.loo(data, model, adapt="all", progressbar=False, **kw)
 
 
-def _new_keys_on_every_worker(client, before, after):
-    """The workers whose cache gained a model key during the run (all of them, for a run that used them all)."""
+def _workers_that_built(client, before, after):
+    """The workers whose engine cache gained a model during the run: those that ran some of its tasks."""
     return [addr for addr in after if after[addr] - before.get(addr, set())]
 
 
@@ -97,19 +99,44 @@ def logistic():
     X = rng.normal(size=(24, 2))
     y = (X[:, 0] + 0.8 * rng.normal(size=24) > 0).astype(int)
     model = pl.models.LogisticRegression(X, y)
-    return model, sample_nuts(model, num_chains=2, num_warmup=300, num_samples=300, random_seed=3)
+    return model, sample_nuts(model, num_chains=2, num_warmup=200, num_samples=250, random_seed=3)
 
 
 def test_logistic_regression_same_numbers_on_the_active_client(client, logistic):
     """pl.models.LogisticRegression, client=None: the active client is found and used."""
     model, data = logistic
-    local = _loo(data, model, client=False, batch_size=4)
+    kw = {"transforms": ("mm1", "pmm1", "kl", "newton"), "batch_size": 4}
+    local = _loo(data, model, client=False, **kw)
     before = _cached(client)
-    remote = _loo(data, model, batch_size=4)  # client=None: the module's client is the default one
+    remote = _loo(data, model, **kw)  # client=None: the module's client is the default one
     after = _cached(client)
     _assert_same(local, remote)
     assert local.searched.values.all() and (local.transform.values != "psis").any()  # the search did run
-    assert len(_new_keys_on_every_worker(client, before, after)) == 2  # six tasks on both workers
+    assert len(_workers_that_built(client, before, after)) == 2  # six tasks on both workers
+
+
+def test_jax_model_same_numbers(client):
+    """A pl.JaxModel of lambdas (cloudpickled by value): linear regression with known noise, exact posterior
+    draws (conjugate), one outlier."""
+    rng = np.random.default_rng(5)
+    n, p, sigma, tau = 16, 2, 0.8, 2.0
+    X = rng.normal(size=(n, p))
+    y = X @ rng.normal(size=p) + sigma * rng.normal(size=n)
+    y[3] += 5.0
+    prec = X.T @ X / sigma**2 + np.eye(p) / tau**2
+    cov = np.linalg.inv(prec)
+    beta = rng.multivariate_normal(cov @ X.T @ y / sigma**2, cov, size=(2, 300))
+    data = xr.DataTree.from_dict({"posterior": xr.Dataset(
+        {"beta": (("chain", "draw", "coef"), beta)}, coords={"chain": [0, 1], "draw": np.arange(300)})})
+    Xj, yj = jnp.asarray(X), jnp.asarray(y)
+    model = pl.JaxModel({"beta": ((p,), None)}, lambda v: jnp.sum(jst.norm.logpdf(v["beta"], 0.0, tau)),
+                        lambda v: jst.norm.logpdf(yj, Xj @ v["beta"], sigma), obs_dims=("obs",), observed=y)
+    kw = {"transforms": ("mm1", "kl"), "batch_size": 4}
+    local = _loo(data, model, client=False, **kw)
+    before = _cached(client)
+    remote = _loo(data, model, client=client, **kw)
+    _assert_same(local, remote)
+    assert len(_workers_that_built(client, before, _cached(client))) == 2
 
 
 def _search_tasks(client):
@@ -168,7 +195,7 @@ def test_pymc_model_same_numbers(client):
     remote = _loo(idata, m, client=client, **kw)
     after = _cached(client)
     _assert_same(local, remote)
-    assert len(_new_keys_on_every_worker(client, before, after)) == 2
+    assert len(_workers_that_built(client, before, after)) == 2
 
 
 # ----------------------------------------------------------------------------- Stan
@@ -197,7 +224,7 @@ def test_stan_program_same_numbers_and_worker_errors(client):
     remote = _loo(dt, ok, client=client, transforms=("mm1", "pmm1"), batch_size=2)
     after = _cached(client)
     _assert_same(local, remote)
-    assert len(_new_keys_on_every_worker(client, before, after)) == 2
+    assert len(_workers_that_built(client, before, after)) == 2
     # deleting an observation leaves N = 7 < min_n = 8: Stan's fatal_error in the host callback
     bad = pl.StanModel(CHECKED_CODE, {"N": 8, "y": y, "min_n": 8}, n_obs="N")
     errors = []
