@@ -58,7 +58,7 @@ def main():
     _, t = _loo(pl, data, model, False, args.batch_size)
     rows.append({"where": "this process", "workers": 0, "cold_s": None, "warm_s": t, "obs_per_s": args.n / t})
     for w in args.workers:
-        with distributed.LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None,
+        with distributed.LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=":0",
                                       silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
             res, cold = _loo(pl, data, model, client, args.batch_size)
             res2, warm = _loo(pl, data, model, client, args.batch_size)

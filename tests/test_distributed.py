@@ -60,7 +60,7 @@ generated quantities {
 @pytest.fixture(scope="module")
 def client():
     """Two worker processes of one thread each; the session's default client while the module runs."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as c:
         yield c
 
