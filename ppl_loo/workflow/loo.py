@@ -154,14 +154,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     if pairs:
         warn_identical_chains(pairs)
     if model is None:
-        if refit is not None:
-            raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
-                             "each observation.")
-        if "variational" in data.children:  # CmdStan method=variational draws: not posterior draws
-            raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
-                             "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
-                             "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
-        return psis_loo(data, var_name, k_threshold, reff, chunk_size)
+        return _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit)
     if reff is not None:  # (checked above otherwise)
         check_posterior_draws(data)
     names = _check_transform_names(transforms)
@@ -204,6 +197,18 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
                    max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
                                                                                                    k_threshold))
+
+
+def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
+    """``pl.loo(data)``: plain PSIS-LOO from the stored log-likelihood (in chunks where it is dask-backed)."""
+    if refit is not None:
+        raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
+                         "each observation.")
+    if "variational" in data.children:  # CmdStan method=variational draws: not posterior draws
+        raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
+                         "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
+                         "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
+    return psis_loo(data, var_name, k_threshold, reff, chunk_size)
 
 
 def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where):
