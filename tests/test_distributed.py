@@ -115,6 +115,31 @@ def test_logistic_regression_same_numbers_on_the_active_client(client, logistic)
     assert len(_workers_that_built(client, before, after)) == 2  # six tasks on both workers
 
 
+def test_subsample_and_out_of_core_same_numbers_on_the_cluster(client, logistic):
+    """pl.loo_subsample(model, client=...) and pl.loo on a dask-backed log-likelihood (out of core: the model is
+    evaluated on the flagged columns only, which reach the workers) give the numbers of the single-process runs."""
+    model, data = logistic
+    kw = {"transforms": ("pmm1", "newton"), "batch_size": 4, "progressbar": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local = pl.loo_subsample(data, model, observations=12, seed=2, adapt="all", client=False, **kw)
+        remote = pl.loo_subsample(data, model, observations=12, seed=2, adapt="all", client=client, **kw)
+        for name in ("elpd", "se", "subsampling_se", "p"):
+            assert getattr(local, name) == getattr(remote, name), name
+        np.testing.assert_array_equal(local.elpd_i.values, remote.elpd_i.values)
+        np.testing.assert_array_equal(local.pareto_k.values, remote.pareto_k.values)
+        assert (np.asarray(local.transform.values) != "psis").any()  # the search ran and changed something
+        lazy = data.copy()
+        stored = data["log_likelihood"].to_dataset()
+        lazy["log_likelihood"] = stored.chunk({d: 5 for d in stored.dims if d not in ("chain", "draw")})
+        assert lazy["log_likelihood"].to_dataset()[model.var_name].chunks is not None
+        in_memory = pl.loo(data, model, adapt="all", client=False, **kw)
+        out_of_core = pl.loo(lazy, model, adapt="all", client=client, **kw)
+    assert in_memory.elpd == out_of_core.elpd and in_memory.se == out_of_core.se
+    for name in ("elpd_i", "pareto_k", "transform", "doubtful"):
+        np.testing.assert_array_equal(getattr(in_memory, name).values, getattr(out_of_core, name).values, err_msg=name)
+
+
 def test_jax_model_same_numbers(client):
     """A pl.JaxModel of lambdas (cloudpickled by value): linear regression with known noise, exact posterior
     draws (conjugate), one outlier."""
