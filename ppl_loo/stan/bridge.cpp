@@ -171,6 +171,9 @@ void plstan_free_string(char* s) { std::free(s); }
 
 // Instantiates the model from a JSON data string. Returns NULL and sets *err on failure.
 plstan_model* plstan_new(const char* json_data, unsigned int seed, char** err) {
+  // transformed data may use nested autodiff (ODE and algebraic solvers): this thread needs its own
+  // autodiff stack when it is not the one that loaded the library (see plstan_sample_nuts)
+  stan::math::ChainableStack thread_stack;
   std::stringstream msgs;
   try {
     std::string js = (json_data == nullptr || json_data[0] == '\0') ? "{}" : json_data;
@@ -431,6 +434,10 @@ int plstan_sample_nuts(plstan_model* pm, const char* path, const char* header, i
                        int num_samples, int thin, int save_warmup, unsigned int seed,
                        unsigned int chain, double init_radius, double stepsize, double delta,
                        int max_depth, char** log, char** err) {
+  // Stan's autodiff stack is thread-local (STAN_THREADS): a chain run on a thread other than the one
+  // that loaded the library (a dask worker's task thread, a Python thread) needs its own, or it
+  // dereferences a null stack. A no-op on a thread that already has one.
+  stan::math::ChainableStack thread_stack;
   std::stringstream log_stream;
   int rc = -1;
   sigint_seen = 0;

@@ -328,6 +328,17 @@ class StanModel:
     def __repr__(self) -> str:
         return f"StanModel({self.build.key}, dim={self.dim}, params={self.get_dims()})"
 
+    def __reduce__(self):
+        """Pickled (cloudpickle: dask workers) as the program, its data and options, not the loaded library:
+        the unpickled model loads the library from the compiled-model cache by its key
+        (:func:`~ppl_loo.stan.compile.build_library`; workers on this machine share the cache folder) and
+        compiles it only where the cache lacks it."""
+        opts = self.loo_options
+        state = {"code": self.code, "data": self.data, "n_obs": opts["n_obs"], "obs_keys": opts["obs_keys"],
+                 "log_lik": opts["log_lik"], "loo_extra": opts["loo_extra"], "seed": self.seed,
+                 "n_threads": self.n_threads, "extra_cxxflags": self.extra_cxxflags, "filename": self.filename}
+        return _rebuild_stan_model, (state,)
+
     def with_data(self, data) -> StanModel:
         """The same (cached) program on other data, with the same seed and threads."""
         return StanModel(self.code, data, seed=self.seed, n_threads=self.n_threads,
@@ -513,3 +524,12 @@ class StanModel:
                 out[name] = out[name][0]
             k += size
         return out
+
+
+def _rebuild_stan_model(state: dict) -> StanModel:
+    """The :class:`StanModel` of a pickled state (:meth:`StanModel.__reduce__`)."""
+    state = dict(state)
+    code, data, filename = state.pop("code"), state.pop("data"), state.pop("filename")
+    model = StanModel(code, data, **state)
+    model.filename = filename
+    return model

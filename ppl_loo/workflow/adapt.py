@@ -12,6 +12,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
+from ppl_loo.workflow.distributed import resolve_client, run_search_distributed
 from ppl_loo.workflow.engine import compiled_engine
 from ppl_loo.workflow.interrupt import run_interruptible
 
@@ -109,9 +110,13 @@ def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11)
     return int(max(1, min(8, n_flagged, (2**30) // per_obs)))
 
 
-def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar):
+def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar, client=False):
     """The compiled search (:func:`ppl_loo.numerics.loo.build_engine`) on observations ``obs_idx``:
     one dict of :class:`~ppl_loo.numerics.loo.ObsResult` arrays per observation.
+
+    ``client``: a ``dask.distributed`` client, None (the active one, if any) or False (this process);
+    on a client the batches run on its workers (:mod:`ppl_loo.workflow.distributed`), with the
+    same results.
 
     An exception raised in host code called from JAX (the Stan bridge) is re-raised as itself. The
     search runs in a worker thread (:func:`~ppl_loo.workflow.interrupt.run_interruptible`): Ctrl-C
@@ -121,6 +126,9 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
     theta = jnp.asarray(draws.theta)
     batch_size = auto_batch_size(batch_size, S, d, draws.ll.shape[1], len(obs_idx),
                                  structured=model.structure is not None, n_steps=len(cfg.hbar))
+    client = resolve_client(client)
+    if client is not None and len(obs_idx):
+        return run_search_distributed(model, draws, cfg, obs_idx, batch_size, progressbar, client)
     _, _, mapped, prepare = compiled_engine(model, cfg, not draws.approx, batch_size, draws.log_q_fn)
     if not len(obs_idx):
         return []

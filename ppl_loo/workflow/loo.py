@@ -19,6 +19,7 @@ from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.adapt import Candidates, Pointwise, check_transforms, decide, run_search
 from ppl_loo.workflow.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
+from ppl_loo.workflow.distributed import resolve_client
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
 from ppl_loo.workflow.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
@@ -41,7 +42,8 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 @uses_x64
 def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
         progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
-        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None):
+        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None,
+        client=None):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -126,6 +128,12 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         ``res.log_weights`` stays a lazy dask array. None (default): about 512 MB of working memory per
         chunk; an integer also reads an in-memory log-likelihood this way. ``refit=`` needs the
         log-likelihood in memory (``docs/scale.md``).
+    client : distributed.Client, None or False
+        Where the adaptive search runs. A ``dask.distributed`` client: its workers, one task per batch of
+        ``batch_size`` observations (the model and the draws reach each worker once; a ``pl.StanModel`` as
+        its program and data, the worker loading the compiled library from the cache by its key). None
+        (default): the session's active client when there is one (``distributed.default_client()``), else
+        this process. False: this process. The results are the same wherever it runs (``docs/scale.md``).
 
     Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
     draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
@@ -135,6 +143,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     -------
     LooResult
     """
+    client = resolve_client(client)  # checked first; found once (None: the active client, if any)
     data = check_datatree(data)
     k_threshold = check_k_threshold(k_threshold)
     reff = check_reff(reff)
@@ -145,14 +154,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     if pairs:
         warn_identical_chains(pairs)
     if model is None:
-        if refit is not None:
-            raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
-                             "each observation.")
-        if "variational" in data.children:  # CmdStan method=variational draws: not posterior draws
-            raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
-                             "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
-                             "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
-        return psis_loo(data, var_name, k_threshold, reff, chunk_size)
+        return _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit)
     if reff is not None:  # (checked above otherwise)
         check_posterior_draws(data)
     names = _check_transform_names(transforms)
@@ -175,7 +177,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
     obs_idx = np.flatnonzero(flagged)
     draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored, obs_idx))
-    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar)
+    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar, False if client is None else client)
     pw = Pointwise.from_plain(plain)
     table = Candidates if stored is None else SearchedCandidates  # out of core: rows of the searched only
     cands = table.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
@@ -195,6 +197,18 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
                    max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
                                                                                                    k_threshold))
+
+
+def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
+    """``pl.loo(data)``: plain PSIS-LOO from the stored log-likelihood (in chunks where it is dask-backed)."""
+    if refit is not None:
+        raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
+                         "each observation.")
+    if "variational" in data.children:  # CmdStan method=variational draws: not posterior draws
+        raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
+                         "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
+                         "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
+    return psis_loo(data, var_name, k_threshold, reff, chunk_size)
 
 
 def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where):

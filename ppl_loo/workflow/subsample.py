@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.workflow.distributed import resolve_client
 from ppl_loo.workflow.inputs import check_datatree
 from ppl_loo.workflow.plain import check_k_threshold, check_reff
 from ppl_loo.workflow.subsample_model import model_subsample
@@ -29,7 +30,8 @@ ESTIMATORS = ("diff_srs", "srs", "hh_pps")
 @uses_x64
 def loo_subsample(data, model=None, *, observations=None, approximation=None, estimator="diff_srs", var_name=None,
                   seed=315, reff=None, k_threshold=None, method=None, transforms="all", hbar=None, adapt="auto",
-                  influence_threshold=None, jacobian="auto", batch_size="auto", min_ess=None, progressbar=True):
+                  influence_threshold=None, jacobian="auto", batch_size="auto", min_ess=None, progressbar=True,
+                  client=None):
     """Subsampled PSIS-LOO-CV (Magnusson et al. 2019, 2020), adaptive on the subsample with a model.
 
     Parameters
@@ -61,6 +63,9 @@ def loo_subsample(data, model=None, *, observations=None, approximation=None, es
         (plain PSIS on the subsample, the model only evaluates the log-likelihood).
     method : {"lpd", "plpd"}, optional
         ``arviz_stats``' name of ``approximation``.
+    client : distributed.Client, None or False
+        Where the adaptive search runs, as in :func:`ppl_loo.loo` (None: the active ``dask.distributed``
+        client if there is one, else this process).
 
     Returns
     -------
@@ -69,6 +74,7 @@ def loo_subsample(data, model=None, *, observations=None, approximation=None, es
         ``elpd_loo_approx``, ``loo_subsample_observations``, ...) with the extras of
         :class:`~ppl_loo.workflow.subsample_result.SubsampleResult`.
     """
+    client = resolve_client(client)
     data = check_datatree(data)
     if isinstance(model, (int, np.integer, np.ndarray, list, tuple)) and not isinstance(model, bool):
         raise TypeError(f"model={model!r}: the second positional argument is the model; give the subsample as a "
@@ -89,7 +95,8 @@ def loo_subsample(data, model=None, *, observations=None, approximation=None, es
                              "the model: pass model=..., or use approximation='lpd' (from the log_likelihood group).")
         return plain_subsample(data, observations, approximation, estimator, var_name, seed, reff, k_threshold)
     options = dict(transforms=transforms, hbar=hbar, adapt=adapt, influence_threshold=influence_threshold,
-                   jacobian=jacobian, batch_size=batch_size, min_ess=min_ess, progressbar=progressbar)
+                   jacobian=jacobian, batch_size=batch_size, min_ess=min_ess, progressbar=progressbar,
+                   client=False if client is None else client)
     return model_subsample(data, model, observations, approximation, estimator, var_name, seed, reff, k_threshold,
                            options)
 

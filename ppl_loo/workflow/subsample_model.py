@@ -115,7 +115,8 @@ def _search(model, draws, cfg, idx, n, opts):
         flagged = flag_observations(plain, S, cfg.k_threshold, mode, opts["influence_threshold"])
     pos = np.flatnonzero(flagged)
     cols = draws._replace(ll=SubsampleColumns(draws.ll, idx, n))
-    results = run_search(model, cols, cfg, idx[pos], opts["batch_size"], opts["progressbar"]) if pos.size else []
+    results = run_search(model, cols, cfg, idx[pos], opts["batch_size"], opts["progressbar"],
+                         opts.get("client", False)) if pos.size else []
     pw = Pointwise.from_plain(plain)
     cands = Candidates.empty(candidate_labels(cfg), len(idx), draws.n_chains, len(pos), S)
     decide(pw, cands, plain, results, pos, cfg, False)

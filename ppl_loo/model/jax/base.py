@@ -94,6 +94,11 @@ class PosteriorModel:
         super().__init_subclass__(**kwargs)
         _host_in_x64(cls)
 
+    def __getstate__(self):
+        """Pickled (cloudpickle: dask workers) without the protocol model built from it, whose cache holds
+        compiled functions; the unpickled adapter builds its own on first use."""
+        return {k: v for k, v in vars(self).items() if k not in ("protocol_model", "last_callback_error")}
+
     # ------------------------------------------------------------------ per-draw (JAX) API
     def logp(self, theta):  # pragma: no cover - abstract
         raise NotImplementedError

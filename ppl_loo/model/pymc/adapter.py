@@ -129,6 +129,7 @@ class PyMCModel(PosteriorModel):
         if not isinstance(model, pm.Model):
             raise TypeError(f"model must be a pymc.Model, got {type(model).__name__}.")
         self.model = model
+        self._init_args = (var_name, loo_log_density, bool(structure))  # for pickling (__reduce__)
         self.free_rvs, self.value_vars = free_variables(model)
         self._init_layout(model)
         self.var_name = observed_variable_name(model, var_name)
@@ -139,6 +140,12 @@ class PyMCModel(PosteriorModel):
         self.structure_note = "structure detection off" if not structure else ""
         if structure and self.factorizes:
             self._init_structure(model)
+
+    def __reduce__(self):
+        """Pickled as the ``pymc.Model`` and the constructor's arguments (cloudpickle: dask workers): the
+        unpickled adapter compiles its JAX functions again from the model's graph, as this one did."""
+        var_name, loo_log_density, structure = self._init_args
+        return _rebuild_pymc_model, (self.model, var_name, loo_log_density, structure)
 
     def _init_layout(self, model):
         """Names, shapes, dims and blocks of ``theta`` of the free variables (``dim``, ``slices`` ...)."""
@@ -626,3 +633,8 @@ def _noticing_sigint():
         yield seen
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def _rebuild_pymc_model(model, var_name, loo_log_density, structure):
+    """:class:`PyMCModel` of an unpickled ``pymc.Model`` (:meth:`PyMCModel.__reduce__`)."""
+    return PyMCModel(model, var_name, loo_log_density=loo_log_density, structure=structure)

@@ -205,6 +205,13 @@ class StanPosterior(PosteriorModel):
                          else _log_lik_columns(bridge, log_lik, ll_shape[0], self.n_obs_key, self.n_obs))
         self._jax_fns = self._build_jax()
 
+    def __reduce__(self):
+        """Pickled (cloudpickle: dask workers) as its :class:`~ppl_loo.stan.StanModel` (which pickles as
+        program, data and library key) and its LOO options; the deleted-data programs are rebuilt on use."""
+        opts = {"var_name": self.var_name, "fd_eps": self.fd_eps, "n_obs": self.n_obs_key, "obs_keys": self.obs_keys,
+                "log_lik": self._log_lik_name, "loo_extra": self.loo_extra}
+        return _rebuild_posterior, (self.bridge, opts)
+
     # ------------------------------------------------------------------ deleted models
     def deleted_data(self, i: int) -> dict:
         """The data without observation ``i`` (0-based)."""
@@ -561,6 +568,11 @@ class StanPosterior(PosteriorModel):
                 f"obs_keys={self.obs_keys})")
 
 
+
+
+def _rebuild_posterior(bridge: StanModel, opts: dict) -> StanPosterior:
+    """The :class:`StanPosterior` of a pickled one (:meth:`StanPosterior.__reduce__`)."""
+    return StanPosterior(bridge, **opts)
 
 
 def loo_adapter(stan_model: StanModel, var_name: str | None = None, data=None) -> StanPosterior:
