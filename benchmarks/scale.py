@@ -244,7 +244,7 @@ def targets(sizes, runs):
         rn = runs[str(n)]
         mem = {}
         for t in ours:
-            r = rn.get(t, {})
+            r = rn.get(t, {"skipped": "not run"})
             mem[t] = ("skipped" if "skipped" in r else "error" if "error" in r or "peak_tree_rss_gb" not in r
                       else ("pass" if r["peak_tree_rss_gb"] < MEMORY_TARGET_GB else "FAIL"))
         out["memory_below_4gb"][str(n)] = mem
