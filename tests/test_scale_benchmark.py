@@ -30,21 +30,6 @@ MEASURED = ("wall_s", "peak_rss_gb", "peak_tree_rss_gb", "peak_increase_gb", "el
             "load_average_before", "load_average_after")
 
 
-def _has(name, param=None):
-    import inspect
-
-    import ppl_loo as pl
-
-    fn = getattr(pl, name, None)
-    return fn is not None and (param is None or param in inspect.signature(fn).parameters)
-
-
-# the parts of issue 17 the rows measure, built on other branches: each test runs once its part is there
-OUT_OF_CORE = pytest.mark.skipif(not _has("loo", "chunk_size"), reason="needs the out-of-core pl.loo (issue 17, A)")
-SUBSAMPLE = pytest.mark.skipif(not _has("loo_subsample"), reason="needs pl.loo_subsample (issue 17, B)")
-CLUSTER = pytest.mark.skipif(not _has("loo", "client"), reason="needs pl.loo(..., client=) (issue 17, C)")
-
-
 @pytest.fixture(scope="module")
 def reduced(tmp_path_factory):
     base = tmp_path_factory.mktemp("scale")
@@ -55,9 +40,6 @@ def reduced(tmp_path_factory):
     return json.loads(out.read_text()), proc.stdout
 
 
-@OUT_OF_CORE
-@SUBSAMPLE
-@CLUSTER
 def test_json_has_every_field(reduced):
     doc, stdout = reduced
     for key in ("settings", "machine", "versions", "design", "data", "runs", "agreement", "targets"):
@@ -118,7 +100,6 @@ def test_arviz_chunk_loop_equals_arviz_on_the_whole_array(reduced):
             assert d[key] <= 1e-10, (n, key, d[key])
 
 
-@OUT_OF_CORE
 def test_plain_pl_loo_on_zarr_agrees_with_arviz_stats(reduced):
     doc, _ = reduced
     for n, pairs in (("1000", ("plain_ours vs plain_arviz_chunked", "plain_ours_memory vs plain_arviz_memory",
@@ -132,8 +113,6 @@ def test_plain_pl_loo_on_zarr_agrees_with_arviz_stats(reduced):
             assert d["max_abs_pareto_k_diff"] <= 1e-6, (n, pair, d["max_abs_pareto_k_diff"])
 
 
-@OUT_OF_CORE  # the store is opened lazily: r_eff from a dask-backed posterior is part A's
-@SUBSAMPLE
 def test_loo_subsample_agrees_with_arviz_stats(reduced):
     doc, _ = reduced
     for n in SIZES:
@@ -144,8 +123,6 @@ def test_loo_subsample_agrees_with_arviz_stats(reduced):
             assert d[key] <= 1e-8, (n, key, d[key])
 
 
-@OUT_OF_CORE
-@CLUSTER
 def test_adaptive_search_same_numbers_with_one_and_two_workers(reduced):
     doc, _ = reduced
     runs = doc["runs"]["1000"]
