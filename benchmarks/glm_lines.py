@@ -25,8 +25,9 @@ import numpy as np
 N_DENSE, N_RARE, RARE_PER_FEATURE, RARE_SCALE, N_CHAINS = 6, 4, 100, 3.5, 4
 
 
-def problem(n, S, seed=0):
-    """``X``, ``y`` and a DataTree (posterior, log_likelihood, observed_data) of Laplace draws."""
+def problem(n, S, seed=0, lazy=False):
+    """``X``, ``y`` and a DataTree (posterior, log_likelihood, observed_data) of Laplace draws; ``lazy``: the
+    log-likelihood as a dask array computed chunk by chunk (5,000 observations), as if read from zarr."""
     import xarray as xr
     from scipy.special import expit
 
@@ -54,9 +55,20 @@ def problem(n, S, seed=0):
     theta = b + np.linalg.solve(np.linalg.cholesky(H).T, z.T).T
     th = theta.reshape(N_CHAINS, S // N_CHAINS, d + 1)
     sign = 2.0 * y - 1.0
-    ll = np.empty((N_CHAINS, S // N_CHAINS, n))
-    for lo in range(0, n, 5000):  # no (S, n) temporaries besides ll itself
-        ll[..., lo:lo + 5000] = -np.logaddexp(0.0, -sign[lo:lo + 5000] * (th[..., :1] + th[..., 1:] @ X[lo:lo + 5000].T))
+
+    def block(lo, hi):
+        return -np.logaddexp(0.0, -sign[lo:hi] * (th[..., :1] + th[..., 1:] @ X[lo:hi].T))
+
+    if lazy:
+        import dask.array as da
+
+        chunks = ((N_CHAINS,), (S // N_CHAINS,), tuple(np.diff(np.r_[np.arange(0, n, 5000), n]).tolist()))
+        ll = da.map_blocks(lambda block_info=None: block(*block_info[None]["array-location"][2]), chunks=chunks,
+                           dtype=np.float64)
+    else:
+        ll = np.empty((N_CHAINS, S // N_CHAINS, n))
+        for lo in range(0, n, 5000):  # no (S, n) temporaries besides ll itself
+            ll[..., lo:lo + 5000] = block(lo, min(lo + 5000, n))
     coords = {"chain": np.arange(N_CHAINS), "draw": np.arange(S // N_CHAINS)}
     tree = xr.DataTree.from_dict({
         "posterior": xr.Dataset({"beta0": (("chain", "draw"), th[..., 0]),
@@ -67,12 +79,12 @@ def problem(n, S, seed=0):
     return X, y, tree
 
 
-def one(n, S, block_rows):
+def one(n, S, block_rows, lazy):
     """Run in this process; print one JSON line."""
     import warnings
 
     import ppl_loo as pl
-    X, y, tree = problem(n, S)
+    X, y, tree = problem(n, S, lazy=lazy)
     model = pl.models.LogisticRegression(X, y)
     rss_data = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     if block_rows is not None:  # 0: never in blocks (the unblocked path)
@@ -83,7 +95,7 @@ def one(n, S, block_rows):
         res = pl.loo(tree, model, adapt="flagged", progressbar=False)
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"n": n, "S": S, "block_rows": block_rows, "wall_s": round(wall, 1),
+    print(json.dumps({"n": n, "S": S, "lazy": lazy, "block_rows": block_rows, "wall_s": round(wall, 1),
                       "peak_gb": round(peak, 2), "peak_after_data_gb": round(rss_data, 2),
                       "adapted": int(np.sum(res.transform.values != "psis")), "elpd": float(res.elpd)}))
 
@@ -93,14 +105,17 @@ def main(argv=None):
     ap.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--draws", type=int, default=2000)
     ap.add_argument("--block-rows", default=None, help="force the rows per block (0: unblocked)")
+    ap.add_argument("--lazy", action="store_true", help="a dask-backed log-likelihood (the out-of-core path)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
-        return one(a.n[0], a.draws, a.block_rows)
+        return one(a.n[0], a.draws, a.block_rows, a.lazy)
     for n in a.n:
         cmd = [sys.executable, __file__, "--one", "--n", str(n), "--draws", str(a.draws)]
         if a.block_rows is not None:
             cmd += ["--block-rows", a.block_rows]
+        if a.lazy:
+            cmd += ["--lazy"]
         subprocess.run(cmd, check=True)
 
 

@@ -3,6 +3,7 @@ path equals the unblocked one to 1e-10, in the model's functions and in every po
 
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -97,3 +98,20 @@ def test_loo_blocked_equals_unblocked(loo_pair):
                                    err_msg=key)
     np.testing.assert_array_equal(got.transform.values, ref.transform.values)
     np.testing.assert_array_equal(got.doubtful.values, ref.doubtful.values)
+
+
+def test_density_at_the_draws_in_batches(monkeypatch):
+    """Above the budget the full-data density, its gradient and the log-likelihood at the draws are
+    evaluated in batches of draws (``jax.lax.map``): the same numbers as all draws at once."""
+    import ppl_loo.numerics.glm_lines as gl
+
+    X, y = _data()
+    ref = LogisticRegression(X, y)
+    theta = jnp.asarray(np.random.default_rng(3).normal(scale=0.3, size=(S, ref.dim)))
+    want = ref.log_density_and_grad(theta), ref.log_lik(theta)
+    monkeypatch.setattr(gl, "LINE_BLOCK_BYTES", 8 * 8 * N * 37)  # 37 draws per batch, 400 = 10 * 37 + 30
+    assert gl.draw_batch(S, N) == 37
+    small = LogisticRegression(X, y)
+    got = small.log_density_and_grad(theta), small.log_lik(theta)
+    for u, v in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+        np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-13, atol=1e-12)

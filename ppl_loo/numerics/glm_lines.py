@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from ppl_loo.numerics.special import softplus
 
-__all__ = ["LINE_BLOCK_BYTES", "T_MAX", "cache_logits", "line_block_rows", "line_bytes", "blocked_softplus_sum"]
+__all__ = ["LINE_BLOCK_BYTES", "T_MAX", "draw_batch", "cache_logits", "line_block_rows", "line_bytes", "blocked_softplus_sum"]
 
 #: bytes of float64 temporaries one line evaluation may hold before it works in blocks of observations
 LINE_BLOCK_BYTES = 2**26
@@ -108,3 +108,13 @@ def blocked_softplus_sum(b, db, ts, Xt, sign, rows, offset=None):
 
     acc0 = jnp.zeros((ts.shape[0], b.shape[0]), dt)
     return jax.lax.scan(body, acc0, (Xp, sp, wp, op))[0]
+
+
+def draw_batch(S, n):
+    """Draws per batch when a model's full-data density (and gradient) is evaluated at ``S`` draws:
+    0 (all at once, ``jax.vmap``) while ``8`` float64 ``(S, n)`` intermediates fit
+    :data:`LINE_BLOCK_BYTES`, else the number of draws whose intermediates do (``jax.lax.map``)."""
+    per_draw = 8 * 8 * max(int(n), 1)
+    if per_draw * S <= LINE_BLOCK_BYTES:
+        return 0
+    return int(max(1, min(S - 1, LINE_BLOCK_BYTES // per_draw)))
