@@ -25,7 +25,7 @@ import numpy as np
 N_DENSE, N_RARE, RARE_PER_FEATURE, RARE_SCALE, N_CHAINS = 6, 4, 100, 3.5, 4
 
 
-def problem(n, S, seed=0, lazy=False):
+def problem(n, S, seed=0, lazy=False, rare=RARE_PER_FEATURE):
     """``X``, ``y`` and a DataTree (posterior, log_likelihood, observed_data) of Laplace draws; ``lazy``: the
     log-likelihood as a dask array computed chunk by chunk (5,000 observations), as if read from zarr."""
     import xarray as xr
@@ -34,7 +34,7 @@ def problem(n, S, seed=0, lazy=False):
     rng = np.random.default_rng([seed, n])
     X = np.zeros((n, N_DENSE + N_RARE))
     X[:, :N_DENSE] = rng.standard_normal((n, N_DENSE))
-    m = min(RARE_PER_FEATURE, n // (10 * N_RARE))
+    m = min(rare, n // (10 * N_RARE))
     rare = rng.choice(n, N_RARE * m, replace=False).reshape(N_RARE, m)
     for j in range(N_RARE):
         X[rare[j], N_DENSE + j] = RARE_SCALE * rng.standard_normal(m)
@@ -79,12 +79,12 @@ def problem(n, S, seed=0, lazy=False):
     return X, y, tree
 
 
-def one(n, S, block_rows, lazy):
+def one(n, S, block_rows, lazy, rare):
     """Run in this process; print one JSON line."""
     import warnings
 
     import ppl_loo as pl
-    X, y, tree = problem(n, S, lazy=lazy)
+    X, y, tree = problem(n, S, lazy=lazy, rare=rare)
     model = pl.models.LogisticRegression(X, y)
     rss_data = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     if block_rows is not None:  # 0: never in blocks (the unblocked path)
@@ -95,9 +95,11 @@ def one(n, S, block_rows, lazy):
         res = pl.loo(tree, model, adapt="flagged", progressbar=False)
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"n": n, "S": S, "lazy": lazy, "block_rows": block_rows, "wall_s": round(wall, 1),
+    print(json.dumps({"n": n, "S": S, "lazy": lazy, "rare": rare, "block_rows": block_rows, "wall_s": round(wall, 1),
                       "peak_gb": round(peak, 2), "peak_after_data_gb": round(rss_data, 2),
-                      "adapted": int(np.sum(res.transform.values != "psis")), "elpd": float(res.elpd)}))
+                      "adapted": int(np.sum(res.transform.values != "psis")),
+                      "searched": int(np.sum(np.any(np.isfinite(np.asarray(res.candidates["k"])), axis=1)))
+                      if res.candidates is not None else 0, "elpd": float(res.elpd)}))
 
 
 def main(argv=None):
@@ -106,12 +108,14 @@ def main(argv=None):
     ap.add_argument("--draws", type=int, default=2000)
     ap.add_argument("--block-rows", default=None, help="force the rows per block (0: unblocked)")
     ap.add_argument("--lazy", action="store_true", help="a dask-backed log-likelihood (the out-of-core path)")
+    ap.add_argument("--rare", type=int, default=RARE_PER_FEATURE,
+                    help="observations per rare column (fewer: fewer flagged observations, a shorter search)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
-        return one(a.n[0], a.draws, a.block_rows, a.lazy)
+        return one(a.n[0], a.draws, a.block_rows, a.lazy, a.rare)
     for n in a.n:
-        cmd = [sys.executable, __file__, "--one", "--n", str(n), "--draws", str(a.draws)]
+        cmd = [sys.executable, __file__, "--one", "--n", str(n), "--draws", str(a.draws), "--rare", str(a.rare)]
         if a.block_rows is not None:
             cmd += ["--block-rows", a.block_rows]
         if a.lazy:
