@@ -1,7 +1,7 @@
 """Peak memory and time of ``pl.loo(data, pl.models.LogisticRegression(X, y))`` at large n (issue 17, part E).
 
 The adaptive search of a model with a linear predictor evaluates ``(T, S)`` log densities along lines; above a
-budget it works through the observations in blocks (``ppl_loo.model.glm_blocks``) instead of holding ``(S, n)``
+budget it works through the observations in blocks (``ppl_loo.numerics.glm_lines``) instead of holding ``(S, n)``
 and ``(T, S, n)`` arrays. Each run is a fresh process (``ru_maxrss`` is the peak of that process)::
 
     python benchmarks/glm_lines.py --n 10000 100000 --draws 2000
