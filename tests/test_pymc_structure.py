@@ -142,6 +142,23 @@ def test_line_eval_equals_generic(kind):
                 np.testing.assert_allclose(np.asarray(ll), np.asarray(ref_ll), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["normal", "hier"])
+def test_line_eval_in_blocks_equals_unblocked(kind):
+    """Issue 17 (part E): the logit recomputed in blocks of 5 rows (18 observations: the last block
+    padded), the offset included, gives the cached-logit evaluation to 1e-10."""
+    m, mb = PyMCModel(_model(kind)), PyMCModel(_model(kind))
+    mb.line_block_rows = 5
+    rng = np.random.default_rng(1)
+    theta = jnp.asarray(rng.normal(size=(7, m.dim)))
+    cache, cache_b = m.line_cache(theta), mb.line_cache(theta)
+    assert cache[0].shape == (7, N) and cache_b[0].shape == (N,)  # no (S, n) logit cached in blocks
+    for delta in _deltas(m, theta, rng):
+        for ts in (jnp.asarray(4.0 ** -np.arange(11)), jnp.asarray([1.0])):
+            for i in (0, 17):
+                for u, v in zip(m.line_eval(cache, theta, delta, ts, i), mb.line_eval(cache_b, theta, delta, ts, i)):
+                    np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-12, atol=1e-10)
+
+
 def _search(model, theta, transforms):
     logp0, g = model.log_density_and_grad(theta)
     ll = np.asarray(model.log_lik(theta))

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from ppl_loo.numerics.glm_lines import line_bytes
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
 from ppl_loo.workflow.distributed import resolve_client, run_search_distributed
 from ppl_loo.workflow.engine import compiled_engine
@@ -93,8 +94,10 @@ def check_transforms(transforms, default):
 def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11):
     """``batch_size="auto"``: up to 8 observations per vectorized call within ~1 GB of temporaries.
 
-    One observation's search holds a few ``(S, d)`` and ``(T, S, n)`` float64 arrays at a time
-    when the model evaluates lines through its structure (closed-form models, PyMC GLMs); a model
+    One observation's search holds a few ``(S, d)`` float64 arrays and the temporaries of one line
+    evaluation when the model evaluates lines through its structure (closed-form models, PyMC GLMs):
+    ``(T, S, n)`` for small problems, blocks of rows above
+    :data:`~ppl_loo.numerics.glm_lines.LINE_BLOCK_BYTES` (:func:`~ppl_loo.numerics.glm_lines.line_bytes`); a model
     evaluated through its full log density at every point of every line holds the intermediates of
     that graph for ``T * S`` points and, for the gradient flows, ``(S, d, d)`` Jacobians (about
     2 GB for a 43-parameter Poisson model with 40 observations and 4,000 draws).
@@ -104,7 +107,7 @@ def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11)
             raise ValueError(f"batch_size must be a positive integer or 'auto'; got {batch_size!r}.")
         return int(batch_size)
     if structured:
-        per_obs = 8.0 * S * (8 * d + 12 * n)  # bytes, generous
+        per_obs = 8.0 * S * (8 * d + 4) + 1.5 * line_bytes(S, n)  # bytes, generous
     else:
         per_obs = 8.0 * S * (60 * n_steps * n + 4 * d * d + 8 * d)
     return int(max(1, min(8, n_flagged, (2**30) // per_obs)))

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.numerics.glm_lines import draw_batch
 from ppl_loo.numerics.nuts import nuts_draws
 
 __all__ = ["PosteriorModel", "HOST_METHODS"]
@@ -163,10 +164,16 @@ class PosteriorModel:
     # ------------------------------------------------------------------ batched API
     @cached_property
     def _batched(self):
-        logp_b = jax.jit(jax.vmap(self.logp))
-        loglik_b = jax.jit(jax.vmap(self.loglik))
-        vg = jax.jit(jax.vmap(jax.value_and_grad(self.logp)))
-        return logp_b, loglik_b, vg
+        n = int(getattr(self, "n_obs", 1) or 1)
+
+        def over_draws(f):  # all draws at once (vmap) for small problems, in batches of draws above the
+            # budget of numerics.glm_lines.draw_batch, so that no (S, n) intermediates are held at large n
+            def g(theta):
+                k = draw_batch(theta.shape[0], n)
+                return jax.vmap(f)(theta) if k == 0 else jax.lax.map(f, theta, batch_size=k)
+            return jax.jit(g)
+
+        return over_draws(self.logp), over_draws(self.loglik), over_draws(jax.value_and_grad(self.logp))
 
     def log_density(self, theta):
         """Unnormalized log posterior, shape ``(S,)``."""

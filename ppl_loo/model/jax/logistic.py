@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_block_rows
 from ppl_loo.numerics.special import softplus
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.data import check_binary_data
@@ -216,9 +217,27 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         return -softplus(self._sign[i] * mu_i)
 
     # ------------------------------------------------------------------ fast line evaluation
+    #: rows of ``X`` per block of the line evaluations: None decides by memory
+    #: (:func:`ppl_loo.numerics.glm_lines.line_block_rows`), 0 never blocks, a positive int forces blocks
+    line_block_rows = None
+
     @cached_property
     def _line_fns(self):
         q = self.q
+        forced = self.line_block_rows
+
+        def blocked(theta, delta, ts, Xt, sign):  # (T, S) prior + sum of log-likelihoods, in row blocks
+            S, n = theta.shape[0], Xt.shape[0]
+            rows = line_block_rows(S, n, ts.shape[0], forced)
+            if rows == 0:
+                return None
+            b, db = theta[:, :q], delta[:, :q]
+            inv_var = jnp.exp(-2.0 * jax.vmap(self._log_sd)(theta))
+            a0 = jax.vmap(self.log_prior)(theta)
+            b1 = -jnp.sum(b * db * inv_var, axis=1)
+            c2 = -0.5 * jnp.sum(db * db * inv_var, axis=1)
+            t = ts[:, None]
+            return a0[None] + b1[None] * t + c2[None] * t * t - blocked_softplus_sum(b, db, ts, Xt, sign, rows)
 
         # The data enter as arguments, not closure constants, so that XLA does not embed or
         # constant-fold them.
@@ -237,10 +256,17 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
             return a0[None] + b1[None] * t + c2[None] * t * t, -softplus(-sign * mu)
 
         def full(theta, delta, ts, Xt, sign):
+            out = blocked(theta, delta, ts, Xt, sign)
+            if out is not None:
+                return out
             prior, lls = pointwise(theta, delta, ts, Xt, sign)
             return prior + jnp.sum(lls, axis=-1)
 
         def loo(theta, delta, ts, i, Xt, sign):
+            out = blocked(theta, delta, ts, Xt, sign)
+            if out is not None:
+                mu_i = (theta[:, :q] + ts[:, None, None] * delta[:, :q]) @ Xt[i]
+                return out + softplus(-sign[i] * mu_i)
             a0, b1, c2, mu0, dmu = coefficients(theta, delta, Xt)
             t = ts[:, None]
             mu = mu0[None] + ts[:, None, None] * dmu[None]
@@ -276,12 +302,19 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
 
     def line_cache(self, theta):
         """Prior value, prior precisions of the beta block, linear predictor at the draws, and the
-        per-draw sums ``b * iv`` and ``b^2 * iv`` that evaluate diagonal affine lines in one pass."""
+        per-draw sums ``b * iv`` and ``b^2 * iv`` that evaluate diagonal affine lines in one pass.
+
+        The linear predictor ``(S, n)`` is cached only where the line evaluations fit
+        :data:`~ppl_loo.numerics.glm_lines.LINE_BLOCK_BYTES` unblocked; else it is ``None`` and
+        :meth:`line_eval` recomputes it block by block."""
         theta = jnp.asarray(theta)
         inv_var = jnp.exp(-2.0 * jax.vmap(self._log_sd)(theta))  # (S, q)
         a0 = jax.vmap(self.log_prior)(theta)  # (S,)
         b = theta[:, : self.q]
-        mu0 = b @ jnp.asarray(self._Xt).T  # (S, n)
+        if cache_logits(theta.shape[0], self.n, self.line_block_rows):
+            mu0 = b @ jnp.asarray(self._Xt).T  # (S, n)
+        else:
+            mu0 = None
         b_iv = b * inv_var
         return a0, inv_var, mu0, b_iv, b * b_iv
 
@@ -296,6 +329,8 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         q = self.q
         b = theta[:, :q]
         Xt = jnp.asarray(self._Xt)
+        if mu0 is None:
+            return self._line_eval_blocked(cache, b, delta, ts, i)
         if hasattr(delta, "slope"):  # DiagAffine: delta = shift + slope * theta, never formed
             shift, slope = delta.shift[:q], delta.slope[:q]
             # sum_q b db iv and sum_q db^2 iv with db = shift + slope b, from per-run sums
@@ -322,6 +357,31 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         # observation i on its own: taking lls[..., i] from the (T, S, n) array would force XLA to
         # store it, which costs six times the fused reduction
         ll_i = -softplus(-sign[i] * (mu0[:, i][None] + t * dmu[:, i][None]))
+        return logp, ll_i
+
+    def _line_eval_blocked(self, cache, b, delta, ts, i):
+        """:meth:`line_eval` without the ``(S, n)`` logits: the displacement of the beta block as an
+        ``(S, q)`` array ``db`` (for every kind of ``delta``) and the likelihood sum over blocks of rows
+        (:func:`~ppl_loo.numerics.glm_lines.blocked_softplus_sum`)."""
+        a0, inv_var, _, _, _ = cache
+        q = self.q
+        if hasattr(delta, "slope"):  # DiagAffine
+            db = delta.shift[:q][None] + b * delta.slope[:q][None]
+        elif hasattr(delta, "coef"):  # LowRank
+            db = delta.coef @ delta.basis[:, :q]
+        else:
+            db = delta[:, :q]
+        b1 = -jnp.sum(b * db * inv_var, axis=1)
+        c2 = -0.5 * jnp.sum(db * db * inv_var, axis=1)
+        ts = jnp.asarray(ts)
+        S, n = b.shape[0], self.n
+        rows = line_block_rows(S, n, ts.shape[0], self.line_block_rows) or n
+        Xt = jnp.asarray(self._Xt)
+        sign = jnp.asarray(self._sign)
+        t = ts[:, None]
+        logp = a0[None] + b1[None] * t + c2[None] * t * t - blocked_softplus_sum(b, db, ts, Xt, sign, rows)
+        x_i = Xt[i]
+        ll_i = -softplus(-sign[i] * ((b @ x_i)[None] + t * (db @ x_i)[None]))
         return logp, ll_i
 
     # ------------------------------------------------------------------ NumPyro model

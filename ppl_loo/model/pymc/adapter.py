@@ -35,6 +35,7 @@ from ppl_loo.model.jax.jax_model import read_draws
 from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.pymc.graph import jaxify
 from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
+from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_block_rows
 from ppl_loo.numerics.special import softplus
 
 __all__ = ["PyMCModel"]
@@ -300,6 +301,10 @@ class PyMCModel(PosteriorModel):
         return np.asarray(self._prob_batched(*arrays))
 
     # ------------------------------------------------------------------ line evaluations
+    #: rows of ``X`` per block of the GLM line evaluations: None decides by memory
+    #: (:func:`ppl_loo.numerics.glm_lines.line_block_rows`), 0 never blocks, a positive int forces blocks
+    line_block_rows = None
+
     @cached_property
     def _glm_cache_fn(self):
 
@@ -310,6 +315,11 @@ class PyMCModel(PosteriorModel):
 
         return jax.jit(cache)
 
+    @cached_property
+    def _glm_prior_cache_fn(self):
+        g = self.glm
+        return jax.jit(lambda theta: prior_cache(g, theta, self._bsel))
+
     def line_cache(self, theta):
         """For a detected Bernoulli-logit linear predictor: the logit ``(S, n)``, the prior part's
         per-run quantities (:func:`ppl_loo.model.pymc.structure.prior_cache`) and the data; else None."""
@@ -318,7 +328,11 @@ class PyMCModel(PosteriorModel):
         g = self.glm
         Xt = jnp.asarray(g.X)
         offset = jnp.zeros(g.y.shape) if g.offset is None else jnp.asarray(g.offset)
-        mu0, pcache = self._glm_cache_fn(jnp.asarray(theta), Xt, offset)
+        theta = jnp.asarray(theta)
+        if cache_logits(theta.shape[0], Xt.shape[0], self.line_block_rows):
+            mu0, pcache = self._glm_cache_fn(theta, Xt, offset)
+        else:  # the (S, n) logit is recomputed block by block in line_eval
+            mu0, pcache = offset, self._glm_prior_cache_fn(theta)
         return mu0, pcache, Xt, jnp.asarray(2.0 * g.y - 1.0)
 
     def line_eval(self, cache, theta, delta, ts, i):
@@ -335,6 +349,8 @@ class PyMCModel(PosteriorModel):
 
         mu0, pcache, Xt, sign = cache
         b = self._bsel
+        if mu0.ndim == 1:  # blocked: mu0 holds the offset (n,), the (S, n) logit was not cached
+            return self._line_eval_blocked(cache, theta, delta, ts, i)
         if hasattr(delta, "slope"):  # DiagAffine: delta = shift + slope * theta
             shift, slope = delta.shift, delta.slope
             dmu = (shift[b] @ Xt.T)[None, :] + theta[:, b] @ (slope[b][:, None] * Xt.T)
@@ -349,6 +365,26 @@ class PyMCModel(PosteriorModel):
         logp = prior - jnp.sum(softplus(-sign * mu), axis=-1)
         # observation i on its own (slicing the (T, S, n) array would make XLA store it)
         ll_i = -softplus(-sign[i] * (mu0[:, i][None] + t * dmu[:, i][None]))
+        return logp, ll_i
+
+    def _line_eval_blocked(self, cache, theta, delta, ts, i):
+        """:meth:`line_eval` without the ``(S, n)`` logit: the block displacement as an ``(S, q)`` array
+        and the likelihood sum over blocks of rows (:func:`~ppl_loo.numerics.glm_lines.blocked_softplus_sum`)."""
+        offset, pcache, Xt, sign = cache
+        b = self._bsel
+        coef = theta[:, b]
+        if hasattr(delta, "slope"):  # DiagAffine
+            db = delta.shift[b][None] + coef * delta.slope[b][None]
+        elif hasattr(delta, "coef"):  # LowRank
+            db = delta.coef @ delta.basis[:, b]
+        else:
+            db = jnp.broadcast_to(delta, theta.shape)[:, b]
+        ts = jnp.asarray(ts)
+        rows = line_block_rows(theta.shape[0], Xt.shape[0], ts.shape[0], self.line_block_rows) or Xt.shape[0]
+        prior = prior_line(self.glm, pcache, theta, delta, ts, b)
+        logp = prior - blocked_softplus_sum(coef, db, ts, Xt, sign, rows, offset)
+        t = ts[:, None]
+        ll_i = -softplus(-sign[i] * ((coef @ Xt[i] + offset[i])[None] + t * (db @ Xt[i])[None]))
         return logp, ll_i
 
     # ------------------------------------------------------------------ constrained space
