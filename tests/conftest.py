@@ -11,6 +11,7 @@
 import faulthandler
 import gc
 import os
+import signal
 import sys
 import time
 
@@ -45,6 +46,12 @@ def _status(field: str) -> int:
 
 
 def pytest_configure(config):
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (a background job of a shell without job control: `bash .ci/run &`), which every
+        # process started from here would inherit: the Ctrl-C tests' subprocesses would never see their SIGINT, nor
+        # ``_thread.interrupt_main()`` this one. Python's own handler, as in a process started from a terminal (in
+        # each pytest-xdist worker too: pytest_configure runs there)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line("markers", "x64: run the test module with jax_enable_x64 (JAX float64) enabled")
 
 
@@ -62,6 +69,19 @@ def _n_maps() -> int:
             return sum(1 for _ in fh)
     except OSError:
         return -1
+
+
+#: test files that take minutes (a reduced benchmark run, Stan compiles, subprocesses): collected first, so that with
+#: parallel workers (``bash dev.sh test``, pytest-xdist ``--dist loadfile``) they start first and the short files fill
+#: the gaps, instead of the longest starting last and running alone at the end
+SLOW_FIRST = ("test_truth_suite.py", "test_ovarian_benchmark.py", "test_examples.py", "test_interrupts.py",
+              "test_scale_benchmark.py", "test_stan_obs_params.py", "test_cli.py", "test_stan_loo.py",
+              "test_cmdstan_csv.py", "test_distributed.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: k for k, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest keeps its order
 
 
 def pytest_runtest_logstart(nodeid, location):
