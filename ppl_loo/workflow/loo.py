@@ -30,7 +30,7 @@ from ppl_loo.workflow.plain import (check_k_threshold, check_reff, flag_observat
 from ppl_loo.workflow.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.result import LooResult
 
-__all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS"]
+__all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar"]
 
 DEFAULT_HBAR = tuple(float(x) for x in 4.0 ** -np.arange(11))
 #: the papers' seven, iterated moment matching, the Newton-step proposal and the defensive mixtures (not MM3:
@@ -158,7 +158,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     if reff is not None:  # (checked above otherwise)
         check_posterior_draws(data)
     names = _check_transform_names(transforms)
-    hbar = _check_hbar(hbar)
+    hbar = check_hbar(hbar)
     if adapt not in ("auto", "all", "flagged"):
         raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
     model = as_model(model, var_name=var_name, data=data)
@@ -275,7 +275,8 @@ def _check_transform_names(transforms):
     return check_transforms(transforms, DEFAULT_TRANSFORMS)
 
 
-def _check_hbar(hbar):
+def check_hbar(hbar):
+    """``hbar`` as a tuple of finite non-negative floats (default :data:`DEFAULT_HBAR`), or a ValueError naming it."""
     try:
         hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
     except (TypeError, ValueError) as err:

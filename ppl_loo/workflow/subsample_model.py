@@ -5,7 +5,6 @@ vouched for), the model's log-likelihood evaluated at the subsample only (and at
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import jax.numpy as jnp
@@ -21,7 +20,7 @@ from ppl_loo.workflow.draws import LooDraws
 from ppl_loo.workflow.inputs import (MIN_DRAWS, RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_finite,
                                      check_posterior_draws, get_log_likelihood, identical_chains, max_rhat_of,
                                      obs_labels)
-from ppl_loo.workflow.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, model_reasons
+from ppl_loo.workflow.loo import DEFAULT_TRANSFORMS, check_hbar, model_reasons
 from ppl_loo.workflow.messages import warn_doubtful, warn_identical_chains, warn_plain, warn_unconverged
 from ppl_loo.workflow.plain import (ADAPT_ALL_N, flag_observations, logmeanexp, plain_psis, pointwise_reasons)
 from ppl_loo.workflow.subsample_estimate import choose_observations, combine, lpd_of, make_result, select_columns
@@ -64,7 +63,7 @@ def model_subsample(data, model, observations, approximation, estimator, var_nam
     if opts["adapt"] not in ("auto", "all", "flagged", "none"):
         raise ValueError(f"adapt={opts['adapt']!r}: use 'auto', 'all', 'flagged' or 'none'.")
     names = check_transforms(opts["transforms"], DEFAULT_TRANSFORMS)
-    hbar = _check_hbar(opts["hbar"])
+    hbar = check_hbar(opts["hbar"])
     model = as_model(model, var_name=var_name, data=data)
     var_name = var_name or model.var_name
     theta = np.asarray(model.unconstrain(data["posterior"].to_dataset()), dtype=np.float64)
@@ -151,17 +150,6 @@ def _warn_doubtful(pw, ref0, idx, reason, k_threshold, no_search):
         return
     which = "; ".join(f"{obs_labels(ref0, [idx[j]])}: {reason[j]}" for j in bad[:5])
     warn_doubtful(pw, k_threshold, which + (f"; and {bad.size - 5} more" if bad.size > 5 else ""))
-
-
-def _check_hbar(hbar):
-    try:
-        hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"hbar={hbar!r}: give the step-size grid as a sequence of non-negative numbers (default "
-                         "4.0 ** -np.arange(11)).") from err
-    if not hbar or any((not math.isfinite(h)) or h < 0 for h in hbar):
-        raise ValueError(f"hbar must be finite and non-negative; got {hbar}.")
-    return hbar
 
 
 def _stored(data, var_name, model, n):
