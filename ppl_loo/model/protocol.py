@@ -127,6 +127,10 @@ class Model(NamedTuple):
     ``structure`` (:class:`GLMStructure`, :class:`ReluStructure` or None) and ``adapt_index`` (the
     block of ``theta`` the transformations move, None for all) let the engine use closed forms;
     ``refit_draws`` is the backend's own sampler without one observation (exact LOO by refitting).
+    ``mixture_draws`` is the backend's own sampler on the mixture of all LOO posteriors,
+    ``q_mix ∝ p(theta|y) sum_j 1/p(y_j|theta)`` (Silva & Zanella 2023; same signature as ``refit_draws``
+    without ``i``, returning ``(theta (chains, draws, d), info)``); None: the workflow samples it with
+    NumPyro's NUTS from ``logp`` and ``loglik``.
     ``output`` (:class:`Output`, from the structure where one is declared) gives the per-observation
     outputs the Gauss-Newton curvature of :func:`ppl_loo.laplace` is built on.
     ``source`` is the adapter the functions come from (for messages and host errors); ``cache``
@@ -150,6 +154,7 @@ class Model(NamedTuple):
     line_cache: Callable | None = None
     line_eval: Callable | None = None
     refit_draws: Callable | None = None
+    mixture_draws: Callable | None = None
     terms: "Terms | None" = None
     eval_loglik: Callable | None = None
     eval_probs: Callable | None = None

@@ -1,4 +1,16 @@
-"""A derived Stan program whose log density is one entry of the ``log_lik`` generated quantity.
+"""The derived Stan programs: one entry of the ``log_lik`` generated quantity, and the mixture of
+all LOO posteriors.
+
+This module owns both programs that ppl_loo derives from a user's Stan program by moving the
+``generated quantities`` statements into the ``model`` block, so that Stan's autodiff
+differentiates ``log_lik`` and Stan's own NUTS can sample from a density built on it:
+
+- :func:`loglik_program`: log density ``log_lik[i]`` (exact LOO for programs with parameters
+  indexed by observation, below);
+- :func:`mixture_program`: log density ``log p(theta | y) + log sum_j exp(-log_lik[j])``, the
+  mixture-importance-sampling target of Silva & Zanella (2023), ``q_mix(theta) ∝ p(theta | y)
+  sum_j 1 / p(y_j | theta)``, on which one MCMC run gives every LOO ``elpd_i`` with finite
+  variance.
 
 Exact LOO by data deletion needs the program on the data without observation ``i`` to have the
 same parameters. Programs with a parameter per observation (eight schools' ``theta_tilde``, an
@@ -20,6 +32,13 @@ The data, transformed data, parameters and transformed parameters blocks are unc
 derived program has the same unconstrained parameters, in the same order; its log density with
 ``jacobian=False`` is ``log_lik[i]`` and its gradient is Stan's reverse-mode autodiff.
 
+:func:`mixture_program` keeps every block, the ``generated quantities`` included (so a fit of it
+still writes ``log_lik``), and replaces the ``model`` block by two nested blocks, so that the local
+names of the two cannot clash: ``{ <the model block's statements> }`` and ``{ <the generated
+quantities' statements, rewritten as above> target += log_sum_exp(-to_vector(log_lik)); }``. Its
+log density (``propto=False``, ``jacobian=True``) is the original program's plus
+``logsumexp(-log_lik)``.
+
 The rewrite works on stanc's canonical print of the program (``stanc --print-canonical``), with
 a scanner that skips comments and strings. A program it cannot rewrite (``log_lik`` computed from a
 random number, a constrained type such as ``simplex`` declared in the generated quantities) fails
@@ -36,7 +55,7 @@ from pathlib import Path
 
 from ppl_loo.stan.compile import StanCompileError, stanc_path
 
-__all__ = ["OBS_INDEX", "loglik_program", "canonical"]
+__all__ = ["OBS_INDEX", "loglik_program", "mixture_program", "canonical"]
 
 #: the data entry of the derived program that selects the observation (1-based)
 OBS_INDEX = "ppl_loo_obs_index"
@@ -191,16 +210,9 @@ def loglik_program(code: str, log_lik: str = "log_lik") -> str:
     """
     text = _strip_comments(canonical(code))
     blocks = _blocks(text)
-    if "generated quantities" not in blocks:
-        raise ValueError(f"the program has no generated quantities block, so no {log_lik!r} to differentiate")
     if re.search(rf"\b{OBS_INDEX}\b", text):
         raise ValueError(f"the program already uses the name {OBS_INDEX!r}")
-    _, gq_body_start, gq_end = blocks["generated quantities"]
-    gq_body = text[gq_body_start:gq_end]
-    if not re.search(rf"^\s*(?:array\s*\[[^\]]*\]\s*)?\w+(?:<[^;]*>)?(?:\[[^\]]*\])?\s+{re.escape(log_lik)}\s*[;=]",
-                     gq_body, re.MULTILINE):
-        raise ValueError(f"{log_lik!r} is not declared at the top of the generated quantities block")
-    body = _drop_rng_statements(_unconstrain_declarations(gq_body))
+    body = _log_lik_statements(text, blocks, log_lik)
     model_body = f"{body.rstrip()}\n  target += {log_lik}[{OBS_INDEX}];\n"
     pieces = []
     pos = 0
@@ -232,3 +244,62 @@ def _insert_data_block(derived: str, blocks: dict) -> str:
         return decl + derived
     inner = _blocks(derived)["functions"]
     return derived[:inner[2] + 1] + "\n" + decl + derived[inner[2] + 1:]
+
+
+def _log_lik_statements(text: str, blocks: dict, log_lik: str) -> str:
+    """The generated quantities' statements as model-block statements: top-level declarations
+    unconstrained, ``*_rng`` statements removed; raises when there is no ``log_lik`` to compute."""
+    if "generated quantities" not in blocks:
+        raise ValueError(f"the program has no generated quantities block, so no {log_lik!r} to differentiate: "
+                         f"add one declaring the pointwise log-likelihood ({log_lik} with log p(y_i | theta) "
+                         "per observation), or pass log_lik= with the name of yours")
+    _, gq_body_start, gq_end = blocks["generated quantities"]
+    gq_body = text[gq_body_start:gq_end]
+    if not re.search(rf"^\s*(?:array\s*\[[^\]]*\]\s*)?\w+(?:<[^;]*>)?(?:\[[^\]]*\])?\s+{re.escape(log_lik)}\s*[;=]",
+                     gq_body, re.MULTILINE):
+        raise ValueError(f"{log_lik!r} is not declared at the top of the generated quantities block: declare the "
+                         "pointwise log-likelihood there, or pass log_lik= with the name of yours")
+    return _drop_rng_statements(_unconstrain_declarations(gq_body))
+
+
+def mixture_program(code: str, log_lik: str = "log_lik") -> str:
+    """The derived program of the mixture of all LOO posteriors (Silva & Zanella 2023, mixture IS).
+
+    Its log density (``propto=False``, ``jacobian=True``) is the original program's plus
+    ``log sum_j exp(-log_lik[j])``, so Stan's NUTS on it samples ``q_mix(theta) ∝ p(theta | y)
+    sum_j 1 / p(y_j | theta)``. The ``model`` block becomes two nested blocks, ``{ <the original
+    model statements> }`` then ``{ <the generated quantities' statements, *_rng statements removed,
+    top-level declarations unconstrained> target += log_sum_exp(-to_vector(log_lik)); }``; every
+    other block, the generated quantities included, is kept as it was (same unconstrained
+    parameters in the same order; a fit still writes ``log_lik``).
+
+    Parameters
+    ----------
+    code
+        The Stan program (text).
+    log_lik
+        Name of the generated quantity holding the pointwise log-likelihood (a vector or 1-D array).
+
+    Returns
+    -------
+    str
+        The derived program (stanc's canonical print, comments removed).
+
+    Raises
+    ------
+    ValueError
+        The program has no ``generated quantities`` block or does not declare ``log_lik`` at its
+        top level.
+    StanCompileError
+        stanc cannot read the program.
+    """
+    text = _strip_comments(canonical(code))
+    blocks = _blocks(text)
+    body = _log_lik_statements(text, blocks, log_lik)
+    gq_part = f"  {{\n{body.strip(chr(10)).rstrip()}\n    target += log_sum_exp(-to_vector({log_lik}));\n  }}\n"
+    if "model" not in blocks:  # the model block goes before the generated quantities block
+        start = blocks["generated quantities"][0]
+        return text[:start] + "model {\n" + gq_part + "}\n" + text[start:]
+    start, body_start, end = blocks["model"]
+    model_part = f"  {{\n{text[body_start:end].strip(chr(10)).rstrip()}\n  }}\n"
+    return text[:start] + "model {\n" + model_part + gq_part + "}" + text[end + 1:]

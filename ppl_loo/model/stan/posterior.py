@@ -41,6 +41,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.special import logsumexp
 
 from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
@@ -56,7 +57,7 @@ from ppl_loo.model.stan.data import (
     unconstrain_draws,
 )
 from ppl_loo.stan.compile import StanCompileError
-from ppl_loo.stan.derived import OBS_INDEX, loglik_program
+from ppl_loo.stan.derived import OBS_INDEX, loglik_program, mixture_program
 from ppl_loo.stan.model import StanDataError, StanModel, merge_loo_options
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 
@@ -164,6 +165,13 @@ class StanPosterior(PosteriorModel):
           the deleted program lacks (only for programs whose parameter dimension depends on
           ``n_obs``); without it such programs use ``logp - log_lik[i]`` (module docstring).
         - ``n_threads``, ``seed`` (and the build options): used when the program is built here.
+
+    Notes
+    -----
+    :meth:`mixture_draws` samples the mixture of all LOO posteriors with Stan's NUTS on a derived
+    program built from the ``log_lik`` generated quantity; a program without that generated
+    quantity has ``mixture_draws = None`` (the workflow then uses NumPyro's NUTS on ``logp`` and
+    ``loglik``).
     """
 
     is_jax = True
@@ -194,6 +202,7 @@ class StanPosterior(PosteriorModel):
         self.n_rejected = 0  # draws rejected (log density -inf) in host calls so far
         self._deleted: list = [None] * self.n_obs  # (StanModel, keep index, None or LOG_LIK), built lazily
         self._loglik_base = None  # the derived log_lik program (StanModel), built on first need
+        self._mixture_model = None  # the derived mixture program (StanModel with the sampler), built on first need
         #: how the LOO density is obtained: "deletion", "loo_extra" or LOG_LIK (known after the first deletion)
         self.loo_method = None
         self._param_dims = bridge.get_dims(include_tp=False, include_gq=False)
@@ -204,6 +213,8 @@ class StanPosterior(PosteriorModel):
         self._ll_cols = (None if ll_shape is None
                          else _log_lik_columns(bridge, log_lik, ll_shape[0], self.n_obs_key, self.n_obs))
         self._jax_fns = self._build_jax()
+        if self._ll_cols is None:  # no log_lik generated quantity to derive the mixture program from: the
+            self.mixture_draws = None  # protocol's None, the workflow samples q_mix with NumPyro from logp, loglik
 
     def __reduce__(self):
         """Pickled (cloudpickle: dask workers) as its :class:`~ppl_loo.stan.StanModel` (which pickles as
@@ -536,6 +547,12 @@ class StanPosterior(PosteriorModel):
             return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
                                        init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
         sm = StanModel(self.code, self.deleted_data(int(i)), seed=self._seed, sampler=True)
+        theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
+        return theta, {"sampler": "Stan NUTS on the program without the observation", "divergences": div}
+
+    def _stan_nuts(self, sm: StanModel, chains, warmup, draws, random_seed, target_accept, max_tree_depth):
+        """``(theta (chains, draws, dim), divergences)``: Stan's NUTS on ``sm`` (same parameters as this
+        program), its CSV output read back with :func:`~ppl_loo.io.from_cmdstan` and unconstrained."""
         seed = int(np.random.default_rng(random_seed).integers(2**31))
         with tempfile.TemporaryDirectory() as tmp:
             paths, _ = sample_cmdstan_csv(sm, tmp, chains=int(chains), seed=seed, num_warmup=int(warmup),
@@ -547,7 +564,104 @@ class StanPosterior(PosteriorModel):
         theta = np.asarray(self.unconstrain(tree["posterior"])).reshape(int(chains), int(draws), self.dim)
         stats = tree["sample_stats"]
         div = int(np.asarray(stats["diverging"].values).sum()) if "diverging" in stats else 0
-        return theta, {"sampler": "Stan NUTS on the program without the observation", "divergences": div}
+        return theta, div
+
+    # ------------------------------------------------------------------ mixture importance sampling
+    def mixture_draws(self, *, chains, warmup, draws, random_seed, init=None, target_accept=0.8, max_tree_depth=10):
+        """Draws of the mixture of all LOO posteriors, ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
+        (Silva & Zanella 2023), by Stan's own NUTS (in-process, :mod:`ppl_loo.stan.sampler`) on the derived
+        program of :func:`~ppl_loo.stan.derived.mixture_program`.
+
+        The derived program (the model block plus ``target += log_sum_exp(-log_lik)``, with ``log_lik``
+        the program's generated quantity) is built once with the sampler and kept on this object; before
+        its first use its log density is checked against ``logp + logsumexp(-log_lik)`` at test points
+        (as many as the run has draws, at most :data:`HOST_CHUNK`: one batched call each, as every other
+        bridge call).
+        Ctrl-C stops the chain that runs and raises ``KeyboardInterrupt``, as in :meth:`refit_draws`.
+
+        Parameters
+        ----------
+        chains, warmup, draws
+            Number of chains, warmup iterations and kept draws per chain.
+        random_seed
+            Seed (or ``numpy.random.Generator``) from which Stan's seed is drawn.
+        init
+            Ignored: :func:`~ppl_loo.stan.sampler.sample_cmdstan_csv` has no initial values, so each chain
+            starts at Stan's random inits, uniform in ``(-2, 2)`` on the unconstrained scale. Accepted so that
+            the call matches the NumPyro fallback, which starts at ``init`` (``(chains, dim)``).
+        target_accept, max_tree_depth
+            Stan's ``adapt delta`` and NUTS ``max_depth``.
+
+        Returns
+        -------
+        (theta, info)
+            ``theta``: ``(chains, draws, dim)`` unconstrained draws of ``q_mix``; ``info``: a dict with
+            ``sampler``, ``divergences`` (over all chains) and ``program`` (``"mixture"``).
+
+        Raises
+        ------
+        ValueError
+            The program has no ``log_lik`` generated quantity, the derivation fails to compile, or the
+            derived program's log density disagrees with ``logp + logsumexp(-log_lik)``.
+        """
+        del init  # no initial values in ppl_loo.stan.sampler (docstring)
+        sm = self._mixture_program(n_check=min(int(chains) * int(draws), HOST_CHUNK))
+        theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
+        return theta, {"sampler": "Stan NUTS on the mixture program", "divergences": div, "program": "mixture"}
+
+    def _mixture_program(self, n_check: int = 4) -> StanModel:
+        """The derived mixture program (built with the sampler, checked at ``n_check`` points, cached on this
+        object)."""
+        if self._mixture_model is not None:
+            return self._mixture_model
+        if self._ll_cols is None:
+            raise ValueError(f"mixture importance sampling needs the pointwise log-likelihood as a generated "
+                             f"quantity of the program, and it has no {self._log_lik_name!r}: add one with "
+                             "log p(y_i | theta) per observation (log_lik= names it)")
+        try:
+            code = mixture_program(self.code, self._log_lik_name)
+            sm = StanModel(code, self.data, seed=self._seed, n_threads=self.bridge.n_threads, log_lik=None,
+                           sampler=True)
+        except (ValueError, StanCompileError, StanDataError) as err:
+            raise ValueError(f"ppl_loo samples the mixture of the LOO posteriors with a derived Stan program (the "
+                             f"{self._log_lik_name!r} generated quantity moved into the model block, plus "
+                             f"target += log_sum_exp(-{self._log_lik_name})), which failed here:\n{err}") from None
+        self._check_mixture_model(sm, n_check)
+        self._mixture_model = sm
+        return sm
+
+    def _check_mixture_model(self, sm: StanModel, n_points: int = 4) -> None:
+        """The derived mixture program's log density equals ``logp + logsumexp(-log_lik)`` at test points.
+
+        Both densities as the bridge gives them for the full model (``propto=False``, ``jacobian=True``);
+        the test points are zero and ``n_points - 1`` uniform points in ``(-1, 1)^d`` (fixed seed), evaluated
+        in one batch; a point at which the program or its ``log_lik`` throws is skipped.
+        """
+        rng = np.random.default_rng(0)
+        x = np.vstack([np.zeros(self.dim), rng.uniform(-1.0, 1.0, (max(int(n_points), 4) - 1, self.dim))])
+        derived = sm.log_density(x, jacobian=True, on_error="reject")
+        lp = self.bridge.log_density(x, jacobian=True, on_error="reject")
+        try:
+            ll = self._host_loglik_impl(x)
+        except Exception:  # noqa: BLE001 - Stan threw at some point: point by point, skipping those
+            ll = np.full((len(x), self.n_obs), np.nan)
+            for j in range(len(x)):  # only after a failed batch
+                try:
+                    ll[j] = self._host_loglik_impl(x[j:j + 1])[0]
+                except Exception:  # noqa: BLE001 - Stan's exception at that point; the others decide
+                    continue
+        expected = lp + logsumexp(-ll, axis=1)
+        diff = np.abs(derived - expected)
+        bad = np.isfinite(expected) & ~(diff <= 1e-8 * np.maximum(1.0, np.abs(expected)))  # NaN derived is bad
+        if np.any(bad):
+            j = int(np.argmax(bad))
+            raise ValueError(
+                f"the derived mixture program (logp + log_sum_exp(-{self._log_lik_name})) disagrees with the "
+                f"program's log density plus logsumexp(-{self._log_lik_name}) from its generated quantity at test "
+                f"point {j}: {derived[j]!r} vs {expected[j]!r} (difference {diff[j]:.3g}). Its value depends on "
+                f"something the derivation cannot keep (a random number in the generated quantities?): make "
+                f"{self._log_lik_name!r} a function of the data and parameters only, or pass mixture=False to "
+                "pl.loo to skip the mixture run.")
 
     # ------------------------------------------------------------------ constrained space
     def unconstrain(self, posterior) -> np.ndarray:
