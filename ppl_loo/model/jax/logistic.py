@@ -401,7 +401,20 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         return theta, {"sampler": "NumPyro NUTS, non-centered horseshoe without the observation",
                        "divergences": int(div.sum())}
 
-    def numpyro_model(self, weights=None):
+    def mixture_draws(self, *, chains, warmup, draws, random_seed, init=None, target_accept=0.8, max_tree_depth=10):
+        """Draws of the mixture of all LOO posteriors, ``q_mix ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
+        (:mod:`ppl_loo.workflow.vouch.mixture`), in the sampler-friendly parameterization of
+        :meth:`numpyro_model` (``mixture=True``; the horseshoe non-centered); ``init`` is not used (NumPyro's
+        uniform initialization in that parameterization)."""
+        samples, div = nuts_model_samples(self.numpyro_model(mixture=True), num_chains=chains, num_warmup=warmup,
+                                          num_samples=draws, random_seed=random_seed, target_accept=target_accept,
+                                          max_tree_depth=max_tree_depth)
+        theta = np.asarray(self.unconstrain({n: samples[n] for n in self.param_names})).reshape(chains, draws, self.dim)
+        return theta, {"sampler": f"NumPyro NUTS on the mixture target ({self.prior} prior, "
+                                  f"{'non-centered' if self.prior == 'horseshoe' else 'as the model'})",
+                       "divergences": int(div.sum())}
+
+    def numpyro_model(self, weights=None, mixture=False):
         """A NumPyro model of the same posterior in a sampler-friendly parameterization.
 
         ``"horseshoe"`` is non-centered: ``z_j ~ N(0, 1)``, ``tau = scale_global * tau_raw`` with
@@ -410,7 +423,8 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         model's constrained variables, so draws can be passed to :meth:`unconstrain`. Use with
         ``ppl_loo.sampling.sample_nuts(model, numpyro_model=model.numpyro_model(), ...)``.
         ``weights`` (shape ``(n,)``, default all 1) multiplies each observation's log-likelihood:
-        0 deletes an observation (exact LOO by refitting) with the prior unchanged.
+        0 deletes an observation (exact LOO by refitting) with the prior unchanged. ``mixture=True`` adds
+        ``logsumexp_j(-log p(y_j | theta))``: the mixture of all LOO posteriors (mixture importance sampling).
         """
         import numpyro
         import numpyro.distributions as dist
@@ -447,6 +461,9 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
                 c2 = slab_scale**2 * caux
                 lam_tilde = jnp.sqrt(c2 * lam**2 / (c2 + tau**2 * lam**2))
                 beta = numpyro.deterministic("beta", z * lam_tilde * tau)
+            if mixture:
+                ll = dist.Bernoulli(logits=beta0 + X @ beta).log_prob(y)
+                numpyro.factor("ppl_loo_mixture", jax.scipy.special.logsumexp(-ll))
             if w is None:
                 numpyro.sample(var_name, dist.Bernoulli(logits=beta0 + X @ beta), obs=y)
             else:
