@@ -25,9 +25,10 @@ from ppl_loo.workflow.laplace_predictive import laplace_predictive
 from ppl_loo.workflow.qnvb import qnvb
 from ppl_loo.workflow.report import report
 from ppl_loo.workflow.result import LooResult
+from ppl_loo.workflow.vouch.loo_mixture import loo_mixture
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
+__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model", "qnvb", "laplace", "laplace_predictive",
            "compare", "report"]

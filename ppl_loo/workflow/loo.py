@@ -29,6 +29,7 @@ from ppl_loo.workflow.plain import (check_k_threshold, check_reff, flag_observat
                                     pointwise_reasons, stable_se, stable_sum)
 from ppl_loo.workflow.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.result import LooResult
+from ppl_loo.workflow.vouch.opinions import check_opinion_args, second_opinions
 
 __all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar"]
 
@@ -43,7 +44,7 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
         progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
         min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None,
-        client=None):
+        client=None, mixture="auto", mixture_kwargs=None, smc="auto"):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -72,7 +73,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     progressbar : bool
         Show a progress bar over the adapted observations.
     random_seed : int, optional
-        Seed of the refits (``refit=``); the adaptive search itself is deterministic.
+        Seed of the second opinions (``mixture=``, ``smc=``) and the refits (``refit=``, where it is required); the
+        adaptive search itself is deterministic. None: the second opinions take a seed derived from the draws
+        (reruns on the same draws give the same numbers).
     log_q : array-like (chain, draw) or callable, optional
         Log density (up to a constant) of the approximation the draws come from, for draws from a
         variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
@@ -135,6 +138,24 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         (default): the session's active client when there is one (``distributed.default_client()``), else
         this process. False: this process. The results are the same wherever it runs (``docs/scale.md``).
 
+    mixture : "auto", bool
+        Mixture importance sampling as an independent second opinion (:func:`ppl_loo.loo_mixture`; Silva &
+        Zanella 2023): one extra MCMC run of the model on the mixture of all LOO posteriors, with the original
+        fit's settings, about the cost of one fit. ``"auto"`` (default): run it when an observation is doubtful
+        after the search; True: always (it then also checks every estimate the search vouched for); False:
+        never. Its diagnostics are ``res.mixture_info``.
+    mixture_kwargs : dict, optional
+        Overrides of the mixture run's settings read from the fit: ``chains``, ``draws``, ``warmup``,
+        ``target_accept``, ``max_tree_depth``.
+    smc : "auto", bool
+        Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.vouch.smc`), for the
+        observations still doubtful after the mixture run (``"auto"``, default), for every searched observation
+        (True), or never (False). It counts only when the posterior draws converged.
+
+    Each ``elpd_i`` says which evidence vouches for it (``res.evidence``, :mod:`ppl_loo.workflow.vouch.rule`):
+    estimates from independent draws (the search's, mixture IS, SMC, a refit) that agree within 3 combined
+    Monte Carlo SEs; ``doubtful`` where none agree or none could run.
+
     Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
     draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
     warning; a constant log-likelihood gets its exact LOO density (the constant) and k-hat ``-inf``.
@@ -169,6 +190,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     names = names + approximation_transforms(draws, transforms, names)
     S, n = draws.theta.shape[0], (draws.ll.shape[1] if stored is None else int(np.prod(model.obs_shape or (1,))))
     check_refit_args(refit, refit_kwargs, random_seed, data, n)
+    check_opinion_args(mixture, smc, mixture_kwargs)
     k_threshold = khat_threshold(S) if k_threshold is None else k_threshold
     cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), jacobian,
                        min_ess=min(100.0, S / 10.0) if min_ess is None else float(min_ess),
@@ -183,19 +205,22 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     cands = table.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
     decide(pw, cands, plain, results, obs_idx, cfg, draws.approx)
 
-    # the draws themselves: where they have not converged, nothing estimated from them is vouched for
+    # the draws themselves: where they have not converged, nothing estimated from them alone is vouched for
     max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data)
     unconverged = bool(max_rhat > RHAT_VOUCH)
     if unconverged:
         pw.doubtful[:] = True
     # a NaN or infinite estimate is never vouched for (k = -inf: exactly uniform weights, a constant term)
     pw.doubtful |= np.isnan(pw.k) | (pw.k == np.inf) | ~np.isfinite(pw.elpd)
+    evidence, notes, opinion_info = second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged,
+                                                    mixture, mixture_kwargs, smc, random_seed)
     refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
-    reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where)
+    evidence[pw.refit & ~pw.doubtful] = "refit"
+    reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes)
     _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
           _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
-                   max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
+                   evidence=evidence, **opinion_info, max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
                                                                                                    k_threshold))
 
 
@@ -211,8 +236,9 @@ def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
     return psis_loo(data, var_name, k_threshold, reff, chunk_size)
 
 
-def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where):
-    """Why each doubtful observation is doubtful, in words (``""`` elsewhere)."""
+def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes=None):
+    """Why each doubtful observation is doubtful, in words (``""`` elsewhere); ``notes``: what the second opinions
+    said (:func:`~ppl_loo.workflow.vouch.rule.settle`), appended."""
     n = pw.k.shape[0]
     reason = np.full(n, "", dtype=object)
     _, plain_reason = pointwise_reasons(plain.k, k_threshold, plain.log_ratios)
@@ -220,6 +246,8 @@ def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where):
         k = pw.k[i]
         if unconverged:
             text = f"the posterior draws have not converged (R-hat {max_rhat:.3f} for {rhat_where})"
+        elif pw.transform[i] == "mixture":
+            text = "only mixture importance sampling passed its checks, and nothing independent confirms it"
         elif pw.identity_failed[i]:
             text = "the draws fail the change-of-variables check of the adapted proposals"
         elif not np.isfinite(pw.elpd[i]):
@@ -234,6 +262,8 @@ def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where):
                     f"{plain.k[i]:.2f})")
         if plain_reason[i] and plain_reason[i] not in text and "could not be estimated" in plain_reason[i]:
             text += f"; plain PSIS: {plain_reason[i]}"
+        if notes is not None and notes[i]:
+            text += f"; {notes[i]}"
         reason[i] = text
     return reason.astype(str)
 
@@ -308,7 +338,7 @@ def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched,
         warn_identity(n_identity, n_searched, float(np.nanmax(cands.table["max_log_ratio"])))
 
 
-def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason, approx_ok_values=None,
+def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason, evidence, approx_ok_values=None,
             lpd=None, **extra):
     """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
     candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
@@ -319,7 +349,7 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
     arrays = {"elpd_i": pw.elpd, "pareto_k": pw.k, "p_loo_i": p_loo_i, "influence_pareto_k": plain.k,
               "n_eff_i": pw.n_eff, "pareto_k_psis": plain.k, "transform": pw.transform.astype(str),
               "hbar_used": pw.hbar, "mcse_elpd_i": pw.mcse, "influence": plain.influence, "doubtful": pw.doubtful,
-              "refit": pw.refit, "searched": flagged, "reason": reason}
+              "refit": pw.refit, "searched": flagged, "reason": reason, "evidence": evidence}
     if approx_ok_values is not None:
         arrays["approx_ok"] = approx_ok_values
     return LooResult(

@@ -23,7 +23,8 @@ def warn_unconverged(max_rhat, where, n_doubtful):
     _warn(f"The posterior draws have not converged: R-hat {max_rhat:.3f} for {where} (above "
           f"{RHAT_VOUCH}, Vehtari et al. 2021). Importance sampling from them, plain PSIS and every adapted "
           f"proposal alike, can be off by more than its Monte Carlo error whatever its k-hat, so all "
-          f"{n_doubtful} observation(s) not refit are doubtful (res.doubtful); the estimates are unchanged. "
+          f"{n_doubtful} observation(s) not settled by estimates from other draws (the mixture run, when it ran and "
+          f"agreed: res.evidence) or refit are doubtful (res.doubtful). "
           f"Run longer or more chains (or reparameterize) and call pl.loo again, or refit: {_REFIT}.")
 
 
@@ -32,10 +33,10 @@ def warn_doubtful(pw, k_threshold, which=""):
     reasons)."""
     doubtful = pw.doubtful
     n_failed = int(np.sum((pw.transform == "failed") & doubtful))
-    _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful): the adaptive search found no "
-          f"proposal it can vouch for ({n_failed} where no candidate passed every check with Pareto k at most "
-          f"{k_threshold:.2f}, the others without an independent confirmation), so they keep their plain PSIS "
-          f"elpd_i, which can be off by more than its Monte Carlo error. Together they carry "
+    _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful): no two independent estimates of "
+          f"them agree (the search's: {n_failed} where no candidate passed every check with Pareto k at most "
+          f"{k_threshold:.2f}; the second opinions, mixture IS and SMC, where they ran: res.reason), so their "
+          f"elpd_i can be off by more than its Monte Carlo error. Together they carry "
           f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: {_REFIT} "
           "refits the model without each of them.")
 

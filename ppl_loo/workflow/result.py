@@ -17,7 +17,7 @@ __all__ = ["LooResult", "loo_datatree"]
 
 #: DataArrays over the observation dims, written as variables of the result's node
 POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
-             "influence", "doubtful", "reason", "refit", "searched", "influence_pareto_k", "approx_ok")
+             "influence", "doubtful", "reason", "refit", "searched", "influence_pareto_k", "approx_ok", "evidence")
 #: DataArrays over other dims (draws, adapted observations)
 WEIGHTS = ("log_weights", "log_q", "adapted_log_weights")
 #: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
@@ -59,6 +59,13 @@ class LooResult(ELPDDataLOO):
       (``pl.loo(..., refit=...)``); ``refit_info`` has each refit's sampler, divergences, R-hat
       of ``log p(y_i | theta)`` and wall time;
     - ``searched``: True where the adaptive search examined the observation;
+    - ``evidence``: what vouches for ``elpd_i`` (``docs/method.md``, section 6;
+      :mod:`ppl_loo.workflow.vouch.rule`): ``"psis"``, ``"adapted"`` (two transformations agree),
+      ``"psis+mixture"``, ``"adapted+mixture"``, ``"mixture+smc"``, ``"adapted+smc"``, ``"psis+smc"``,
+      ``"refit"``; ``""`` where the observation is doubtful. ``mixture_info`` / ``smc_info``: the diagnostics
+      of the second opinions that ran (the mixture run's chains, draws, seconds, divergences, max R-hat, and per
+      observation its estimate, SE and whether it passed its checks; SMC's particles, tempering steps,
+      acceptance), None where they did not run;
     - for draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``, or ``log_q=``):
       ``approximation`` (its method), ``pareto_k_q`` (k-hat of ``p / q`` over the draws: whether
       ``q`` is good enough as a proposal for the posterior itself, Yao et al. 2018; ``-inf`` when
@@ -100,6 +107,9 @@ class LooResult(ELPDDataLOO):
     approximation: str | None = None
     pareto_k_q: float = float("nan")
     approx_ok: DataArray = None
+    evidence: DataArray = None
+    mixture_info: Any = None
+    smc_info: Any = None
 
     _display_kind = "loo"
 
@@ -115,6 +125,7 @@ class LooResult(ELPDDataLOO):
         elpd_i = np.asarray(self.elpd_i.values, dtype=float).ravel()
         n_adapt = int(np.sum((tr != "psis") & (tr != "failed") & (tr != "refit")))
         lines = [f"Adaptive importance sampling (ppl_loo): {n_adapt} observations adapted"]
+        lines += self.evidence_lines()
         for label, mask in (("refit (exact LOO)", tr == "refit"), ("doubtful", self._flag("doubtful"))):
             k = int(mask.sum())
             if k:
@@ -128,10 +139,32 @@ class LooResult(ELPDDataLOO):
                          f"{ok.size} observations")
         if self.max_rhat > RHAT_VOUCH:
             lines.append(f"The draws have not converged (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}): "
-                         "no estimate from them is vouched for.")
+                         "no estimate from them alone is vouched for.")
         if self._flag("doubtful").any():
-            lines.append("Doubtful observations keep their importance-sampling elpd_i; pl.loo(..., refit='doubtful', "
+            lines.append("Doubtful observations keep the search's elpd_i (the mixture estimate where only it passed its "
+                         "checks; res.reason gives every estimate); pl.loo(..., refit='doubtful', "
                          "random_seed=...) replaces them by exact refits.")
+        return lines
+
+    def evidence_lines(self):
+        """How many observations each kind of evidence vouches for (``res.evidence``), and the mixture run."""
+        if self.evidence is None:
+            return []
+        ev = np.asarray(self.evidence.values).astype(str).ravel()
+        kinds, counts = np.unique(ev[ev != ""], return_counts=True)
+        order = np.argsort(-counts, kind="stable")
+        parts = ", ".join(f"{kinds[j]} {counts[j]}" for j in order)
+        lines = [f"Vouched for: {int((ev != '').sum())} of {ev.size} observations" + (f" ({parts})" if parts else "")]
+        info = self.mixture_info
+        if info and "error" not in info:
+            lines.append(f"Mixture importance sampling: {info['chains']} chains x {info['draws']} draws in "
+                         f"{info['seconds']:.1f} s, max R-hat {info['max_rhat']:.3f}, {info['divergences']} "
+                         f"divergences; its estimate passes its checks for {info['n_ok']} observations")
+        elif info:
+            lines.append(f"Mixture importance sampling failed: {info['error']}")
+        if self.smc_info:
+            lines.append(f"Tempered SMC on {len(self.smc_info['observations'])} observations "
+                         f"({self.smc_info['particles']} particles): it passes its checks for {self.smc_info['n_ok']}")
         return lines
 
     def _flag(self, name):
@@ -189,7 +222,7 @@ class LooResult(ELPDDataLOO):
                 value = attrs[name]
                 kwargs[name] = (None if kind is str and name != "scale" and value == "" else
                                 kind(np.asarray(value).item()))
-        for name in ("engine_config", "refit_info"):
+        for name in ("engine_config", "refit_info", "mixture_info", "smc_info"):
             if name in attrs:
                 kwargs[name] = json.loads(attrs[name])
         if kwargs.get("refit_info") is not None:
@@ -231,7 +264,7 @@ def loo_datatree(res):
         value = getattr(res, name, None)
         if value is not None or kind is str:
             ds.attrs[name] = int(value) if kind is bool else ("" if value is None else kind(value))
-    for name in ("engine_config", "refit_info"):
+    for name in ("engine_config", "refit_info", "mixture_info", "smc_info"):
         value = getattr(res, name, None)
         if value is not None:
             ds.attrs[name] = json.dumps(value, default=_plain)

@@ -1,0 +1,78 @@
+"""Which second opinions ``pl.loo`` runs, and when (``mixture=``, ``smc=``), before the rule settles each
+observation (:func:`ppl_loo.workflow.vouch.rule.settle`)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+
+from ppl_loo.workflow.refit import refit_settings
+from ppl_loo.workflow.vouch.mixture import mixture_settings, run_mixture
+from ppl_loo.workflow.vouch.rule import Opinion, settle
+from ppl_loo.workflow.vouch.smc import run_smc
+
+__all__ = ["second_opinions", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS"]
+
+#: the mixture run's settings where the fit has none to reuse (one chain, or too few draws)
+DEFAULT_SETTINGS = {"chains": 4, "draws": 1000, "warmup": 1000, "target_accept": 0.8, "max_tree_depth": 10}
+
+
+def check_opinion_args(mixture, smc, mixture_kwargs):
+    """Bad ``mixture=`` / ``smc=`` / ``mixture_kwargs=`` fail before the search."""
+    for name, value in (("mixture", mixture), ("smc", smc)):
+        if not (value is True or value is False or value == "auto"):
+            raise ValueError(f"{name}={value!r}: use 'auto' (when an observation is doubtful after the search), True "
+                             "or False.")
+    if mixture_kwargs is not None and not isinstance(mixture_kwargs, dict):
+        raise ValueError(f"mixture_kwargs={mixture_kwargs!r}: give a dict of settings, e.g. {{'draws': 500}}.")
+    mixture_settings(DEFAULT_SETTINGS, mixture_kwargs)
+
+
+def mixture_run_settings(data, overrides=None):
+    """The mixture run's settings: the fit's (as ``refit=`` reads them; :data:`DEFAULT_SETTINGS` where it has
+    none to reuse) with ``overrides``."""
+    try:
+        base = refit_settings(data)
+    except ValueError:  # one chain or few draws: nothing to reuse
+        base = dict(DEFAULT_SETTINGS)
+    return mixture_settings(base, overrides)
+
+
+def _mixture(model, data, draws, mixture_kwargs, random_seed):
+    """The mixture opinion and the run's info (with the error where it could not run)."""
+    try:
+        run = run_mixture(model, draws.theta, mixture_run_settings(data, mixture_kwargs), random_seed)
+    except (ValueError, RuntimeError, TypeError) as err:
+        warnings.warn(f"pl.loo: the mixture importance-sampling run failed ({err}); the observations it was to "
+                      "check are judged without it.", UserWarning, stacklevel=4)
+        return None, {"error": str(err)}
+    info = {**run.info, "elpd_i": run.elpd.tolist(), "mcse_i": run.mcse.tolist(), "ok_i": run.ok.tolist(),
+            "n_ok": int(run.ok.sum())}
+    return Opinion("mixture", run.elpd, run.mcse, run.ok), info
+
+
+def second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged, mixture, mixture_kwargs, smc,
+                    random_seed):
+    """Run the second opinions asked for, settle every observation (``pw`` in place).
+
+    Returns ``(evidence, notes, extras)`` (:func:`~ppl_loo.workflow.vouch.rule.settle`; ``extras``: the result's
+    ``mixture_info`` and ``smc_info``, None for what did not run).
+    """
+    opinions, info, smc_info = [], None, None
+    if mixture is True or (mixture == "auto" and pw.doubtful.any()):
+        op, info = _mixture(model, data, draws, mixture_kwargs, random_seed)
+        opinions += [op] if op is not None else []
+    if smc is not False and not unconverged and not draws.approx:
+        if smc is True:
+            targets = np.asarray(obs_idx, dtype=int)
+        else:
+            trial = copy.deepcopy(pw)
+            settle(trial, plain, k_threshold, opinions, converged=True)
+            targets = np.flatnonzero(trial.doubtful)
+        if targets.size:
+            op, smc_info = run_smc(model, draws, targets, random_seed)
+            opinions.append(op)
+    evidence, notes = settle(pw, plain, k_threshold, opinions, converged=not unconverged)
+    return evidence, notes, {"mixture_info": info, "smc_info": smc_info}
