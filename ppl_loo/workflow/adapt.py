@@ -4,6 +4,7 @@ corroborated candidate, plain PSIS where it is vouched for, and ``doubtful`` els
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import jax
@@ -13,6 +14,8 @@ from tqdm.auto import tqdm
 
 from ppl_loo.numerics.glm_lines import line_bytes
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
+from ppl_loo.numerics.loo.memory import machine_bytes
+from ppl_loo.numerics.loo.plan import left_out_message, search_plan
 from ppl_loo.workflow.distributed import resolve_client, run_search_distributed
 from ppl_loo.workflow.engine import compiled_engine
 from ppl_loo.workflow.interrupt import run_interruptible
@@ -37,13 +40,20 @@ class Pointwise:
     use_adapted: np.ndarray
     identity_failed: np.ndarray  # candidates whose weights failed the change-of-variables check
     refit: np.ndarray
+    #: the search's selected candidate where it passes every check with k-hat at most the threshold, corroborated
+    #: or not (NaN elsewhere): a second opinion can confirm it (:mod:`ppl_loo.workflow.vouch.rule`)
+    cand_elpd: np.ndarray = None
+    cand_se: np.ndarray = None
+    cand_k: np.ndarray = None
+    cand_label: np.ndarray = None
 
     @classmethod
     def from_plain(cls, plain):
         n = plain.k.shape[0]
         return cls(plain.elpd.copy(), plain.k.copy(), plain.mcse.copy(), plain.n_eff.copy(),
                    np.full(n, "psis", dtype=object), np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, bool),
-                   np.zeros(n, int), np.zeros(n, bool))
+                   np.zeros(n, int), np.zeros(n, bool), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
+                   np.full((n, 2), None, dtype=object))
 
 
 @dataclass
@@ -91,16 +101,17 @@ def check_transforms(transforms, default):
     return names
 
 
-def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11):
-    """``batch_size="auto"``: up to 8 observations per vectorized call within ~1 GB of temporaries.
+def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11, per_obs_bytes=None):
+    """``batch_size="auto"``: up to 8 observations per vectorized call within ~1 GB of temporaries
+    (at most an eighth of the machine's memory).
 
     One observation's search holds a few ``(S, d)`` float64 arrays and the temporaries of one line
     evaluation when the model evaluates lines through its structure (closed-form models, PyMC GLMs):
     ``(T, S, n)`` for small problems, blocks of rows above
-    :data:`~ppl_loo.numerics.glm_lines.LINE_BLOCK_BYTES` (:func:`~ppl_loo.numerics.glm_lines.line_bytes`); a model
-    evaluated through its full log density at every point of every line holds the intermediates of
-    that graph for ``T * S`` points and, for the gradient flows, ``(S, d, d)`` Jacobians (about
-    2 GB for a 43-parameter Poisson model with 40 observations and 4,000 draws).
+    :data:`~ppl_loo.numerics.glm_lines.LINE_BLOCK_BYTES` (:func:`~ppl_loo.numerics.glm_lines.line_bytes`). A model
+    evaluated through its full log density works through its per-draw Jacobians, gradients and lines in
+    blocks of draws; ``per_obs_bytes`` is then the planned memory of one observation's search
+    (:func:`ppl_loo.numerics.loo.plan.search_plan`; without it, a bound from the shapes alone).
     """
     if batch_size != "auto":
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -108,9 +119,12 @@ def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11)
         return int(batch_size)
     if structured:
         per_obs = 8.0 * S * (8 * d + 4) + 1.5 * line_bytes(S, n)  # bytes, generous
+    elif per_obs_bytes is not None:
+        per_obs = float(per_obs_bytes)
     else:
         per_obs = 8.0 * S * (60 * n_steps * n + 4 * d * d + 8 * d)
-    return int(max(1, min(8, n_flagged, (2**30) // per_obs)))
+    budget = min(2**30, machine_bytes() // 8)
+    return int(max(1, min(8, n_flagged, budget // per_obs)))
 
 
 def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar, client=False):
@@ -127,8 +141,12 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
     """
     S, d = draws.theta.shape
     theta = jnp.asarray(draws.theta)
+    plan = search_plan(model, cfg, S, not draws.approx) if len(obs_idx) and model.is_jax else None
+    if plan is not None and plan.left_out:  # said before the search starts
+        warnings.warn(left_out_message(plan, d, S), UserWarning, stacklevel=3)
     batch_size = auto_batch_size(batch_size, S, d, draws.ll.shape[1], len(obs_idx),
-                                 structured=model.structure is not None, n_steps=len(cfg.hbar))
+                                 structured=model.structure is not None, n_steps=len(cfg.hbar),
+                                 per_obs_bytes=None if plan is None else plan.per_obs_bytes)
     client = resolve_client(client)
     if client is not None and len(obs_idx):
         return run_search_distributed(model, draws, cfg, obs_idx, batch_size, progressbar, client)
@@ -189,6 +207,9 @@ def _decide_one(pw, i, r, plain, cfg, labels):
     best = int(r["best"])
     good = bool(r["usable"][best] and r["checks_ok"][best] and r["k"][best] <= cfg.k_threshold)
     trusted = bool(r["trusted"]) and pw.identity_failed[i] == 0
+    if good and pw.identity_failed[i] == 0:
+        pw.cand_elpd[i], pw.cand_se[i], pw.cand_k[i] = float(r["elpd"][best]), float(r["se"][best]), float(r["k"][best])
+        pw.cand_label[i] = labels[best]
     if trusted:
         pw.use_adapted[i] = True
         pw.elpd[i], pw.k[i], pw.mcse[i] = float(r["elpd"][best]), float(r["k"][best]), float(r["se_best"])

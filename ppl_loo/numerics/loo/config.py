@@ -52,10 +52,12 @@ class EngineConfig(NamedTuple):
     r_eff: float
     jacobian: str = "auto"  # "auto" | "exact" | "first_order"
     exact_max_dim: int = 64
-    newton_max_dim: int = 512
+    newton_max_dim: int | None = None  # None: the Newton step wherever its (d, d) work fits (numerics.loo.memory)
     min_ess: float = 0.0  # candidates whose smoothed weights have a smaller ESS are not usable
     n_chains: int = 1  # draws are chain-major: per-chain estimates (a Monte Carlo error that sees the chains)
     k_threshold: float = 0.7  # candidates above it are not chosen while one below it passes every check
+    block_bytes: int | None = None  # per-draw work in blocks within this many bytes (None: memory.BLOCK_BYTES)
+    flow_max_dim: int | None = 256  # jacobian="auto": autodiff gradient flows only on blocks up to this size
 
 
 def split_name(full_name):

@@ -13,16 +13,18 @@ The model is used only through ``adapt_index``, ``structure``, ``factorizes``, `
 from functools import partial
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
 from ppl_loo.numerics.loo.config import EngineConfig
+from ppl_loo.numerics.loo.memory import block_bytes_of, draw_block, draw_bytes, map_draws
 from ppl_loo.numerics.moments import normalize_log_weights
 from ppl_loo.numerics.transforms import DiagAffine, LowRank, ObsContext
 
 __all__ = ["EngineData", "BlockStats", "SearchContext", "block_index", "block_stats", "search_context", "loglik_i",
-           "embed", "line", "obs_context"]
+           "embed", "line", "line_block", "line_bytes_per_draw", "obs_context"]
 
 
 class EngineData(NamedTuple):
@@ -122,8 +124,51 @@ def embed(sc: SearchContext, delta_b):
 
 
 def line(sc: SearchContext, delta_b, steps, i):
-    """``(log p~, log l_i)`` at ``theta + t delta`` for every step ``t``, shape ``(T, S)`` each."""
-    return sc.model.line_eval(sc.cache, sc.theta, embed(sc, delta_b), steps, i)
+    """``(log p~, log l_i)`` at ``theta + t delta`` for every step ``t``, shape ``(T, S)`` each.
+
+    A model without a line cache evaluates its full log density at every step of every draw: where
+    those ``(T, S, graph)`` temporaries exceed ``cfg.block_bytes`` the draws go in blocks
+    (:func:`line_block`)."""
+    delta = embed(sc, delta_b)
+    block = line_block(sc, delta, steps)
+    if block == 0:
+        return sc.model.line_eval(sc.cache, sc.theta, delta, steps, i)
+    rows, one = _line_of_one_draw(sc, delta, steps)
+    lp, ll = map_draws(lambda th, *r: one(th, i, *r), (sc.theta, *rows), block)
+    return lp.T, ll.T
+
+
+def _line_of_one_draw(sc: SearchContext, delta, steps):
+    """``(rows, one)``: the per-draw arrays of ``delta`` and ``one(theta_s, i, *rows_s) -> ((T,), (T,))``,
+    the line of one draw through the model's own ``line_eval``."""
+    if isinstance(delta, DiagAffine):  # the same field at every draw
+        rows, rebuild = (), lambda: delta
+    elif isinstance(delta, LowRank):
+        rows, rebuild = (delta.coef,), lambda c: LowRank(c[None], delta.basis)
+    else:
+        rows, rebuild = (delta,), lambda r: r[None]
+
+    def one(th, i, *r):
+        lp, ll = sc.model.line_eval(None, th[None], rebuild(*r), steps, i)
+        return lp[:, 0], ll[:, 0]
+
+    return rows, one
+
+
+def line_bytes_per_draw(sc: SearchContext, delta, steps):
+    """Estimated bytes of the line of one draw (:func:`_line_of_one_draw`)."""
+    rows, one = _line_of_one_draw(sc, delta, steps)
+    avals = [jax.ShapeDtypeStruct(a.shape[1:], a.dtype) for a in (sc.theta, *rows)]
+    return draw_bytes(lambda th, i, *r: one(th, i, *r), avals[0], jax.ShapeDtypeStruct((), np.int32), *avals[1:])
+
+
+def line_block(sc: SearchContext, delta, steps):
+    """Draws per block of a line evaluation: 0 (all at once) for a model with a line cache (its own
+    evaluation, blocked by observations where needed: :mod:`ppl_loo.numerics.glm_lines`) or when
+    all draws fit ``cfg.block_bytes``."""
+    if sc.cache is not None:
+        return 0
+    return draw_block(sc.theta.shape[0], line_bytes_per_draw(sc, delta, steps), block_bytes_of(sc.cfg))
 
 
 def obs_context(sc: SearchContext, ll0) -> ObsContext:

@@ -12,9 +12,11 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ppl_loo.numerics import structured
-from ppl_loo.numerics.loo.context import SearchContext, loglik_i
+from ppl_loo.numerics.loo.context import SearchContext, loglik_i, obs_context
+from ppl_loo.numerics.loo.memory import block_bytes_of, draw_block, draw_bytes, fits_one_draw, map_draws
 from ppl_loo.numerics.loo.predictor import has_closed_form, is_glm, linear_predictor, relu_blocks
 from ppl_loo.numerics.transforms import (
     LowRank,
@@ -22,11 +24,12 @@ from ppl_loo.numerics.transforms import (
     gradient_direction,
     logdet_exact,
     logdet_first_order,
+    not_applicable,
     step_scale,
 )
 
 __all__ = ["gradient_proposal", "closed_form_flow", "autodiff_flow", "closed_form_logdet", "flow_coefficients",
-           "flow_displacement"]
+           "flow_displacement", "jacobian_draw_fn", "jacobian_bytes", "uses_exact", "per_draw", "flow_by_cost"]
 
 
 def gradient_proposal(sc: SearchContext, kind, i, ll0, steps) -> Proposal:
@@ -125,23 +128,94 @@ def flow_displacement(th_b, th_full, sc: SearchContext, kind, i, c, C):
     return -c * jnp.exp(lp - 2.0 * ll - C) * g
 
 
+def per_draw(sc: SearchContext, f, i):
+    """``f(theta_s, i)`` of every draw (``jax.vmap``), in blocks of draws where they do not all fit
+    ``cfg.block_bytes`` (a gradient of the model's graph per draw: ``(S, graph)`` temporaries)."""
+    theta = sc.theta
+    S, d = theta.shape
+    block = draw_block(S, draw_bytes(f, _one(d, theta.dtype), jax.ShapeDtypeStruct((), np.int32)),
+                       block_bytes_of(sc.cfg))
+    if block == 0:
+        return jax.vmap(f, in_axes=(0, None))(theta, i)
+    return map_draws(lambda th: f(th, i), (theta,), block)
+
+
+def _one(d, dtype):
+    return jax.ShapeDtypeStruct((d,), dtype)
+
+
+def jacobian_draw_fn(sc: SearchContext, kind, steps, exact):
+    """``one(th_b, th, i, c, C)``: the Jacobian determinant of the flow at one draw: ``(log|det|,
+    sign)`` over ``steps`` (exact) or the trace of the Jacobian of ``c Q`` (first order, Eq. 22)."""
+    d_b = sc.block.shape[0]
+
+    def one(th_b, th, i, c, C):
+        jac = jax.jacfwd(partial(flow_displacement, sc=sc, kind=kind, i=i, c=c, C=C))(th_b, th)
+        if not exact:
+            return jnp.trace(jac)
+        sign, logdet = jax.vmap(lambda t: jnp.linalg.slogdet(jnp.eye(d_b) + t * jac))(steps)
+        return logdet, sign
+
+    return one
+
+
+def jacobian_bytes(sc: SearchContext, kind, steps, exact):
+    """Estimated bytes of one draw's Jacobian determinant (:func:`jacobian_draw_fn`)."""
+    d, dtype = sc.theta.shape[1], sc.theta.dtype
+    scalar = jax.ShapeDtypeStruct((), dtype)
+    return draw_bytes(jacobian_draw_fn(sc, kind, steps, exact), _one(sc.block.shape[0], dtype), _one(d, dtype),
+                      jax.ShapeDtypeStruct((), np.int32), scalar, scalar)
+
+
+def uses_exact(sc: SearchContext):
+    """Exact autodiff log|det| (``jacobian="exact"``, or ``"auto"`` on blocks up to ``exact_max_dim``)."""
+    cfg = sc.cfg
+    return cfg.jacobian == "exact" or (cfg.jacobian == "auto" and sc.block.shape[0] <= cfg.exact_max_dim)
+
+
+def flow_by_cost(sc: SearchContext):
+    """Whether ``jacobian="auto"`` computes the autodiff flows: their Jacobian takes ``d_b`` forward-mode
+    passes through the model per draw (about ``d_b / 25`` times the rest of the search), so only on
+    blocks up to ``cfg.flow_max_dim``; ``"exact"`` and ``"first_order"`` compute them at any size."""
+    cfg = sc.cfg
+    return cfg.jacobian != "auto" or cfg.flow_max_dim is None or sc.block.shape[0] <= cfg.flow_max_dim
+
+
 def autodiff_flow(sc: SearchContext, kind, i, ll0, steps) -> Proposal:
-    """The flow of any JAX model: ``Q`` from autodiff, log|det J| exact or first order (Eq. 22)."""
-    model, cfg, theta = sc.model, sc.cfg, sc.theta
-    grad_ll = jax.vmap(jax.grad(partial(loglik_i, sc)), in_axes=(0, None))(theta, i)[:, sc.bidx]
+    """The flow of any JAX model: ``Q`` from autodiff, log|det J| exact or first order (Eq. 22).
+
+    The per-draw Jacobians are formed in blocks of draws within ``cfg.block_bytes``
+    (:mod:`ppl_loo.numerics.loo.memory`); the flow is not applicable where one draw's does not fit,
+    or where :func:`flow_by_cost` leaves it out.
+    """
+    model, theta = sc.model, sc.theta
+    use_exact = uses_exact(sc)
+    jac_bytes = jacobian_bytes(sc, kind, steps, use_exact) if flow_by_cost(sc) else None
+    budget = block_bytes_of(sc.cfg)
+    if jac_bytes is None or not fits_one_draw(jac_bytes, budget):  # static: decided at trace time
+        return not_applicable(obs_context(sc, ll0), steps)
+    grad_ll = per_draw(sc, jax.grad(partial(loglik_i, sc)), i)[:, sc.bidx]
     log_t = grad_lt = None
     if kind == "var" and model.has_var_target:
-        log_t, grad_lt = jax.vmap(jax.value_and_grad(model.log_var_target), in_axes=(0, None))(theta, i)
+        log_t, grad_lt = per_draw(sc, jax.value_and_grad(model.log_var_target), i)
         grad_lt = grad_lt[:, sc.bidx]
     log_a, sign_a, v, C = gradient_direction(kind, sc.logp0, ll0, grad_ll, log_t, grad_lt)
     log_c = step_scale(log_a, v, sc.stats.sd_b)
     c = jnp.exp(log_c)
     delta = (c * sign_a * jnp.exp(log_a))[:, None] * v
-    displacement = partial(flow_displacement, sc=sc, kind=kind, i=i, c=c, C=C)
-    jac = jax.vmap(jax.jacfwd(displacement), in_axes=(0, 0))(sc.stats.theta_b, theta)  # (S, d_b, d_b)
-    use_exact = cfg.jacobian == "exact" or (cfg.jacobian == "auto" and sc.block.shape[0] <= cfg.exact_max_dim)
+    block = draw_block(theta.shape[0], jac_bytes, budget)
+    if block == 0:  # every draw at once (the unblocked computation)
+        displacement = partial(flow_displacement, sc=sc, kind=kind, i=i, c=c, C=C)
+        jac = jax.vmap(jax.jacfwd(displacement), in_axes=(0, 0))(sc.stats.theta_b, theta)  # (S, d_b, d_b)
+        if use_exact:
+            logdet, ok = logdet_exact(jac, steps)
+        else:
+            logdet, ok = logdet_first_order(jnp.trace(jac, axis1=1, axis2=2), steps)
+        return Proposal(delta, logdet, ok, jnp.asarray(True))
+    one = jacobian_draw_fn(sc, kind, steps, use_exact)
+    out = map_draws(lambda th_b, th: one(th_b, th, i, c, C), (sc.stats.theta_b, theta), block)
     if use_exact:
-        logdet, ok = logdet_exact(jac, steps)
+        logdet, ok = out[0].T, out[1].T > 0
     else:
-        logdet, ok = logdet_first_order(jnp.trace(jac, axis1=1, axis2=2), steps)
+        logdet, ok = logdet_first_order(out, steps)
     return Proposal(delta, logdet, ok, jnp.asarray(True))

@@ -10,11 +10,13 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ppl_loo.numerics.gaussian import MeanField, cov_mv
 from ppl_loo.numerics.loo.config import split_name, steps_of
 from ppl_loo.numerics.loo.context import SearchContext, line, loglik_i
-from ppl_loo.numerics.loo.flows import gradient_proposal
+from ppl_loo.numerics.loo.flows import gradient_proposal, per_draw
+from ppl_loo.numerics.loo.memory import block_bytes_of, draw_block, draw_bytes, fits_dense, map_draws
 from ppl_loo.numerics.loo.predictor import glm_offset, has_closed_form, is_glm
 from ppl_loo.numerics.qnvb import projective_loo
 from ppl_loo.numerics.transforms import (
@@ -30,7 +32,7 @@ from ppl_loo.numerics.transforms import (
 )
 
 __all__ = ["make_proposal", "base_proposal", "newton_proposal", "glm_newton_proposal", "cavity_proposal",
-           "projective_proposal"]
+           "projective_proposal", "newton_fits", "hessian_at", "NEWTON_MATRICES", "MM3_MATRICES"]
 
 
 def glm_newton_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
@@ -52,21 +54,49 @@ def newton_proposal(sc: SearchContext, i, ctx: ObsContext, steps) -> Proposal:
     struct = sc.model.structure
     if is_glm(struct) and has_closed_form(struct):
         return glm_newton_proposal(sc, i, ctx, steps)
-    if sc.block.shape[0] > sc.cfg.newton_max_dim:
+    if not newton_fits(sc):
         return not_applicable(ctx, steps)
     ll_i = partial(loglik_i, sc)
-    grad_ll = jax.vmap(jax.grad(ll_i), in_axes=(0, None))(sc.theta, i)[:, sc.bidx]
+    grad_ll = per_draw(sc, jax.grad(ll_i), i)[:, sc.bidx]
     g_bar = jnp.mean(grad_ll, axis=0)
     mean_full = jnp.mean(sc.theta, axis=0)
-    H = jax.hessian(ll_i)(mean_full, i)[jnp.ix_(sc.block, sc.block)]
+    H = hessian_at(sc, ll_i, mean_full, i)[jnp.ix_(sc.block, sc.block)]
     D, V = jnp.linalg.eigh(0.5 * (H + H.T))
     return newton(ctx, steps, g_bar, V, D)
+
+
+#: float64 ``(d_b, d_b)`` matrices the Newton step of one observation holds (the Hessian, its and
+#: the Woodbury eigendecompositions, the map), and MM3's (covariances, Cholesky factors, the map)
+NEWTON_MATRICES = 16
+MM3_MATRICES = 8
+
+
+def newton_fits(sc: SearchContext):
+    """Whether the Newton step's ``(d_b, d_b)`` work of one observation fits (and ``d_b`` is at most
+    ``cfg.newton_max_dim`` where one is set): never a Hessian per draw, one at the posterior mean."""
+    d_b, cap = sc.block.shape[0], sc.cfg.newton_max_dim
+    return (cap is None or d_b <= cap) and fits_dense(d_b, NEWTON_MATRICES, block_bytes_of(sc.cfg))
+
+
+def hessian_at(sc: SearchContext, f, m, i):
+    """``jax.hessian(f)(m, i)``; where its forward-mode tangents (``d`` copies of the gradient's
+    graph) exceed ``cfg.block_bytes``, column by column in blocks (Hessian-vector products)."""
+    d = m.shape[0]
+    dtype = m.dtype
+    col = jax.ShapeDtypeStruct((d,), dtype)
+    per_col = draw_bytes(lambda v, x, j: jax.jvp(lambda y: jax.grad(f)(y, j), (x,), (v,))[1], col, col,
+                         jax.ShapeDtypeStruct((), np.int32))
+    block = draw_block(d, per_col, block_bytes_of(sc.cfg))
+    if block == 0:
+        return jax.hessian(f)(m, i)
+    cols = map_draws(lambda v: jax.jvp(lambda y: jax.grad(f)(y, i), (m,), (v,))[1], (jnp.eye(d, dtype=dtype),), block)
+    return cols.T  # row j of the map is column j of the Hessian
 
 
 def _cavity_curvature(sc: SearchContext, i, m):
     """``(V, D)`` with ``V diag(D) V^T`` the curvature of ``log l_i`` at ``m`` on the block: the
     Bernoulli-logit GLM's rank one, the Gauss-Newton rank one of a model with a Bernoulli output,
-    else the Hessian (blocks up to ``newton_max_dim``); None where none applies."""
+    else the Hessian (where :func:`newton_fits`); None where none applies."""
     struct, out = sc.model.structure, sc.model.output
     if is_glm(struct) and has_closed_form(struct):
         x = jnp.asarray(struct.X, dtype=m.dtype)[i]
@@ -76,8 +106,8 @@ def _cavity_curvature(sc: SearchContext, i, m):
         f_i, J = jax.value_and_grad(lambda th: out.fn(th)[i, 0])(m)
         s = jax.nn.sigmoid(f_i)
         u, w = J[sc.bidx], s * (1.0 - s)
-    elif sc.block.shape[0] <= sc.cfg.newton_max_dim:
-        H = jax.hessian(partial(loglik_i, sc))(m, i)[jnp.ix_(sc.block, sc.block)]
+    elif newton_fits(sc):
+        H = hessian_at(sc, partial(loglik_i, sc), m, i)[jnp.ix_(sc.block, sc.block)]
         D, V = jnp.linalg.eigh(0.5 * (H + H.T))
         return V, D
     else:
@@ -137,7 +167,8 @@ def base_proposal(sc: SearchContext, name, i, ll0, ctx: ObsContext, steps) -> Pr
     elif name in ("pmm2", "mm2"):
         prop = pmm2(ctx, steps)
     elif name == "mm3":
-        prop = mm3(ctx, steps)
+        prop = mm3(ctx, steps) if fits_dense(sc.block.shape[0], MM3_MATRICES, block_bytes_of(sc.cfg)) else (
+            not_applicable(ctx, steps))
     elif name in ("kl", "var", "ll"):
         prop = gradient_proposal(sc, name, i, ll0, steps)
     elif name == "newton":
