@@ -1,0 +1,138 @@
+"""Cost and accuracy of ``pl.loo``'s second opinions (mixture importance sampling, tempered SMC).
+
+For each model: the wall time of one NUTS fit of the model (the user's fit), of today's search alone
+(``pl.loo(..., mixture=False, smc=False)``), of ``pl.loo`` with its defaults (``mixture="auto"``,
+``smc="auto"``) and, within it, of the mixture run and of SMC; the ratio of the defaults' wall to
+``fit + search`` (the issue's target: at most 2.5 x the fit plus the search); how many observations are
+doubtful before and after, the evidence counts, and, where the model has one, the largest |error| against
+the exact LOO.
+
+    .venv/bin/python benchmarks/second_opinions.py            # every model (minutes)
+    .venv/bin/python benchmarks/second_opinions.py --reduced  # CI: the leverage regression only
+
+Writes ``benchmarks/results/second_opinions.json`` (``--out`` elsewhere) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def leverage_problem(n=40, p=15, seed=5):
+    """Conjugate regression (known noise) with two high-leverage outliers; exact LOO in closed form."""
+    from tests.gaussian_models import LinearRegressionKnownNoise
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    beta = rng.normal(size=p)
+    y = X @ beta + rng.normal(size=n)
+    X[0] *= 6.0
+    X[1] *= 5.0
+    y[0] = X[0] @ beta + 8.0
+    y[1] = X[1] @ beta - 6.0
+    return LinearRegressionKnownNoise(X, y, sigma=1.0, tau=2.0)
+
+
+def fit_leverage(chains, draws, seed=1):
+    """NUTS on the JAX leverage model (NumPyro): ``(name, model, data, fit seconds, exact)``."""
+    from ppl_loo.sampling import sample_nuts
+    from tests.linear_models import jax_model
+
+    m = leverage_problem()
+    model = jax_model(m)
+    t0 = time.perf_counter()
+    data = sample_nuts(model, num_chains=chains, num_warmup=draws, num_samples=draws, random_seed=seed)
+    return "leverage regression (JAX, n=40, d=15)", model, data, time.perf_counter() - t0, m.exact_elpd_i()
+
+
+def fit_leverage_pymc(chains, draws, seed=1):
+    import pymc as pm
+
+    from tests.linear_models import pymc_model
+
+    m = leverage_problem()
+    model = pymc_model(m)
+    t0 = time.perf_counter()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = pm.sample(draws=draws, tune=draws, chains=chains, cores=1, random_seed=seed, progressbar=False,
+                         idata_kwargs={"log_likelihood": True})
+    return "leverage regression (PyMC, n=40, d=15)", model, data, time.perf_counter() - t0, m.exact_elpd_i()
+
+
+def fit_ovarian(chains, draws, seed=2024):
+    from ppl_loo.datasets import load_ovarian
+    from ppl_loo.models import LogisticRegression
+    from ppl_loo.sampling import sample_nuts
+
+    X, y = load_ovarian()
+    model = LogisticRegression(X, y, prior="horseshoe")
+    t0 = time.perf_counter()
+    data = sample_nuts(model, num_chains=chains, num_warmup=draws, num_samples=draws, random_seed=seed,
+                       numpyro_model=model.numpyro_model())
+    return f"ovarian horseshoe LR (n=54, d=3075; the demo's model)", model, data, time.perf_counter() - t0, None
+
+
+def measure(name, model, data, t_fit, exact, seed):
+    import ppl_loo as pl
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        before = pl.loo(data, model, progressbar=False, mixture=False, smc=False)
+        t_search = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        after = pl.loo(data, model, progressbar=False, random_seed=seed)
+        t_all = time.perf_counter() - t0
+    ev = np.asarray(after.evidence.values).astype(str).ravel()
+    kinds, counts = np.unique(ev, return_counts=True)
+    row = {"model": name, "draws": int(after.n_samples), "fit_s": t_fit, "search_s": t_search, "loo_default_s": t_all,
+           "mixture_s": (after.mixture_info or {}).get("seconds", 0.0),
+           "smc_s": (after.smc_info or {}).get("seconds", 0.0),
+           "ratio_to_fit_plus_search": t_all / (t_fit + t_search),
+           "doubtful_before": int(before.doubtful.values.sum()), "doubtful_after": int(after.doubtful.values.sum()),
+           "n": int(after.n_data_points), "evidence": {str(k) or "doubtful": int(c) for k, c in zip(kinds, counts)},
+           "max_rhat_main": float(after.max_rhat), "elpd": float(after.elpd)}
+    if exact is not None:
+        row["max_abs_error_before"] = float(np.max(np.abs(before.elpd_i.values.ravel() - exact)))
+        row["max_abs_error_after"] = float(np.max(np.abs(after.elpd_i.values.ravel() - exact)))
+        row["max_abs_error_plain"] = float(np.max(np.abs(pl.loo(data).elpd_i.values.ravel() - exact)))
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reduced", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "results" / "second_opinions.json"))
+    args = ap.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    fits = [(fit_leverage, 4, 500 if args.reduced else 1000)]
+    if not args.reduced:
+        fits += [(fit_leverage_pymc, 4, 1000), (fit_ovarian, 2, 500), (fit_ovarian, 4, 1000)]
+    rows = [measure(*fit(chains, draws), seed=7) for fit, chains, draws in fits]
+    cols = ("model", "draws", "fit_s", "search_s", "mixture_s", "smc_s", "loo_default_s", "ratio_to_fit_plus_search",
+            "doubtful_before", "doubtful_after", "max_abs_error_after")
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(f"{r.get(c, float('nan')):.2f}" if isinstance(r.get(c), float) else str(r.get(c, "-"))
+                         for c in cols), "|", r["evidence"])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "reduced": bool(args.reduced)}, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
