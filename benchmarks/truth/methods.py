@@ -3,7 +3,8 @@
 Each returns a dict of per-observation arrays: ``elpd_i``, ``mcse`` (the method's own Monte Carlo
 SE; for the peers that report none, arviz_stats' moment matching and bayesianquilts, the plain
 PSIS one of the same draws), ``doubtful`` (what the method tells its user not to trust: k above its threshold for the
-PSIS-based peers, ``res.doubtful`` for ppl_loo), and ``wall_s``.
+PSIS-based peers, ``res.doubtful`` for ppl_loo), and ``wall_s``; ppl_loo also ``evidence`` (``res.evidence``:
+what vouches for each ``elpd_i``, ``""`` where nothing does).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def ppl_loo(problem, data, **kw):
            "transform": [str(t) for t in np.asarray(res.transform.values).ravel()], "wall_s": wall}
     if getattr(res, "refit", None) is not None:
         out["refit"] = np.asarray(res.refit.values, bool).ravel()
+    if getattr(res, "evidence", None) is not None:  # what vouches for each elpd_i ("" where doubtful)
+        out["evidence"] = [str(e) for e in np.asarray(res.evidence.values).astype(str).ravel()]
     return out
 
 
@@ -88,8 +91,9 @@ def merge_parts(parts):
     out = {k: list(v) if isinstance(v, (list, np.ndarray)) else v for k, v in parts[0].items() if k != "targets"}
     for part in parts:
         for i in part["targets"]:
-            for key in ("elpd_i", "mcse", "k", "doubtful", "transform", "refit"):
-                out[key][i] = part[key][i]
+            for key in ("elpd_i", "mcse", "k", "doubtful", "transform", "refit", "evidence"):
+                if key in out and key in part:
+                    out[key][i] = part[key][i]
     out["wall_s"] = float(sum(float(p["wall_s"]) for p in parts))
     return out
 

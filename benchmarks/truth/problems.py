@@ -12,7 +12,12 @@ Every problem gives:
   definition as the refits (for models with a latent variable per observation, the likelihood with
   that latent integrated out: the refits without ``i`` have no such latent);
 - ``model(data)``: what ``pl.loo`` gets (a JAX model, the ``pymc.Model`` or a ``pl.StanModel``);
-- ``exact()``: the exact LOO densities where a closed form or quadrature exists (else ``None``).
+- ``exact()``: the exact LOO densities where a closed form or quadrature exists (else ``None``);
+- optionally ``refit_obs(data)``: the observations that get a refit (default: all); the truth, and
+  so the scores, cover only those (``horseshoe_wide``: plain PSIS k-hat above 0.5).
+
+Problems with an exact answer need no MCMC refits: their ``refit`` may draw from the closed-form
+posterior without the observation (``leverage_wide_*``), which keeps the suite's stages uniform.
 
 The refit estimate of ``p(y_i | y_-i)`` bridges the refit draws and the main fit's draws
 (:func:`ppl_loo.numerics.bridge.bridge_log_ratio`), see ``estimate.py``.
@@ -182,6 +187,39 @@ class LogisticPNearN(JaxProblem):
         self.jax_model = LogisticRegression(self.X, self.y, prior="normal", prior_scale=1.0)
 
 
+class HorseshoeWide(OvarianLR):
+    """Regularized-horseshoe logistic regression on synthetic wide data (n = 120, p = 300), in the
+    style of the voice data of the R ``loo`` package's mixture-IS vignette.
+
+    X is standard normal, 5 coefficients are nonzero (2 to 3 in size, random signs), y Bernoulli.
+    The fit and the refits use the non-centered NumPyro model of :class:`OvarianLR`. Only the
+    observations whose plain PSIS k-hat is above 0.5 are refit (:meth:`refit_obs`): the truth, and
+    the scores, cover those.
+    """
+
+    name = "horseshoe_wide"
+    title = "Horseshoe logistic regression, synthetic wide data (n = 120, p = 300, d = 603)"
+    refit_k = 0.5
+    refit_obs_note = "those with plain PSIS k-hat above 0.5"
+
+    def __init__(self, n=120, p=300, seed=13):
+        from ppl_loo.models import LogisticRegression
+
+        rng = np.random.default_rng(seed)
+        self.X = rng.normal(size=(n, p))
+        beta = np.zeros(p)
+        beta[:5] = rng.uniform(2.0, 3.0, size=5) * rng.choice([-1.0, 1.0], size=5)
+        self.y = (rng.uniform(size=n) < 1.0 / (1.0 + np.exp(-(self.X @ beta)))).astype(float)
+        self.n = n
+        self.jax_model = LogisticRegression(self.X, self.y, prior="horseshoe")
+
+    def refit_obs(self, data):
+        """The observations that get a refit: plain PSIS k-hat above :attr:`refit_k` on the main fit."""
+        from methods import plain
+
+        return [int(i) for i in np.flatnonzero(plain(self, data)["k"] > self.refit_k)]
+
+
 class OverdispersedPoisson(JaxProblem):
     """Poisson regression (4 coefficients) of overdispersed counts in the hundreds: many high-k points.
 
@@ -309,6 +347,130 @@ class LeverageRegression(JaxProblem):
         return out
 
 
+def _leverage_wide_data(n=40, p=15, seed=21, sigma=1.0):
+    """Standard-normal design (n x p), coefficients N(0, 0.5^2); rows 0-2 scaled by 5, 6, 7 (high
+    leverage) and their y moved 7, -6.5, 8 noise SDs off the line."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    beta = rng.normal(size=p) * 0.5
+    X[:3] *= np.array([5.0, 6.0, 7.0])[:, None]
+    y = X @ beta + sigma * rng.normal(size=n)
+    y[:3] += sigma * np.array([7.0, -6.5, 8.0])
+    return X, y
+
+
+class _GaussianLinearClosedForm:
+    """Gaussian linear regression with known noise ``sigma`` and ``beta ~ N(0, tau^2 I)``: the
+    posterior with each observation weighted by ``w_j`` (0 deletes, ``beta`` tempers) is Gaussian, so
+    the exact LOO density is closed form and a "refit" is iid draws from that posterior."""
+
+    sigma = 1.0
+    tau = 2.0
+    refit_note = "iid draws from the closed-form Gaussian posterior without the observation"
+
+    def _setup(self):
+        self.X, self.y = _leverage_wide_data(sigma=self.sigma)
+        self.n, self.p = self.X.shape
+
+    def _posterior(self, w):
+        X, y, s2 = self.X, self.y, self.sigma**2
+        P = (X.T * w) @ X / s2 + np.eye(self.p) / self.tau**2
+        C = np.linalg.inv(P)
+        return C @ ((X.T * w) @ y) / s2, C
+
+    def exact(self):
+        from scipy.stats import norm
+
+        out = np.empty(self.n)
+        for i in range(self.n):
+            w = np.ones(self.n)
+            w[i] = 0.0
+            m, C = self._posterior(w)
+            x = self.X[i]
+            out[i] = norm.logpdf(self.y[i], x @ m, np.sqrt(self.sigma**2 + x @ C @ x))
+        return out
+
+    def refit(self, i, settings, seed, beta=0.0):
+        """iid draws (chains x draws) from the posterior without ``i`` (or with it tempered by
+        ``beta``), in closed form: no MCMC, the truth is :meth:`exact` anyway."""
+        from scipy.stats import norm
+
+        t0 = time.perf_counter()
+        w = np.ones(self.n)
+        w[i] = beta
+        m, C = self._posterior(w)
+        rng = np.random.default_rng(seed)
+        S = settings["chains"] * settings["draws"]
+        draws = m + rng.normal(size=(S, self.p)) @ np.linalg.cholesky(C).T
+        ll = norm.logpdf(self.y[i], draws @ self.X[i], self.sigma)
+        return ll.reshape(settings["chains"], -1), {"wall_s": time.perf_counter() - t0, "sampler": "closed form"}
+
+    def _loglik_beta(self, post, i):
+        from scipy.stats import norm
+
+        b = np.asarray(post["beta"].transpose("chain", "draw", ...).values).reshape(-1, self.p)
+        return norm.logpdf(self.y[i], b @ self.X[i], self.sigma)
+
+
+class LeverageWidePyMC(_GaussianLinearClosedForm):
+    """Gaussian linear regression, known noise, p = 15, three high-leverage outliers, in PyMC."""
+
+    name = "leverage_wide_pymc"
+    title = ("Linear regression, known noise, p = 15, 3 high-leverage outliers (n = 40, d = 15; closed form), "
+             "PyMC")
+    backend = "pymc"
+
+    def __init__(self):
+        self._setup()
+
+    def build(self):
+        import pymc as pm
+
+        with pm.Model(coords={"obs": np.arange(self.n), "coef": np.arange(self.p)}) as m:
+            beta = pm.Normal("beta", 0.0, self.tau, dims="coef")
+            pm.Normal("y", pm.math.dot(self.X, beta), self.sigma, observed=self.y, dims="obs")
+        return m
+
+    def model(self, data=None):
+        return self.build()
+
+    def fit(self, settings, seed):
+        import pymc as pm
+
+        m = self.build()
+        idata, wall = _pymc_sample(m, settings, seed)
+        with m:
+            pm.compute_log_likelihood(idata, progressbar=False)
+        idata["posterior"].attrs["diagnostics"] = str(_diag_from_tree(idata, wall))
+        return idata
+
+    def truth_loglik(self, data):
+        return np.asarray(data["log_likelihood"]["y"].transpose("chain", "draw", ...).values)
+
+
+LEVERAGE_WIDE_STAN = """
+data {
+  int<lower=1> N;
+  int<lower=1> P;
+  matrix[N, P] X;
+  vector[N] y;
+  real<lower=0> sigma;
+  real<lower=0> tau;
+}
+parameters {
+  vector[P] beta;
+}
+model {
+  beta ~ normal(0, tau);
+  y ~ normal(X * beta, sigma);
+}
+generated quantities {
+  vector[N] log_lik;
+  for (n in 1:N) log_lik[n] = normal_lpdf(y[n] | X[n] * beta, sigma);
+}
+"""
+
+
 # ----------------------------------------------------------------------------- Poisson with random effects
 
 POISSON_RE_STAN = """
@@ -364,6 +526,19 @@ def marginal_poisson_lognormal_loglik(y, eta, sigma, n_grid=801):
     return logsumexp(log_f + wts, axis=1)
 
 
+def _pymc_sample(m, settings, seed):
+    """``pm.sample`` of the PyMC model ``m`` with the suite's settings (one core, chains in sequence)."""
+    import pymc as pm
+
+    t0 = time.perf_counter()
+    with m, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(draws=settings["draws"], tune=settings["warmup"], chains=settings["chains"],
+                          cores=1, random_seed=seed, target_accept=settings.get("target_accept", 0.8),
+                          progressbar=False, compute_convergence_checks=False)
+    return idata, time.perf_counter() - t0
+
+
 class PoissonREPyMC:
     """Poisson regression with one normal random effect per observation (the classic high-k case), in PyMC."""
 
@@ -408,15 +583,7 @@ class PoissonREPyMC:
         return self.build()
 
     def _sample(self, m, settings, seed):
-        import pymc as pm
-
-        t0 = time.perf_counter()
-        with m, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            idata = pm.sample(draws=settings["draws"], tune=settings["warmup"], chains=settings["chains"],
-                              cores=1, random_seed=seed, target_accept=settings.get("target_accept", 0.8),
-                              progressbar=False, compute_convergence_checks=False)
-        return idata, time.perf_counter() - t0
+        return _pymc_sample(m, settings, seed)
 
     def fit(self, settings, seed):
         import pymc as pm
@@ -542,6 +709,26 @@ class PoissonREStan(StanProblem):
         return None
 
 
+class LeverageWideStan(_GaussianLinearClosedForm, StanProblem):
+    """The same data and model as :class:`LeverageWidePyMC`, as a Stan program (Stan's own NUTS)."""
+
+    name = "leverage_wide_stan"
+    title = ("Linear regression, known noise, p = 15, 3 high-leverage outliers (n = 40, d = 15; closed form), "
+             "Stan")
+    code = LEVERAGE_WIDE_STAN
+
+    def __init__(self):
+        self._setup()
+        self.data = {"N": self.n, "P": self.p, "X": self.X, "y": self.y, "sigma": self.sigma, "tau": self.tau}
+
+    def deleted_data(self, i):
+        keep = np.arange(self.n) != i
+        return dict(self.data, N=self.n - 1, X=self.X[keep], y=self.y[keep])
+
+    def marginal_loglik(self, post, i):
+        return self._loglik_beta(post, i)
+
+
 EIGHT_SCHOOLS_CENTERED = """
 data {
   int<lower=0> J;
@@ -626,11 +813,14 @@ def all_problems():
         "ovarian_lr": OvarianLR,
         "ovarian_relu": OvarianRelu,
         "lr_p_near_n": LogisticPNearN,
+        "horseshoe_wide": HorseshoeWide,
         "poisson_re_pymc": PoissonREPyMC,
         "poisson_re_stan": PoissonREStan,
         "eight_schools_centered": lambda: EightSchools(True),
         "eight_schools_noncentered": lambda: EightSchools(False),
         "leverage_gaussian": LeverageRegression,
+        "leverage_wide_pymc": LeverageWidePyMC,
+        "leverage_wide_stan": LeverageWideStan,
         "poisson_outliers": PoissonOutliers,
         "overdispersed_poisson": OverdispersedPoisson,
     }
