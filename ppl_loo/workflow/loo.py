@@ -149,7 +149,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         ``target_accept``, ``max_tree_depth``.
     smc : "auto", bool
         Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.vouch.smc`), for the
-        observations still doubtful after the mixture run (``"auto"``, default), for every searched observation
+        observations still doubtful after the mixture run and those that only the search vouches for (two
+        transformations agreeing) where plain PSIS's k-hat is above 0.5 and the mixture did not check
+        them (``"auto"``, default: maps of the same draws can miss together), for every searched observation
         (True), or never (False). It counts only when the posterior draws converged.
 
     Each ``elpd_i`` says which evidence vouches for it (``res.evidence``, :mod:`ppl_loo.workflow.vouch.rule`):

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from ppl_loo.numerics.loo import PLAIN_VOUCH_K
 from ppl_loo.workflow.refit import refit_settings
 from ppl_loo.workflow.vouch.mixture import mixture_settings, run_mixture
 from ppl_loo.workflow.vouch.rule import Opinion, settle
@@ -67,10 +68,12 @@ def second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconve
     if smc is not False and not unconverged and not draws.approx:
         if smc is True:
             targets = np.asarray(obs_idx, dtype=int)
-        else:
+        else:  # what is still doubtful, and what only maps of the posterior draws vouch for where plain PSIS failed
             trial = copy.deepcopy(pw)
-            settle(trial, plain, k_threshold, opinions, converged=True)
-            targets = np.flatnonzero(trial.doubtful)
+            evidence, _ = settle(trial, plain, k_threshold, opinions, converged=True)
+            checked = opinions[0].ok if opinions else np.zeros(pw.elpd.shape[0], bool)
+            risky = (evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
+            targets = np.flatnonzero(trial.doubtful | risky)
         if targets.size:
             op, smc_info = run_smc(model, draws, targets, random_seed)
             opinions.append(op)
