@@ -93,7 +93,7 @@ def test_leverage_regression_jax_vouched(leverage):
     m, data, exact = leverage
     plain = pl.loo(data)
     assert np.max(np.abs(plain.elpd_i.values - exact)) > 1.0  # plain PSIS alone misses
-    res = pl.loo(data, jax_model(m), progressbar=False, random_seed=11)
+    res = pl.loo(data, jax_model(m), progressbar=False, random_seed=11, mixture="auto", smc="auto")
     _check_vouched(res, exact)
     ev = res.evidence.values
     assert any("mixture" in e or "smc" in e for e in ev[:2]), ev[:2]
@@ -107,7 +107,7 @@ def test_leverage_regression_jax_vouched(leverage):
 def test_leverage_regression_pymc_vouched(leverage):
     """The same with the model written in PyMC (its own gradients, through PyTensor's JAX backend)."""
     m, data, exact = leverage
-    res = pl.loo(data, pymc_model(m), progressbar=False, random_seed=12)
+    res = pl.loo(data, pymc_model(m), progressbar=False, random_seed=12, mixture="auto", smc="auto")
     _check_vouched(res, exact)
 
 
@@ -124,7 +124,7 @@ def test_unconverged_main_fit_settled_by_mixture(leverage):
                                  "observed_data": data["observed_data"].to_dataset()})
     off = pl.loo(bad, jax_model(m), progressbar=False, mixture=False, smc=False)
     assert off.max_rhat > 1.01 and off.doubtful.values.all()
-    res = pl.loo(bad, jax_model(m), progressbar=False, random_seed=13, smc=False)
+    res = pl.loo(bad, jax_model(m), progressbar=False, random_seed=13, mixture="auto", smc=False)
     assert res.doubtful.values.mean() <= 0.1, res.reason.values[res.doubtful.values]
     vouched = ~res.doubtful.values
     assert all("mixture" in e for e in res.evidence.values[vouched])

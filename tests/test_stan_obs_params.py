@@ -209,18 +209,11 @@ def test_stan_without_loo_extra_matches_quadrature_and_pymc(results):
         _check_exact(res)
     assert (res_nc.transform.values != "psis").sum() >= 1  # something was adapted
     # the same draws, the same model: Stan (derived log_lik program, finite-difference Hessians) and PyMC
-    # (autodiff) make the same choices and the same numbers where the search alone vouches; where a second
-    # opinion settled an observation (mixture IS: Stan's NUTS on its derived mixture program, NumPyro's for PyMC,
-    # independent runs) the two agree within their Monte Carlo errors
-    search = np.isin(res_nc.evidence.values, ("psis", "adapted")) & np.isin(res_pm.evidence.values, ("psis", "adapted"))
-    assert search.sum() >= 2
-    np.testing.assert_array_equal(res_nc.transform.values[search], res_pm.transform.values[search])
+    # (autodiff) make the same choices and the same numbers
+    np.testing.assert_array_equal(res_nc.transform.values, res_pm.transform.values)
+    np.testing.assert_array_equal(res_nc.doubtful.values, res_pm.doubtful.values)
     np.testing.assert_allclose(res_nc.pareto_k_psis.values, res_pm.pareto_k_psis.values, rtol=1e-8)
-    np.testing.assert_allclose(res_nc.elpd_i.values[search], res_pm.elpd_i.values[search], rtol=1e-6, atol=1e-6)
-    se_sp = np.hypot(res_nc.mcse_elpd_i.values, res_pm.mcse_elpd_i.values)
-    assert np.all(np.abs(res_nc.elpd_i.values - res_pm.elpd_i.values) <= 4 * se_sp + 1e-6)
-    for res in (res_nc, res_pm):  # the independent evidence vouches for every observation here
-        assert not res.doubtful.values.any(), res.reason.values
+    np.testing.assert_allclose(res_nc.elpd_i.values, res_pm.elpd_i.values, rtol=1e-6, atol=1e-6)
     # centred and non-centred programs are one model: plain PSIS differs only through r_eff (the mean
     # relative ESS over the posterior variables, as arviz_stats computes it: the trees hold different
     # variables); the estimates agree within MC error
@@ -242,20 +235,15 @@ def test_refit_of_the_worst_observation_matches_quadrature(pymc_fit, results):
     e, se = float(res.elpd_i.values[worst]), float(res.mcse_elpd_i.values[worst])
     assert 0 < se < 0.1
     assert abs(e - EXACT[worst]) <= 4 * se + 0.01, (e, EXACT[worst], se)
-    # the other observations keep the search's numbers where the search alone vouched (the second opinions are
-    # runs of their own: another seed, numbers within their Monte Carlo errors)
-    others = (np.arange(8) != worst) & np.isin(res_nc.evidence.values, ("psis", "adapted"))
+    # the other observations keep the search's numbers
+    others = np.arange(8) != worst
     np.testing.assert_allclose(res.elpd_i.values[others], res_nc.elpd_i.values[others], rtol=1e-10)
-    rest = np.arange(8) != worst
-    se2 = np.hypot(res.mcse_elpd_i.values, res_nc.mcse_elpd_i.values)
-    assert np.all(np.abs(res.elpd_i.values - res_nc.elpd_i.values)[rest] <= 4 * se2[rest] + 1e-6)
 
 
 def test_cmdstan_csv_without_loo_extra():
     """What a CmdStan user writes: the CSV files, the program, the data file, nothing else. The shipped draws
-    (4 x 100, R-hat 1.03) vouch for nothing on their own (``mixture=False``: all doubtful); the mixture run
-    (Stan's NUTS on the derived mixture program, judged by its own diagnostics) settles them, within MC error of
-    the exact answer; no false alarm about the CSV's 6 significant digits."""
+    (4 x 100, R-hat 1.03) are all doubtful, and the estimates lie within MC error of the exact answer
+    where they have a finite SE; no false alarm about the CSV's 6 significant digits."""
     es = next((p for p in (Path(__file__).resolve().parents[2] / "shared/data/cmdstan-eight-schools",
                            Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
     if es is None:
@@ -265,21 +253,23 @@ def test_cmdstan_csv_without_loo_extra():
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", es / "eight_schools.data.R")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        alone = pl.loo(dt, stan, progressbar=False, mixture=False, smc=False)
+        res = pl.loo(dt, stan, progressbar=False)
     assert not any("differs from the model" in str(w.message) for w in caught)
     assert any("not converged" in str(w.message) for w in caught)
-    assert alone.doubtful.values.all()
+    assert res.doubtful.values.all()
     assert loo_adapter(stan, data=dt).loo_method == LOG_LIK
-    assert abs(alone.elpd - EXACT.sum()) < 1.0  # -30.50 vs -30.74 from 4 x 100 unconverged draws
+    assert abs(res.elpd - EXACT.sum()) < 1.0  # -30.50 vs -30.74 from 4 x 100 unconverged draws
+    # mixture importance sampling (Stan's NUTS on the derived mixture program, judged by its own diagnostics) as a
+    # second opinion settles the observations the unconverged draws cannot vouch for on their own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(dt, stan, progressbar=False, random_seed=4)
-    assert res.doubtful.values.sum() <= 1, res.reason.values
-    assert res.mixture_info["sampler"] == "Stan NUTS on the mixture program"
-    ok = ~res.doubtful.values
-    assert all("mixture" in e for e in res.evidence.values[ok])
-    err = np.abs(res.elpd_i.values - EXACT)
-    assert np.all(err[ok] <= 4 * res.mcse_elpd_i.values[ok] + 0.01), (res.elpd_i.values, EXACT)
+        mix = pl.loo(dt, stan, progressbar=False, random_seed=4, mixture="auto", smc="auto")
+    assert mix.doubtful.values.sum() <= 1, mix.reason.values
+    assert mix.mixture_info["sampler"] == "Stan NUTS on the mixture program"
+    ok = ~mix.doubtful.values
+    assert all("mixture" in e for e in mix.evidence.values[ok])
+    err = np.abs(mix.elpd_i.values - EXACT)
+    assert np.all(err[ok] <= 4 * mix.mcse_elpd_i.values[ok] + 0.01), (mix.elpd_i.values, EXACT)
 
 
 # ----------------------------------------------------------------------------- Poisson-lognormal counts
@@ -330,11 +320,9 @@ def test_poisson_lognormal_without_loo_extra():
         "sample_stats": idata["sample_stats"].to_dataset(),
     })
     stan = pl.StanModel(MODELS / "poisson_lognormal.stan", {"N": 10, "y": Y_COUNTS})
-    # the search and the refits alone (no second opinion: the same choices and numbers in both backends)
-    res_pm = _quiet_loo(idata, model, mixture=False, smc=False)
+    res_pm = _quiet_loo(idata, model)
     res = _quiet_loo(tree, stan, refit="doubtful", random_seed=5, refit_kwargs={"chains": 2, "warmup": 500,
-                                                                                    "draws": 1000},
-                     mixture=False, smc=False)
+                                                                                    "draws": 1000})
     assert loo_adapter(stan, data=tree).loo_method == LOG_LIK
     refit = res.refit.values
     assert refit.tolist() == res_pm.doubtful.values.tolist() and refit[7]  # the outlier, and only doubtful ones
@@ -346,9 +334,3 @@ def test_poisson_lognormal_without_loo_extra():
     # the refit: plain PSIS was 1 nat off there (k 1.4); the refit is within its Monte Carlo error
     assert abs(res_pm.elpd_i.values[7] - exact[7]) > 0.3
     assert np.all(np.abs(e - exact)[refit] <= 4 * se[refit] + 0.01), (e[refit], exact[refit], se[refit])
-    # with the defaults, the second opinions settle the outlier without a refit (Stan: its derived mixture program)
-    res2 = _quiet_loo(tree, stan, random_seed=6)
-    e2, se2 = res2.elpd_i.values, res2.mcse_elpd_i.values
-    assert res2.evidence.values[7] not in ("", "psis", "adapted"), res2.reason.values[7]
-    assert abs(e2[7] - exact[7]) <= 4 * se2[7] + 0.01, (e2[7], exact[7], se2[7])
-    assert res2.doubtful.values.sum() <= 1, res2.reason.values

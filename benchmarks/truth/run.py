@@ -301,7 +301,10 @@ def markdown(all_results):
         lines.append(f"Main fit: {r['settings']}; wall {fs.get('wall_s', float('nan')):.0f} s, max R-hat "
                      f"{fs.get('max_rhat', float('nan')):.3f}, min bulk ESS {fs.get('min_ess_bulk', float('nan')):.0f}, "
                      f"divergences {fs.get('divergences', '-')}. Refits: {r['n_truth']} observations"
-                     + (f" of {r['n_obs']} ({r['refit_obs_note']}; only these are scored)" if r.get("refit_obs_note") else "")
+                     + (f" (the problem refits {r['refit_obs_note']}: {r['n_refit_candidates']} of {r['n_obs']}"
+                        + (f", of which {r['n_refit_candidates'] - r['n_truth']} were not refit, for time" if
+                           r['n_refit_candidates'] > r['n_truth'] else "") + "; only refit observations are scored)"
+                        if r.get("refit_obs_note") else "")
                      + (f", {r['refit_note']}" if r.get("refit_note") else "")
                      + (f" ({r['refit_settings_note']})" if r.get("refit_settings_note") else "")
                      + (f", max R-hat {r['refit_max_rhat']:.3f}, divergences {r['refit_divergences']}" if 'refit_max_rhat' in r else "")
@@ -366,6 +369,8 @@ def model_report(problem, data, records, results, table):
     for key in ("refit_obs_note", "refit_note"):
         if getattr(problem, key, None):
             rep[key] = getattr(problem, key)
+    if hasattr(problem, "refit_obs"):
+        rep["n_refit_candidates"] = len(restrict_obs(problem, data, range(problem.n)))
     by_settings = {}
     for i in obs:
         by_settings.setdefault(str(records[i].get("settings", SETTINGS[problem.name])), []).append(i)

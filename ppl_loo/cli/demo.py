@@ -121,10 +121,10 @@ def _report(plain, res, y, out):
           "the normalizer and in-sample bounds)", file=out)
     print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {int(np.sum((k0 > 0.7) & (kw > 0.7)))} "
           f"of {int(np.sum(k0 > 0.7))} left", file=out)
-    why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}, so only estimates from "
-           "other draws (mixture IS) that agree with them vouch" if res.max_rhat > RHAT_VOUCH else
-           "no two independent estimates agree")
-    print(f"doubtful: {int(np.sum(res.doubtful.values))} observations ({why}; res.reason says which)", file=out)
+    why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
+           "is vouched for" if res.max_rhat > RHAT_VOUCH else
+           "no proposal the engine can vouch for: they keep their plain PSIS elpd_i")
+    print(f"doubtful: {int(np.sum(res.doubtful.values))} observations ({why})", file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)
     print(f"elpd_loo  adaptive  : {res.elpd:9.2f}  (SE {res.se:.2f}, p_loo {res.p:.1f})", file=out)
     for line in res.trust_lines()[1:]:

@@ -162,7 +162,9 @@ class LooResult(ELPDDataLOO):
                          f"divergences; its estimate passes its checks for {info['n_ok']} observations")
         elif info:
             lines.append(f"Mixture importance sampling failed: {info['error']}")
-        if self.smc_info:
+        if self.smc_info and "skipped" in self.smc_info:
+            lines.append(f"Tempered SMC did not run: {self.smc_info['skipped']}")
+        elif self.smc_info:
             lines.append(f"Tempered SMC on {len(self.smc_info['observations'])} observations "
                          f"({self.smc_info['particles']} particles): it passes its checks for {self.smc_info['n_ok']}")
         return lines

@@ -19,13 +19,15 @@ from ppl_loo.workflow.interrupt import run_interruptible
 from ppl_loo.workflow.vouch.mixture import default_seed
 from ppl_loo.workflow.vouch.rule import Opinion
 
-__all__ = ["run_smc", "MAX_PARTICLES", "POPULATIONS", "MIN_ACCEPTANCE"]
+__all__ = ["run_smc", "MAX_PARTICLES", "POPULATIONS", "MIN_PER_POPULATION", "MIN_ACCEPTANCE"]
 
 #: particles per observation (the posterior draws thinned evenly): the cost is particles x tempering steps x moves;
 #: 8 populations of 500 (below about 500 per population the populations' estimates are skewed and the SE from their
 #: spread too small: 13 SEs off once with 250, tests/test_smc.py's d = 15 case)
 MAX_PARTICLES = 4000
 POPULATIONS = 8
+#: below this many particles per population SMC does not run (its SE from the populations' spread is meaningless)
+MIN_PER_POPULATION = 100
 #: moves that accept less than this did not move the particles: such a run is no independent evidence
 MIN_ACCEPTANCE = 0.1
 
@@ -39,6 +41,11 @@ def run_smc(model, draws, targets, random_seed=None):
     step = max(1, int(np.ceil(theta.shape[0] / MAX_PARTICLES)))
     theta = theta[::step]
     pops = POPULATIONS
+    if theta.shape[0] // pops < MIN_PER_POPULATION:
+        info = {"skipped": f"{theta.shape[0]} posterior draws: SMC needs at least {pops * MIN_PER_POPULATION} "
+                           f"({pops} populations of {MIN_PER_POPULATION})", "observations": [], "particles": 0,
+                "n_ok": 0, "seconds": 0.0}
+        return Opinion("smc", np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, bool)), info
     seed = default_seed(draws.theta) if random_seed is None else int(np.random.default_rng(random_seed).integers(2**31))
     call = functools.partial(smc_loo, model.logp, model.loglik_i, theta, np.asarray(targets, dtype=np.int64),
                              prng_key(seed + 1), populations=pops)
