@@ -13,7 +13,7 @@ under ``benchmarks/.cache/``. Each ``pl.loo`` runs in a fresh process (its peak 
 process's ``ru_maxrss``, read with ``os.wait4``, so a crashed run is measured too)::
 
     python benchmarks/memory_generic.py              # d = 627 and d = 3003 at 4 x 1000 draws
-    python benchmarks/memory_generic.py --reduced    # d = 627 at 4 x 100 draws (about 2 minutes)
+    python benchmarks/memory_generic.py --reduced    # d = 627 at 4 x 100 draws, fewer transformations
     python benchmarks/memory_generic.py --pythonpath /path/to/other/checkout   # the same runs on other code
 
 Writes ``benchmarks/results/memory_generic.json`` (``--out`` to change).
@@ -39,6 +39,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 CACHE = HERE / ".cache"
 N_OBS, SEED, N_TRUE = 126, 20240607, 5
+#: --reduced: the cheap transformations, and the gradient flows (left out at d = 627, with the warning)
+REDUCED_TRANSFORMS = "pmm1,pmm2,mm_iter,pmm1_mix,kl,var,ll"
 
 
 def horseshoe_data(n, p, seed=SEED):
@@ -86,7 +88,7 @@ def draws_file(p, chains, draws, tune):
     return path
 
 
-def child(p, path):
+def child(p, path, transforms="all"):
     """One ``pl.loo`` run in this process; prints a JSON line."""
     import xarray as xr
 
@@ -109,32 +111,34 @@ def child(p, path):
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = pl.loo(idata, model, progressbar=False)
+        res = pl.loo(idata, model, progressbar=False, transforms=transforms)
     wall = time.perf_counter() - t0
     left = [str(w.message) for w in caught if "leaves out" in str(w.message)]
-    transforms = collections.Counter(np.asarray(res.transform).ravel().tolist())
+    counts = collections.Counter(np.asarray(res.transform).ravel().tolist())
     searched = np.asarray(res.searched).ravel()
     used = collections.Counter(np.asarray(res.transform).ravel()[searched].tolist())
     print("RESULT " + json.dumps({
         "ppl_loo": str(Path(pl.__file__).parent), "wall_s": wall, "search_wall_s": sum(search_s),
         "elpd": float(res.elpd), "se": float(res.se), "searched": int(searched.sum()),
-        "doubtful": int(np.asarray(res.doubtful).sum()), "transform_counts": dict(transforms),
+        "doubtful": int(np.asarray(res.doubtful).sum()), "transform_counts": dict(counts),
         "transforms_of_searched": dict(used), "left_out_warning": left,
-        "peak_rss_gb_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}), flush=True)
+        "transforms": transforms if isinstance(transforms, str) else ",".join(transforms),
+        "peak_rss_gb_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9}), flush=True)
 
 
-def measure(p, path, pythonpath=None, limit_gb=16.0):
-    """Run :func:`child` in a fresh process; its peak RSS (``os.wait4``), wall time and result."""
+def measure(p, path, pythonpath=None, limit_gb=16.0, transforms="all"):
+    """Run :func:`child` in a fresh process; its peak RSS (``os.wait4``, GB of 10^9 bytes), wall time and result."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = str(pythonpath)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(p), str(path), "--limit-gb", str(limit_gb)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(p), str(path), "--limit-gb", str(limit_gb),
+           "--transforms", transforms]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    row = {"peak_rss_gb": usage.ru_maxrss / 2**20, "process_wall_s": wall,
+    row = {"peak_rss_gb": usage.ru_maxrss * 1024 / 1e9, "process_wall_s": wall,
            "exit_status": os.waitstatus_to_exitcode(status)}
     lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
     if lines:
@@ -146,7 +150,8 @@ def measure(p, path, pythonpath=None, limit_gb=16.0):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reduced", action="store_true", help="d = 627 at 4 x 100 draws only (about 2 minutes)")
+    ap.add_argument("--reduced", action="store_true",
+                    help="d = 627 at 4 x 100 draws only, transforms=REDUCED_TRANSFORMS (about 2 minutes)")
     ap.add_argument("--p", type=int, nargs="*", help="covariates of the models to run (d = 2 p + 3)")
     ap.add_argument("--draws", type=int, help="draws per chain (4 chains)")
     ap.add_argument("--tune", type=int, default=1000)
@@ -154,24 +159,28 @@ def main():
     ap.add_argument("--out", default=str(HERE / "results" / "memory_generic.json"))
     ap.add_argument("--label", default="this tree", help="the code measured (rows of other labels in --out are kept)")
     ap.add_argument("--limit-gb", type=float, default=16.0, help="address-space limit of each pl.loo process")
+    ap.add_argument("--transforms", default=None, help="pl.loo's transforms= (comma-separated; default 'all', "
+                    f"--reduced: {REDUCED_TRANSFORMS})")
     ap.add_argument("--child", nargs=2, metavar=("P", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         limit = int(args.limit_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        return child(int(args.child[0]), args.child[1])
+        names = args.transforms or "all"
+        return child(int(args.child[0]), args.child[1], names if names == "all" else tuple(names.split(",")))
     ps = args.p or ([312] if args.reduced else [312, 1500])
     draws = args.draws or (100 if args.reduced else 1000)
     tune = min(args.tune, 200) if args.reduced else args.tune
+    transforms = args.transforms or (REDUCED_TRANSFORMS if args.reduced else "all")
     rows = []
     print(f"{'model':34s} {'d':>5s} {'S':>5s} {'peak GB':>8s} {'wall s':>7s} {'search s':>8s} {'searched':>8s}  "
           "transforms used")
     for p in ps:
         path = draws_file(p, 4, draws, tune)
-        row = {"label": args.label, "model": f"horseshoe logistic (PyMC), p = {p}", "p": p, "d": 2 * p + 3, "S": 4 * draws,
-               "chains": 4, "draws": draws, "tune": tune, "pythonpath": args.pythonpath, **measure(p, path,
-                                                                                                args.pythonpath,
-                                                                                                args.limit_gb)}
+        row = {"label": args.label, "model": f"horseshoe logistic (PyMC), p = {p}", "p": p, "d": 2 * p + 3,
+               "S": 4 * draws, "chains": 4, "draws": draws, "tune": tune, "pythonpath": args.pythonpath,
+               "transforms": transforms,
+               **measure(p, path, args.pythonpath, args.limit_gb, transforms)}
         rows.append(row)
         used = row.get("transforms_of_searched", row.get("error", ""))
         print(f"{row['model']:34s} {row['d']:5d} {row['S']:5d} {row['peak_rss_gb']:8.2f} "
@@ -181,9 +190,10 @@ def main():
             print(f"    warning: {text}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    new = {(r["label"], r["p"], r["S"]) for r in rows}
+    key = lambda r: (r.get("label"), r.get("p"), r.get("S"), r.get("transforms"))  # noqa: E731
+    new = {key(r) for r in rows}
     kept = json.loads(out.read_text())["rows"] if out.exists() else []
-    rows = [r for r in kept if (r.get("label"), r.get("p"), r.get("S")) not in new] + rows
+    rows = [r for r in kept if key(r) not in new] + rows
     out.write_text(json.dumps({"rows": rows, "machine": os.uname().machine, "cpus": os.cpu_count()}, indent=1))
 
 
