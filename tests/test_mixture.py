@@ -2,29 +2,18 @@
 closed forms: a conjugate linear regression with known noise whose exact LOO is closed form
 (``tests/gaussian_models.py``), with high-leverage outliers where plain PSIS and the search alone fail."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats as st
 import xarray as xr
 
 import ppl_loo as pl
+import ppl_loo.workflow.vouch.loo_mixture as loo_mixture_module
 from ppl_loo.numerics.mixture import mixture_loo
-from ppl_loo.workflow.vouch.rule import Opinion, agree
-from tests.gaussian_models import LinearRegressionKnownNoise
+from ppl_loo.workflow.vouch.rule import Opinion, _pooled, agree
+from tests.gaussian_models import LinearRegressionKnownNoise, leverage_problem
 from tests.linear_models import jax_model, problem, pymc_model
-
-
-def leverage_problem(n=40, p=15, seed=5):
-    """Two high-leverage outliers (design rows 6 and 5 times the scale, 8 and 6 noise sd off the line)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, p))
-    beta = rng.normal(size=p)
-    y = X @ beta + rng.normal(size=n)
-    X[0] *= 6.0
-    X[1] *= 5.0
-    y[0] = X[0] @ beta + 8.0
-    y[1] = X[1] @ beta - 6.0
-    return LinearRegressionKnownNoise(X, y, sigma=1.0, tau=2.0)
 
 
 def test_estimator_equals_arviz_stats_mixture():
@@ -50,6 +39,17 @@ def test_agree_and_opinion_rule():
     assert not agree(np.nan, 0.1, 0.0, 0.1)
     op = Opinion("mixture", np.zeros(2), np.ones(2), np.array([True, False]))
     assert op.ok.sum() == 1
+
+
+def test_pooled_se_covers_what_agreement_cannot_resolve():
+    """Two agreeing estimates: the precision-weighted mean, with the larger SE and half the difference in
+    quadrature (not the textbook SE, which a narrow biased estimate would make 3x too small)."""
+    value, se = _pooled(-0.114, 0.015, -0.208, 0.048)
+    w = np.array([1 / 0.015**2, 1 / 0.048**2])
+    assert value == pytest.approx((w[0] * -0.114 + w[1] * -0.208) / w.sum(), abs=1e-12)
+    assert se == pytest.approx(np.sqrt(0.048**2 + 0.047**2), abs=1e-12)
+    assert se > 3 * 1 / np.sqrt(w.sum())
+    assert _pooled(1.0, 0.1, 1.0, 0.1) == pytest.approx((1.0, 0.1))  # equal estimates: the SE of either
 
 
 def test_loo_mixture_matches_closed_form():
@@ -141,3 +141,108 @@ def test_bad_arguments():
         pl.loo(data, jax_model(m), mixture_kwargs={"nchains": 2})
     with pytest.raises(ValueError, match="smc=1"):
         pl.loo(data, jax_model(m), smc=1)
+
+
+# ----------------------------------------------------------------------------- pl.loo_mixture's bad inputs
+# Each fails with an error naming the input and the fix, before the mixture run starts (``run_mixture`` is replaced
+# by a function that fails the test), so these take seconds.
+
+
+@pytest.fixture(scope="module")
+def small():
+    """The outlier regression (``test_bad_arguments``'): its closed forms, 2 x 100 exact draws, the JAX model."""
+    m = problem()
+    return m, m.exact_draws(n_chains=2, n_draws=100, seed=1), jax_model(m)
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    def started(*args, **kwargs):
+        raise AssertionError("the mixture run started before the bad input was caught")
+
+    monkeypatch.setattr(loo_mixture_module, "run_mixture", started)
+
+
+class _NanLogLik(LinearRegressionKnownNoise):
+    """The regression with a NaN log-likelihood for observation 2 (its log density stays finite)."""
+
+    def loglik(self, theta):
+        return super().loglik(theta).at[2].set(jnp.nan)
+
+    def logp(self, theta):
+        return jnp.sum(LinearRegressionKnownNoise.loglik(self, theta)) - 0.5 * jnp.sum((theta / self.tau) ** 2)
+
+
+def _with(data, group, ds):
+    out = data.copy()
+    out[group] = ds
+    return out
+
+
+@pytest.mark.parametrize("bad", [[1.0, 2.0, 3.0], None, "draws.nc"])
+def test_loo_mixture_rejects_data_of_a_wrong_type(small, no_run, bad):
+    _, _, model = small
+    with pytest.raises(TypeError, match=r"`data` must be an xarray.DataTree .* got (list|NoneType|str)\. Convert it "
+                                        r"with arviz_base.convert_to_datatree"):
+        pl.loo_mixture(bad, model)
+
+
+def test_loo_mixture_rejects_data_without_posterior(small, no_run):
+    _, data, model = small
+    no_post = xr.DataTree.from_dict({"log_likelihood": data["log_likelihood"].to_dataset()})
+    with pytest.raises(ValueError, match="`data` has no 'posterior' group: .* Pass the DataTree returned by pm.sample"):
+        pl.loo_mixture(no_post, model)
+
+
+def test_loo_mixture_rejects_nan(small, no_run):
+    """A NaN in the model's pointwise log-likelihood at the draws, or in the draws themselves."""
+    m, data, model = small
+    with pytest.raises(ValueError, match=r"the pointwise log-likelihood 'y' at the posterior draws has 200 "
+                                         r"non-finite value\(s\) \(NaN or inf\)\. The draws may be outside"):
+        pl.loo_mixture(data, _NanLogLik(m.X, m.y, m.sigma, m.tau))
+    beta = data["posterior"]["beta"].values.copy()
+    beta[0, 3, 0] = np.nan
+    bad = _with(data, "posterior", xr.Dataset({"beta": (("chain", "draw", "coef"), beta)}))
+    with pytest.raises(ValueError, match=r"posterior variable 'beta' has non-finite draws: 1 NaN .* Drop the chains"):
+        pl.loo_mixture(bad, model)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("no draws", r"the posterior has 0 draws \(2 chain\(s\) x 0 draw\(s\)\): .* Sample more draws"),
+    ("few draws", r"the posterior has 10 draws .* needs at least 25 draws"),
+    ("draw shape", r"posterior variable 'beta' has per-draw shape \(2,\) .* declares shape \(3,\); build the model"),
+    ("log_lik shape", r"log_likelihood\['y'\] has 24 observations x 200 draws but the model gives 25 x 200"),
+])
+def test_loo_mixture_rejects_wrong_shapes_and_empty_draws(small, no_run, case, match):
+    _, data, model = small
+    ll = data["log_likelihood"]["y"].values
+    bad = {"no draws": lambda: data.isel(draw=slice(0, 0)), "few draws": lambda: data.isel(draw=slice(0, 5)),
+           "draw shape": lambda: _with(data, "posterior", xr.Dataset({"beta": (("chain", "draw", "coef"),
+                                                                               np.zeros((2, 100, 2)))})),
+           "log_lik shape": lambda: _with(data, "log_likelihood", xr.Dataset({"y": (("chain", "draw", "obs"),
+                                                                                    ll[..., :-1])}))}[case]()
+    with pytest.raises(ValueError, match=match):
+        pl.loo_mixture(bad, model)
+
+
+def test_loo_mixture_rejects_an_unknown_var_name(small, no_run):
+    _, data, model = small
+    with pytest.raises(ValueError, match=r"var_name='z', the model's log-likelihood variable, is not in the data's "
+                                         r"log_likelihood group, which has \['y'\]: pass the name the draws use"):
+        pl.loo_mixture(data, model, var_name="z")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"nchains": 2}, r"mixture_kwargs: unknown setting 'nchains'; allowed: \['chains', 'draws'"),
+    ([("chains", 2)], r"mixture_kwargs=\[\('chains', 2\)\]: give a dict of settings"),
+    ({"draws": "many"}, r"mixture_kwargs: draws='many' must be a whole number of at least 1, e.g. \{'draws': 1000\}"),
+    ({"chains": None}, r"mixture_kwargs: chains=None must be a whole number"),
+    ({"warmup": 10.5}, r"mixture_kwargs: warmup=10.5 must be a whole number of at least 0"),
+    ({"max_tree_depth": 0}, r"mixture_kwargs: max_tree_depth=0 must be a whole number of at least 1"),
+    ({"target_accept": 1.5}, r"mixture_kwargs: target_accept=1.5 must be a probability strictly between 0 and 1"),
+    ({"chains": 1}, r"the mixture run needs at least 2 chains of 50 draws; .* \(mixture_kwargs= overrides them\)"),
+])
+def test_loo_mixture_rejects_bad_mixture_kwargs(small, no_run, kwargs, match):
+    _, data, model = small
+    with pytest.raises(ValueError, match=match):
+        pl.loo_mixture(data, model, mixture_kwargs=kwargs)
