@@ -10,14 +10,15 @@ One extra MCMC run on ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
   the refits use, each chain started at a posterior draw.
 
 The run's settings are the original fit's (chains, draws, warmup, target acceptance, tree depth; as ``refit=``
-reads them), so it costs about one fit. Its own diagnostics decide, per observation, whether its estimate can
-vouch for anything (:func:`mixture_vouches`): it does not use the main fit's draws, so the main fit's R-hat does
+reads them), with at least 1,000 warmup iterations and draws per chain, so it costs about one fit. Its own
+diagnostics decide, per observation, whether its estimate can vouch for anything (:func:`mixture_vouches`): it does not use the main fit's draws, so the main fit's R-hat does
 not matter to it.
 """
 
 from __future__ import annotations
 
 import functools
+import numbers
 import hashlib
 import time
 from typing import Any, NamedTuple
@@ -33,7 +34,7 @@ from ppl_loo.workflow.inputs import rank_rhat
 from ppl_loo.workflow.interrupt import run_interruptible
 
 __all__ = ["MixtureRun", "MIN_ESS", "MAX_DIVERGENT", "MAX_PARAM_RHAT", "default_seed", "run_mixture",
-           "mixture_vouches", "mixture_settings"]
+           "mixture_vouches", "mixture_settings", "check_mixture_values"]
 
 #: an observation's mixture estimate vouches only with at least this effective sample size of its ratio (MCMC) and
 #: of its LOO weights and the posterior's weights (importance sampling)
@@ -69,8 +70,31 @@ def default_seed(theta) -> int:
     return int.from_bytes(hashlib.sha256(a.tobytes()).digest()[:4], "little")
 
 
+#: the integer settings of ``mixture_kwargs``: their least value and an example (the run's own minimum of chains and
+#: draws is :func:`mixture_settings`')
+_INT_SETTINGS = {"chains": (1, 4), "draws": (1, 1000), "warmup": (0, 1000), "max_tree_depth": (1, 10)}
+
+
+def check_mixture_values(mixture_kwargs):
+    """The values of ``mixture_kwargs`` fail before anything runs, naming the setting: whole numbers for the counts,
+    a probability for ``target_accept`` (unknown keys: :func:`mixture_settings`)."""
+    if not isinstance(mixture_kwargs, dict):
+        return
+    for key, value in mixture_kwargs.items():
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if key in _INT_SETTINGS:
+            least, example = _INT_SETTINGS[key]
+            if not (number and float(value).is_integer() and value >= least):
+                raise ValueError(f"mixture_kwargs: {key}={value!r} must be a whole number of at least {least}, e.g. "
+                                 f"{{'{key}': {example}}}.")
+        elif key == "target_accept" and not (number and 0.0 < value < 1.0):
+            raise ValueError(f"mixture_kwargs: target_accept={value!r} must be a probability strictly between 0 and "
+                             "1, e.g. {'target_accept': 0.9}.")
+
+
 def mixture_settings(settings, overrides=None):
     """The run's settings: the original fit's (``refit_settings``) with ``overrides`` (``mixture_kwargs``)."""
+    check_mixture_values(overrides)
     out = dict(settings)
     out.pop("checkpoint", None)
     for key, value in dict(overrides or {}).items():

@@ -33,11 +33,17 @@ def check_opinion_args(mixture, smc, mixture_kwargs):
 
 def mixture_run_settings(data, overrides=None):
     """The mixture run's settings: the fit's (as ``refit=`` reads them; :data:`DEFAULT_SETTINGS` where it has
-    none to reuse) with ``overrides``."""
+    none to reuse), with at least :data:`DEFAULT_SETTINGS`' warmup and draws per chain, then ``overrides``.
+
+    The floor: each estimate must reach an effective sample size of 100 of its own (MCMC and importance
+    sampling), which a short fit's settings cannot give (the CmdStan eight-schools CSVs of ``../shared/data``:
+    4 x 100 draws; a mixture run of that length passed its checks for 5 of 8 observations)."""
     try:
         base = refit_settings(data)
     except ValueError:  # one chain or few draws: nothing to reuse
         base = dict(DEFAULT_SETTINGS)
+    for key in ("warmup", "draws"):
+        base[key] = max(int(base[key]), DEFAULT_SETTINGS[key])
     return mixture_settings(base, overrides)
 
 
