@@ -28,24 +28,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 
-def leverage_problem(n=40, p=15, seed=5):
-    """Conjugate regression (known noise) with two high-leverage outliers; exact LOO in closed form."""
-    from tests.gaussian_models import LinearRegressionKnownNoise
-
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, p))
-    beta = rng.normal(size=p)
-    y = X @ beta + rng.normal(size=n)
-    X[0] *= 6.0
-    X[1] *= 5.0
-    y[0] = X[0] @ beta + 8.0
-    y[1] = X[1] @ beta - 6.0
-    return LinearRegressionKnownNoise(X, y, sigma=1.0, tau=2.0)
-
-
 def fit_leverage(chains, draws, seed=1):
     """NUTS on the JAX leverage model (NumPyro): ``(name, model, data, fit seconds, exact)``."""
     from ppl_loo.sampling import sample_nuts
+    from tests.gaussian_models import leverage_problem
     from tests.linear_models import jax_model
 
     m = leverage_problem()
@@ -58,6 +44,7 @@ def fit_leverage(chains, draws, seed=1):
 def fit_leverage_pymc(chains, draws, seed=1):
     import pymc as pm
 
+    from tests.gaussian_models import leverage_problem
     from tests.linear_models import pymc_model
 
     m = leverage_problem()

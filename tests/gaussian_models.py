@@ -88,3 +88,18 @@ def leverage_regression(seed=1, n=40):
     y[0] = X[0] @ beta - 12.0
     y[1] = X[1] @ beta + 12.0
     return LinearRegressionKnownNoise(X, y, sigma=1.0, tau=10.0)
+
+
+def leverage_problem(n=40, p=15, seed=5):
+    """Linear regression, p = 15, with two high-leverage outliers (design rows 6 and 5 times the scale, 8 and 6
+    noise sd off the line): plain PSIS and the search alone fail there (the second opinions' test problem,
+    ``tests/test_mixture.py`` and ``benchmarks/second_opinions.py``)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    beta = rng.normal(size=p)
+    y = X @ beta + rng.normal(size=n)
+    X[0] *= 6.0
+    X[1] *= 5.0
+    y[0] = X[0] @ beta + 8.0
+    y[1] = X[1] @ beta - 6.0
+    return LinearRegressionKnownNoise(X, y, sigma=1.0, tau=2.0)

@@ -127,6 +127,17 @@ def _blocks(text: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+def _replace_blocks(text: str, blocks: dict, new: dict[str, str]) -> str:
+    """``text`` with each block named in ``new`` (from its header to its closing brace, as :func:`_blocks`
+    finds it) replaced by ``new[name]`` (``""`` removes it); the text around and between them kept as it is."""
+    pieces, pos = [], 0
+    for name in sorted(new, key=lambda b: blocks[b][0]):
+        start, _, end = blocks[name]
+        pieces += [text[pos:start], new[name]]
+        pos = end + 1
+    return "".join(pieces) + text[pos:]
+
+
 def _strip_comments(text: str) -> str:
     mask = _code_mask(text)
     return "".join(c if keep or c == "\n" else " " for c, keep in zip(text, mask))
@@ -214,22 +225,11 @@ def loglik_program(code: str, log_lik: str = "log_lik") -> str:
         raise ValueError(f"the program already uses the name {OBS_INDEX!r}")
     body = _log_lik_statements(text, blocks, log_lik)
     model_body = f"{body.rstrip()}\n  target += {log_lik}[{OBS_INDEX}];\n"
-    pieces = []
-    pos = 0
-    for name in sorted(blocks, key=lambda b: blocks[b][0]):
-        start, body_start, end = blocks[name]
-        pieces.append(text[pos:start])
-        if name == "generated quantities":
-            pass
-        elif name == "model":
-            pieces.append("model {" + model_body + "}")
-        elif name == "data":
-            pieces.append(text[start:end].rstrip() + f"\n  int<lower=1> {OBS_INDEX};\n}}")
-        else:
-            pieces.append(text[start:end + 1])
-        pos = end + 1
-    pieces.append(text[pos:])
-    derived = "".join(pieces)
+    new = {"generated quantities": "", "model": "model {" + model_body + "}"}
+    if "data" in blocks:
+        start, _, end = blocks["data"]
+        new["data"] = text[start:end].rstrip() + f"\n  int<lower=1> {OBS_INDEX};\n}}"
+    derived = _replace_blocks(text, blocks, {name: piece for name, piece in new.items() if name in blocks})
     if "data" not in blocks:
         derived = _insert_data_block(derived, blocks)
     if "model" not in blocks:
@@ -300,6 +300,6 @@ def mixture_program(code: str, log_lik: str = "log_lik") -> str:
     if "model" not in blocks:  # the model block goes before the generated quantities block
         start = blocks["generated quantities"][0]
         return text[:start] + "model {\n" + gq_part + "}\n" + text[start:]
-    start, body_start, end = blocks["model"]
+    _, body_start, end = blocks["model"]
     model_part = f"  {{\n{text[body_start:end].strip(chr(10)).rstrip()}\n  }}\n"
-    return text[:start] + "model {\n" + model_part + gq_part + "}" + text[end + 1:]
+    return _replace_blocks(text, blocks, {"model": "model {\n" + model_part + gq_part + "}"})

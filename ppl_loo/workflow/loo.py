@@ -31,7 +31,7 @@ from ppl_loo.workflow.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.result import LooResult
 from ppl_loo.workflow.vouch.opinions import check_opinion_args, second_opinions
 
-__all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar"]
+__all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar", "pointwise_factory"]
 
 DEFAULT_HBAR = tuple(float(x) for x in 4.0 ** -np.arange(11))
 #: the papers' seven, iterated moment matching, the Newton-step proposal and the defensive mixtures (not MM3:
@@ -326,7 +326,7 @@ def _which(data, var_name, model, mask, reason, limit=5):
     idx = np.flatnonzero(mask)
     if not idx.size:
         return ""
-    ref0 = _pointwise_factory(data, var_name, model, mask.size)(np.zeros(mask.size), var_name)
+    ref0 = pointwise_factory(data, var_name, model, mask.size)(np.zeros(mask.size), var_name)
     text = "; ".join(f"{obs_labels(ref0, [i])}: {reason[i]}" for i in idx[:limit])
     return text + (f"; and {idx.size - limit} more" if idx.size > limit else "")
 
@@ -334,7 +334,7 @@ def _which(data, var_name, model, mask, reason, limit=5):
 def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched, which=""):
     n_doubtful = int(np.sum(pw.doubtful))
     if unconverged and n_doubtful:
-        warn_unconverged(max_rhat, rhat_where, n_doubtful)
+        warn_unconverged(max_rhat, rhat_where, n_doubtful, which)
     elif n_doubtful:
         warn_doubtful(pw, k_threshold, which)
     n_identity = int(np.sum(pw.identity_failed > 0))
@@ -347,7 +347,7 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
     """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
     candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
     S, n = draws.ll.shape
-    da = _pointwise_factory(data, draws.var_name, model, n)
+    da = pointwise_factory(data, draws.var_name, model, n)
     p_loo_i = (logmeanexp(draws.ll) if lpd is None else lpd) - pw.elpd  # lpd: from the chunks (out of core)
     used = pw.use_adapted[obs_idx]
     arrays = {"elpd_i": pw.elpd, "pareto_k": pw.k, "p_loo_i": p_loo_i, "influence_pareto_k": plain.k,
@@ -369,7 +369,7 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
     )
 
 
-def _pointwise_factory(data, var_name, model, n):
+def pointwise_factory(data, var_name, model, n):
     """``make(values, name)``: a DataArray over the observation dims of the log-likelihood variable
     (the stored group's where it fits, else the model's dims and coordinates)."""
     try:

@@ -10,12 +10,12 @@ estimate, and ``mixture_info`` the run's diagnostics.
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.inputs import check_datatree, check_posterior_draws
+from ppl_loo.workflow.loo import pointwise_factory
 from ppl_loo.workflow.plain import logmeanexp, stable_se, stable_sum
 from ppl_loo.workflow.result import LooResult
 from ppl_loo.workflow.vouch.mixture import MAX_PARAM_RHAT, MIN_ESS, run_mixture
@@ -62,7 +62,7 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_kwargs=
                       f" ESS below {MIN_ESS:.0f}, or the run's divergences or parameter R-hat)").astype(str)
     elpd, mcse = run.elpd, run.mcse
     p_loo_i = logmeanexp(draws.ll) - elpd
-    da = _pointwise(model, draws.ll.shape[1])
+    da = pointwise_factory(data, draws.var_name, model, draws.ll.shape[1])
     info = {**run.info, "elpd_i": elpd.tolist(), "mcse_i": mcse.tolist(), "ok_i": run.ok.tolist(),
             "n_ok": int(run.ok.sum())}
     return LooResult(
@@ -74,17 +74,3 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_kwargs=
                                                                              "evidence"),
         refit=da(np.zeros(elpd.size, bool), "refit"), var_name=draws.var_name, mixture_info=info,
         approx_posterior=False)
-
-
-def _pointwise(model, n):
-    """``make(values, name)``: a DataArray over the model's observation dims and coordinates."""
-    shape = tuple(model.obs_shape) if model.obs_shape else (n,)
-    dims = tuple(model.obs_dims)[: len(shape)] if len(model.obs_dims) >= len(shape) else tuple(
-        f"{model.var_name}_dim_{j}" for j in range(len(shape)))
-    mc = model.coords or {}
-    coords = {dm: np.asarray(mc[dm]) for dm, k in zip(dims, shape) if dm in mc and len(mc[dm]) == k}
-
-    def make(values, name):
-        return xr.DataArray(np.asarray(values).reshape(shape), dims=dims, coords=coords, name=name)
-
-    return make
