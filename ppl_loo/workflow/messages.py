@@ -18,13 +18,14 @@ def _warn(message, stacklevel=4):
     warnings.warn(message, UserWarning, stacklevel=stacklevel)
 
 
-def warn_unconverged(max_rhat, where, n_doubtful):
-    """The draws have not converged: every observation not refit is doubtful."""
+def warn_unconverged(max_rhat, where, n_doubtful, which=""):
+    """The draws have not converged: every observation not settled otherwise is doubtful (``which``: the first
+    of them, with their reasons)."""
     _warn(f"The posterior draws have not converged: R-hat {max_rhat:.3f} for {where} (above "
           f"{RHAT_VOUCH}, Vehtari et al. 2021). Importance sampling from them, plain PSIS and every adapted "
           f"proposal alike, can be off by more than its Monte Carlo error whatever its k-hat, so all "
           f"{n_doubtful} observation(s) not settled by estimates from other draws (the mixture run, when it ran and "
-          f"agreed: res.evidence) or refit are doubtful (res.doubtful). "
+          f"agreed: res.evidence) or refit are doubtful (res.doubtful{': ' + which if which else ''}). "
           f"Run longer or more chains (or reparameterize) and call pl.loo again, or refit: {_REFIT}.")
 
 
