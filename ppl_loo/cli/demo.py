@@ -35,26 +35,30 @@ def _fmt_table(rows, headers):
 
 
 def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree_depth=None,
-         transforms="all", progressbar=True, refit=False, out=sys.stdout):
-    """Fit the ovarian logistic regression, then plain PSIS-LOO vs adaptive LOO on the same draws
-    (and, with ``refit=True``, exact LOO by refitting the doubtful observations)."""
+         transforms="all", progressbar=True, refit=False, mixture="auto", out=sys.stdout):
+    """Fit the ovarian logistic regression, then plain PSIS-LOO vs adaptive LOO on the same draws, with
+    ``mixture="auto"`` mixture importance sampling as a second opinion where the search alone cannot vouch
+    (and, with ``refit=True``, exact LOO by refitting what is still doubtful)."""
     steps = 4 if refit else 3
     model, data, y, t_fit = _fit(prior, chains, warmup, draws, seed, max_tree_depth, progressbar, steps, out)
     print(f"[2/{steps}] plain PSIS-LOO", file=out, flush=True)
     plain = _quiet(pl.loo, data, None)
     print(f"[3/{steps}] adaptive importance-sampling LOO", file=out, flush=True)
     t1 = time.perf_counter()
-    res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar)
+    res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, mixture=mixture,
+                 random_seed=seed)
     t_loo = time.perf_counter() - t1
     _report(plain, res, y, out)
-    print(f"time: NUTS {t_fit:.0f} s, adaptive LOO {t_loo:.1f} s (JIT compile included)", file=out)
+    mix = res.mixture_info.get("seconds") if res.mixture_info else None
+    print(f"time: NUTS {t_fit:.0f} s, adaptive LOO {t_loo:.1f} s (JIT compile included"
+          + (f"; of it the mixture run {mix:.0f} s)" if mix is not None else ")"), file=out)
     n_doubt = int(np.sum(res.doubtful.values))
     if refit and n_doubt:
         print(f"[4/{steps}] exact LOO for the {n_doubt} doubtful observations: refit without each of them "
               "(NumPyro NUTS, the same settings)", file=out, flush=True)
         t2 = time.perf_counter()
         res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
-                     random_seed=seed)
+                     mixture=mixture, random_seed=seed)
         _report_refits(plain, res, time.perf_counter() - t2, out)
     elif n_doubt:
         print("exact LOO for the doubtful observations: ppl-loo demo --refit (pl.loo(data, model, "
@@ -122,8 +126,8 @@ def _report(plain, res, y, out):
     print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {int(np.sum((k0 > 0.7) & (kw > 0.7)))} "
           f"of {int(np.sum(k0 > 0.7))} left", file=out)
     why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
-           "is vouched for" if res.max_rhat > RHAT_VOUCH else
-           "no proposal the engine can vouch for: they keep their plain PSIS elpd_i")
+           "alone is vouched for" if res.max_rhat > RHAT_VOUCH else
+           "no two independent estimates agree: res.reason says what each gave")
     print(f"doubtful: {int(np.sum(res.doubtful.values))} observations ({why})", file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)
     print(f"elpd_loo  adaptive  : {res.elpd:9.2f}  (SE {res.se:.2f}, p_loo {res.p:.1f})", file=out)
@@ -142,7 +146,7 @@ def _report_refits(plain, res, seconds, out):
 
 
 def add_parser(sub):
-    """The ``demo`` subcommand (its options are unchanged since the first ``ppl-loo``)."""
+    """The ``demo`` subcommand."""
     d = sub.add_parser("demo", help="run the embedded ovarian demo end to end",
                        description="Fit a Bayesian logistic regression to the embedded ovarian microarray data "
                                    "with NUTS, then plain PSIS-LOO vs adaptive LOO on the same draws.",
@@ -155,6 +159,9 @@ def add_parser(sub):
     d.add_argument("--seed", type=int, default=2024)
     d.add_argument("--max-tree-depth", type=int, default=None)
     d.add_argument("--no-progress", action="store_true")
+    d.add_argument("--mixture", choices=["auto", "on", "off"], default="auto",
+                   help="mixture importance sampling as a second opinion (one extra NUTS run): auto (default) "
+                        "where the search leaves an observation doubtful, on always, off never")
     d.add_argument("--refit", action="store_true",
                    help="also refit the model without each doubtful observation (exact LOO, minutes)")
     d.set_defaults(run=run)
@@ -164,5 +171,6 @@ def add_parser(sub):
 def run(args):
     """``ppl-loo demo``: exit status 0."""
     demo(prior=args.prior, chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed,
-         max_tree_depth=args.max_tree_depth, progressbar=not args.no_progress, refit=args.refit)
+         max_tree_depth=args.max_tree_depth, progressbar=not args.no_progress, refit=args.refit,
+         mixture={"auto": "auto", "on": True, "off": False}[args.mixture])
     return 0

@@ -67,9 +67,16 @@ def add_loo_parser(sub):
     p.add_argument("--n-obs", metavar="NAME", help="data entry with the number of observations (when ambiguous)")
     p.add_argument("--refit", choices=["none", "doubtful", "flagged"], default="none",
                    help="exact LOO by refitting the program without each doubtful (or each adapted) observation")
+    p.add_argument("--mixture", choices=["auto", "on", "off"], default="auto",
+                   help="second opinion by mixture importance sampling (one extra run of Stan's NUTS on the "
+                        "program's derived mixture target): auto (default) where an observation is doubtful after "
+                        "the search, on always, off never")
+    p.add_argument("--smc", choices=["auto", "on", "off"], default="auto",
+                   help="second opinion by tempered SMC from the draws to each LOO posterior: auto (default) for "
+                        "what is still unsettled, on for every searched observation, off never")
     p.add_argument("--k-threshold", type=float, metavar="K",
                    help="Pareto k above which an observation is not vouched for (default min(1 - 1/log10(S), 0.7))")
-    p.add_argument("--seed", type=int, default=1, help="seed of the refits (default 1)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the refits and second opinions (default 1)")
     for name in ("chains", "warmup", "draws"):
         p.add_argument(f"--refit-{name}", type=int, metavar="N",
                        help=f"{name} of each refit (default: the {name} of the CSV files' run)")
@@ -121,6 +128,9 @@ def _compile(args, data, sampler=False):
                         log_lik=getattr(args, "log_lik", "log_lik"), sampler=sampler)
 
 
+_OPINION = {"auto": "auto", "on": True, "off": False}  # --mixture / --smc to pl.loo's mixture= / smc=
+
+
 def _run_loo(args, tree, model):
     """``pl.loo`` with the program; Stan's errors name the program, the engine's input errors too."""
     refit = None if args.refit == "none" else args.refit
@@ -128,7 +138,8 @@ def _run_loo(args, tree, model):
     try:
         with warnings_to_stderr(args.quiet):
             return pl.loo(tree, model, refit=refit, random_seed=args.seed, progressbar=not args.quiet,
-                          refit_kwargs=kw or None, k_threshold=getattr(args, "k_threshold", None))
+                          refit_kwargs=kw or None, k_threshold=getattr(args, "k_threshold", None),
+                          mixture=_OPINION[getattr(args, "mixture", "off")], smc=_OPINION[getattr(args, "smc", "off")])
     except StanEvaluationError as err:
         raise CliError(args.stan_file, f"Stan failed on the draws: {one_line(err)}",
                        "check that the program and the data are the ones the CSV files came from",
@@ -207,6 +218,7 @@ def json_summary(res, *, stan_file=None, data_file=None, csv_files=(), out=None,
         "elpd_i": _values(res.elpd_i, _finite), "mcse_elpd_i": _values(res.mcse_elpd_i, _finite),
         "pareto_k_psis": _values(res.pareto_k_psis, _finite), "pareto_k": _values(res.pareto_k, _finite),
         "transform": tr.tolist(), "doubtful": _values(res.doubtful, bool), "refit": _values(res.refit, bool),
+        "evidence": _values(res.evidence, str), "reason": _values(res.reason, str),
         "stan_file": None if stan_file is None else str(stan_file),
         "data_file": None if data_file is None else str(data_file),
         "csv_files": [str(p) for p in csv_files], "out": None if out is None else str(out), "exit_status": status,

@@ -44,7 +44,7 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
         progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
         min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None,
-        client=None, mixture=False, mixture_kwargs=None, smc=False):
+        client=None, mixture="auto", mixture_kwargs=None, smc="auto"):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -141,20 +141,21 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     mixture : "auto", bool
         Mixture importance sampling as an independent second opinion (:func:`ppl_loo.loo_mixture`; Silva &
         Zanella 2023): one extra MCMC run of the model on the mixture of all LOO posteriors, with the original
-        fit's settings, about the cost of one fit. ``"auto"``: run it when an observation is doubtful after the
-        search; True: always (it then also checks every estimate the search vouched for); False (default, for now:
-        on the wide horseshoe of the truth suite the rule pooled biased search estimates with much less precise
-        mixture estimates that "agreed" within their wide SEs, 14 silent failures of 76; docs/method.md, section
-        8): never. Its diagnostics are ``res.mixture_info``.
+        fit's settings (at least 1,000 warmup iterations and draws per chain), about the cost of one fit.
+        ``"auto"`` (default): run it when an observation is doubtful after the search; True: always (it then
+        also checks every estimate the search vouched for); False: never. Its diagnostics are
+        ``res.mixture_info``.
     mixture_kwargs : dict, optional
         Overrides of the mixture run's settings read from the fit: ``chains``, ``draws``, ``warmup``,
         ``target_accept``, ``max_tree_depth``.
     smc : "auto", bool
-        Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.vouch.smc`), for the
-        observations still doubtful after the mixture run and those that only the search vouches for (two
-        transformations agreeing) where plain PSIS's k-hat is above 0.5 and the mixture did not check
-        them (``"auto"``: maps of the same draws can miss together), for every searched observation (True), or
-        never (False, default for now, as ``mixture``). It counts only when the posterior draws converged.
+        Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.vouch.smc`).
+        ``"auto"`` (default): for the observations still doubtful after the mixture run and those that only the
+        search vouches for (two transformations agreeing) where plain PSIS's k-hat is above 0.5 and the mixture
+        did not check them (maps of the same draws can miss together), in models of at most 100 unconstrained
+        parameters (its moves cost minutes per observation beyond; ``res.smc_info`` says when it was skipped);
+        True: every searched observation, whatever the dimension; False: never. It counts only when the
+        posterior draws converged.
 
     Each ``elpd_i`` says which evidence vouches for it (``res.evidence``, :mod:`ppl_loo.workflow.vouch.rule`):
     estimates from independent draws (the search's, mixture IS, SMC, a refit) that agree within 3 combined
