@@ -156,11 +156,19 @@ def relu():
     return X, y, pl.models.ReluNet(X, y, hidden=3)
 
 
-def test_relu_full_laplace_is_exact_through_the_gauss_newton_factor(relu):
+@pytest.fixture(scope="module")
+def relu_full(relu):
+    """The full Laplace approximation of the network (one MAP search and compile shared by the tests that
+    only read its mode, basis and precision)."""
+    X, y, net = relu
+    return pl.laplace(net, draws=200, random_seed=0)
+
+
+def test_relu_full_laplace_is_exact_through_the_gauss_newton_factor(relu, relu_full):
     """d = 67 > n = 30 with an isotropic N(0, 1) prior: q is N(theta_hat, (V V^T + I)^-1) exactly,
     formed on span(V) plus 1/lambda on its complement; compared with the dense inverse."""
     X, y, net = relu
-    tree = pl.laplace(net, draws=200, random_seed=0)
+    tree = relu_full
     g = tree["laplace"]
     assert g.attrs["curvature"] == "ggn" and g.attrs["complement_variance"] == pytest.approx(1.0)
     from ppl_loo.jax_settings import x64
@@ -191,10 +199,10 @@ def test_relu_subspaces_theorem_1(relu):
     assert full.attrs["jacobian_rank"] == 30 and full.attrs["relative_error"] < 1e-8
 
 
-def test_laplace_predictive_probit(relu):
+def test_laplace_predictive_probit(relu, relu_full):
     """Eq. 12: p = sigmoid(f / sqrt(1 + pi/8 var)), var = J Sigma J^T at the new inputs."""
     X, y, net = relu
-    tree = pl.laplace(net, draws=100, random_seed=0)
+    tree = relu_full  # the predictive reads the mode, P and M only (not the draws)
     pred = pl.laplace_predictive(tree, X[:4], net)
     g = tree["laplace"]
     pm = pl.as_model(net)
@@ -277,9 +285,9 @@ def test_declared_gaussian_output_ggn_and_regression_predictive():
                                rtol=1e-8)
 
 
-def test_laplace_predictive_bad_input_names_the_fix(relu):
+def test_laplace_predictive_bad_input_names_the_fix(relu, relu_full):
     X, y, net = relu
-    tree = pl.laplace(net, draws=20, random_seed=0)
+    tree = relu_full
     with pytest.raises(ValueError, match=r"X has shape \(4, 7\).*rows of 21 inputs \(or 20"):
         pl.laplace_predictive(tree, np.zeros((4, 7)), net)
     with pytest.raises(ValueError, match="no laplace group"):

@@ -25,8 +25,10 @@ def lin():
 @pytest.fixture(scope="module")
 def fits(lin):
     """QNVB of the same regression in JAX, PyMC and Stan (Stan compiled once, then cached)."""
-    out = {"jax": (jax_model(lin), pl.qnvb(jax_model(lin), random_seed=1, draws=2000))}
-    out["pymc"] = (pymc_model(lin), pl.qnvb(pymc_model(lin), random_seed=1, draws=2000))
+    out = {}
+    for name, build in (("jax", jax_model), ("pymc", pymc_model)):
+        model = build(lin)  # one model object for the fit and the LOO (PyMC's graph converted once)
+        out[name] = (model, pl.qnvb(model, random_seed=1, draws=2000))
     if shutil.which("g++") is not None:
         sm = stan_model(lin)
         out["stan"] = (sm, pl.qnvb(sm, random_seed=1, draws=2000))
