@@ -17,7 +17,7 @@ import warnings
 from ppl_loo.stan import StanCompileError, StanDataError, StanEvaluationError
 
 __all__ = ["EXIT_CODES", "EXIT_EPILOG", "OK", "DOUBTFUL", "BAD_INPUT", "COMPILE_ERROR", "STAN_ERROR", "INTERNAL",
-           "CliError", "one_line", "run_guarded", "warnings_to_stderr"]
+           "CliError", "one_line", "run_guarded", "warnings_to_stderr", "for_the_command_line"]
 
 OK = 0
 DOUBTFUL = 1
@@ -98,6 +98,22 @@ def run_guarded(fn, args):
         return code
 
 
+#: the Python API's advice in the library's messages, and what a command-line user types instead
+_CLI_ADVICE = (("pl.loo(data, model, refit='doubtful', random_seed=...)", "--refit doubtful --seed N"),
+               ("pl.loo(..., refit='doubtful', random_seed=...)", "--refit doubtful --seed N"),
+               ("call pl.loo again", "run ppl-loo loo again"),
+               ("res.reason", "--json: reason"), ("res.doubtful", "--json: doubtful"),
+               ("res.evidence", "--json: evidence"))
+
+
+def for_the_command_line(text):
+    """``text`` with the Python API's advice (``pl.loo(..., refit='doubtful', ...)``, ``res.reason``) replaced
+    by the command line's (``--refit doubtful --seed N``, ``--json``)."""
+    for api, cli in _CLI_ADVICE:
+        text = text.replace(api, cli)
+    return text
+
+
 @contextlib.contextmanager
 def warnings_to_stderr(quiet=False):
     """Python warnings raised inside the block as ``ppl-loo: warning: ...`` lines (none with ``quiet``)."""
@@ -108,7 +124,7 @@ def warnings_to_stderr(quiet=False):
         finally:
             seen = set()
             for w in caught:
-                text = one_line(w.message, limit=2000)
+                text = for_the_command_line(one_line(w.message, limit=2000))
                 if not quiet and text not in seen:
                     seen.add(text)
                     print(f"ppl-loo: warning: {text}", file=sys.stderr)

@@ -65,8 +65,11 @@ def load_program(stan_file, data, data_path, *, n_obs=None, log_lik="log_lik", s
         raise CliError(stan_file, compile_summary(err), "fix the Stan program (stanc's full message: --debug)",
                        COMPILE_ERROR) from err
     except StanDataError as err:
-        where = data_path or stan_file
-        raise CliError(where, f"the data do not match the program's data block: {one_line(err)}",
+        if data_path is None:  # not Stan's "variable does not exist ... name=N": the user gave no data file
+            raise CliError(stan_file, f"no --data given, and the program's data block needs its data "
+                           f"({one_line(err)})", f"pass --data FILE (.json or .R) with the data "
+                           f"{Path(stan_file).name} was run with") from err
+        raise CliError(data_path, f"the data do not match the program's data block: {one_line(err)}",
                        f"give the data file {Path(stan_file).name} was run with") from err
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 import ppl_loo as pl
 from ppl_loo.cli.errors import (BAD_INPUT, DOUBTFUL, EXIT_EPILOG, OK, STAN_ERROR, CliError, one_line,
-                                warnings_to_stderr)
+                                for_the_command_line, warnings_to_stderr)
 from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, check_program_file, expand_csv_args, load_data, load_program,
                                 observed_mapping, read_csvs, write_atomic)
 from ppl_loo.stan import StanDataError, StanEvaluationError
@@ -168,6 +168,11 @@ def run_loo(args):
         tree = read_csvs(paths, log_lik=args.log_lik, posterior_predictive=pp, observed=observed)
     model = _compile(args, data)
     check_csv_matches_program(tree, model, paths, args.stan_file, args.data)
+    if "log_likelihood" not in tree.children:  # say which path is taken: no stored log-likelihood to compare with
+        _say(args, (f"the CSV files have no column {args.log_lik!r}" if args.log_lik else "--log-lik none")
+             + ": the pointwise log-likelihood comes from the program by data deletion (the change in its log "
+               "density when each observation is left out); --log-lik NAME names a generated quantity that "
+               "holds it")
     _say(args, f"adaptive LOO of {args.stan_file} on {tree['posterior'].sizes['chain']} chains x "
                f"{tree['posterior'].sizes['draw']} draws")
     t0 = time.perf_counter()
@@ -185,7 +190,7 @@ def run_loo(args):
         print(json.dumps(json_summary(res, stan_file=args.stan_file, data_file=args.data, csv_files=paths,
                                       out=out, status=status), indent=1))
     else:
-        print(res)
+        print(for_the_command_line(str(res)))
     if n_doubtful:
         _say(args, f"{n_doubtful} doubtful observation(s) (exit status 1)"
                    + ("" if res.refit is not None and np.any(res.refit.values) else
