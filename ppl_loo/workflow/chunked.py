@@ -22,7 +22,7 @@ from ppl_loo.numerics.loo import psis_identity
 from ppl_loo.workflow.adapt import Candidates
 from ppl_loo.workflow.draws import OFF_MODEL, warn_if_differs
 from ppl_loo.workflow.inputs import (SAMPLE_DIMS, align_obs_dims, check_finite, get_log_likelihood, non_finite_error,
-                                     stack_draws)
+                                     stack_draws, stan_labelled)
 from ppl_loo.workflow.plain import (NON_FINITE_FIX, Plain, logmeanexp, plain_log_likelihood, plain_loo_checks,
                                     plain_loo_result, plain_psis_loo, posterior_chains, psis_columns)
 
@@ -226,7 +226,7 @@ def psis_loo(data, var_name, k_threshold, reff=None, chunk_size=None):
         raise deferred
     S = int(da.sizes["chain"]) * int(da.sizes["draw"])
     return plain_loo_result(da, k_threshold, S, p.elpd, p.k, p.mcse, p.lpd, LogRatioRows(da, None, chunk_size),
-                            lambda: p.max_abs)
+                            lambda: p.max_abs, stan=stan_labelled(data))
 
 
 def stored_for_chunks(data, var_name, model, chunk_size=None, refit=None):

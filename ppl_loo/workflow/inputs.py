@@ -9,7 +9,7 @@ import xarray as xr
 
 __all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH",
            "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
-           "check_finite", "non_finite_error"]
+           "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels"]
 
 SAMPLE_DIMS = ("chain", "draw")
 #: MCMC draws are vouched for only up to this rank-normalized split R-hat of every posterior variable
@@ -227,12 +227,51 @@ def align_obs_dims(da, obs_dims, what):
         "model whose log-likelihood it holds.")
 
 
+#: ``inference_library`` values (the converters' attrs) of draws whose user indexes observations from 1, as Stan does
+STAN_LIBRARIES = ("cmdstan", "cmdstanpy", "pystan", "stan", "bridgestan")
+
+
+def stan_labelled(data, model=None):
+    """Whether the user of ``data`` names observations as Stan does (``log_lik[8]``, 1-based, the CSV column
+    ``log_lik.8``): a Stan model, or draws whose ``log_likelihood`` or ``posterior`` group came from Stan."""
+    if model is not None and getattr(model, "kind", None) == "Stan":
+        return True
+    children = getattr(data, "children", {})
+    return any(str(data[g].attrs.get("inference_library", "")).lower() in STAN_LIBRARIES
+               for g in ("log_likelihood", "posterior") if g in children)
+
+
+def with_stan_labels(ref0, stan):
+    """``ref0`` marked (``attrs["stan_labels"]``) for :func:`obs_labels` to label it as Stan does."""
+    if not stan:
+        return ref0
+    ref0 = ref0.copy()
+    ref0.attrs["stan_labels"] = 1
+    return ref0
+
+
+def _default_dims(ref0):
+    """The observation dims are the converters' defaults (``log_lik_dim_0`` ..., coordinates 0, 1, ...)."""
+    for j, (d, k) in enumerate(zip(ref0.dims, ref0.shape)):
+        if not str(d).endswith(f"_dim_{j}"):
+            return False
+        if d in ref0.coords and not np.array_equal(np.asarray(ref0.coords[d].values), np.arange(k)):
+            return False
+    return True
+
+
 def obs_labels(ref0, idx, limit=10):
-    """Labels ``"y[a=1, b='u']"`` of the flat observation indices ``idx`` of ``ref0`` (the obs dims only)."""
+    """Labels of the flat observation indices ``idx`` of ``ref0`` (the obs dims only), in the user's terms:
+    ``"y[a=1, b='u']"`` (the coordinate values), or ``"log_lik[8]"`` (1-based, as the CmdStan CSV column
+    ``log_lik.8``) for Stan draws with the converters' default dims (``ref0.attrs["stan_labels"]``)."""
     idx = [int(i) for i in np.atleast_1d(idx)]
+    stan = bool(ref0.attrs.get("stan_labels")) and ref0.ndim > 0 and _default_dims(ref0)
     out = []
     for i in idx[:limit]:
         pos = np.unravel_index(i, ref0.shape) if ref0.ndim else ()
+        if stan:
+            out.append(f"{ref0.name or ''}[{','.join(str(int(p) + 1) for p in pos)}]")
+            continue
         parts = []
         for d, p in zip(ref0.dims, pos):
             val = ref0.coords[d].values[p] if d in ref0.coords else p

@@ -23,7 +23,8 @@ from ppl_loo.workflow.distributed import resolve_client
 from ppl_loo.workflow.draws import loo_draws
 from ppl_loo.workflow.engine import adapted_weights_array, config_to_plain, draws_array
 from ppl_loo.workflow.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
-                                     get_log_likelihood, identical_chains, max_rhat_of, obs_labels)
+                                     get_log_likelihood, identical_chains, max_rhat_of, obs_labels, stan_labelled,
+                                     with_stan_labels)
 from ppl_loo.workflow.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
 from ppl_loo.workflow.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
                                     pointwise_reasons, stable_se, stable_sum)
@@ -327,7 +328,8 @@ def _which(data, var_name, model, mask, reason, limit=5):
     idx = np.flatnonzero(mask)
     if not idx.size:
         return ""
-    ref0 = pointwise_factory(data, var_name, model, mask.size)(np.zeros(mask.size), var_name)
+    ref0 = with_stan_labels(pointwise_factory(data, var_name, model, mask.size)(np.zeros(mask.size), var_name),
+                            stan_labelled(data, model))
     text = "; ".join(f"{obs_labels(ref0, [i])}: {reason[i]}" for i in idx[:limit])
     return text + (f"; and {idx.size - limit} more" if idx.size > limit else "")
 
@@ -361,6 +363,7 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
         elpd=stable_sum(pw.elpd), se=stable_se(pw.elpd),
         p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),
         approx_posterior=draws.approx, refit_info=refit_info, candidates=cands.as_dict(), var_name=draws.var_name,
+        stan_labels=stan_labelled(data, model),
         log_weights=plain.lw if isinstance(plain.lw, xr.DataArray) else draws_array(data, plain.lw.T, da(plain.k, None),
                                                                                    "log_weights"),
         adapted_log_weights=adapted_weights_array(obs_idx[used], [cands.labels[b] for b in cands.best[used]],

@@ -13,7 +13,8 @@ from scipy.special import logsumexp
 
 from ppl_loo.numerics.loo import psis_identity
 from ppl_loo.numerics.psis import khat_threshold, psis_tail_length
-from ppl_loo.workflow.inputs import MIN_DRAWS, check_finite, get_log_likelihood, r_eff_of, stack_draws
+from ppl_loo.workflow.inputs import (MIN_DRAWS, check_finite, get_log_likelihood, r_eff_of, stack_draws, stan_labelled,
+                                     with_stan_labels)
 from ppl_loo.workflow.messages import warn_plain
 from ppl_loo.workflow.result import LooResult
 
@@ -260,15 +261,16 @@ def plain_psis_loo(data, var_name, k_threshold, reff=None):
     r_eff = plain_loo_checks(data, da, reff)
     elpd_i, k, _, mcse, _ = psis_columns(ll, -ll.T, r_eff, posterior_chains(data))
     return plain_loo_result(da, k_threshold, ll.shape[0], elpd_i, k, mcse, logmeanexp(ll), -ll.T,
-                            lambda: np.max(np.abs(ll)))
+                            lambda: np.max(np.abs(ll)), stan=stan_labelled(data))
 
 
-def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs):
+def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs, stan=False):
     """The :class:`LooResult` of plain PSIS-LOO from its pointwise values over the observations of ``da``.
 
     ``lpd``: ``log mean_s p(y_i | theta_s)`` per observation; ``log_ratios[i]``: the ``(S,)`` log ratios of
     observation ``i`` (read only to explain a NaN or infinite k-hat); ``max_abs()``: the largest magnitude
-    of the log-likelihood (read only for the overflow message).
+    of the log-likelihood (read only for the overflow message); ``stan``: label observations as Stan does
+    (:func:`~ppl_loo.workflow.inputs.obs_labels`).
     """
     what = f"log_likelihood[{da.name!r}]"
     n = k.shape[0]
@@ -285,7 +287,7 @@ def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_a
         raise ValueError(f"{what} holds values up to {max_abs():.3g} in magnitude: the sum or the standard "
                          "error of elpd_loo overflows float64. Check the units of the log-likelihood.")
     if doubtful.any():
-        warn_plain(ref0.rename(da.name), k, doubtful, reason, k_threshold)
+        warn_plain(with_stan_labels(ref0.rename(da.name), stan), k, doubtful, reason, k_threshold)
     return LooResult(
         elpd=elpd, se=se,
         p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(doubtful.any()),
@@ -294,4 +296,5 @@ def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_a
         transform=make(np.where(doubtful, "failed", "psis"), "transform"),
         hbar_used=make(np.full(n, np.nan), "hbar_used"), mcse_elpd_i=make(mcse, "mcse_elpd_i"),
         doubtful=make(doubtful, "doubtful"), reason=make(reason.astype(str), "reason"), var_name=da.name,
+        stan_labels=bool(stan),
     )

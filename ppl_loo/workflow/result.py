@@ -11,7 +11,7 @@ import xarray as xr
 from arviz_stats.utils import ELPDDataLOO
 from xarray import DataArray
 
-from ppl_loo.workflow.inputs import RHAT_VOUCH
+from ppl_loo.workflow.inputs import RHAT_VOUCH, obs_labels, with_stan_labels
 
 __all__ = ["LooResult", "loo_datatree"]
 
@@ -23,7 +23,7 @@ WEIGHTS = ("log_weights", "log_q", "adapted_log_weights")
 #: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
 SUMMARY = {"elpd": float, "se": float, "p": float, "good_k": float, "n_samples": int, "n_data_points": int,
            "warning": bool, "scale": str, "approx_posterior": bool, "max_rhat": float, "max_rhat_var": str,
-           "var_name": str, "approximation": str, "pareto_k_q": float}
+           "var_name": str, "approximation": str, "pareto_k_q": float, "stan_labels": bool}
 
 
 @dataclass(kw_only=True, repr=False)
@@ -66,6 +66,8 @@ class LooResult(ELPDDataLOO):
       of the second opinions that ran (the mixture run's chains, draws, seconds, divergences, max R-hat, and per
       observation its estimate, SE and whether it passed its checks; SMC's particles, tempering steps,
       acceptance), None where they did not run;
+    - ``stan_labels``: observations are named as Stan names them (``log_lik[8]``, 1-based, the CmdStan CSV column
+      ``log_lik.8``) in messages and :meth:`obs_labels`, for draws from Stan; else by their coordinate values;
     - for draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``, or ``log_q=``):
       ``approximation`` (its method), ``pareto_k_q`` (k-hat of ``p / q`` over the draws: whether
       ``q`` is good enough as a proposal for the posterior itself, Yao et al. 2018; ``-inf`` when
@@ -110,6 +112,7 @@ class LooResult(ELPDDataLOO):
     evidence: DataArray = None
     mixture_info: Any = None
     smc_info: Any = None
+    stan_labels: bool = False  # observations labelled as Stan does (log_lik[8], 1-based): draws from Stan
 
     _display_kind = "loo"
 
@@ -125,6 +128,7 @@ class LooResult(ELPDDataLOO):
         elpd_i = np.asarray(self.elpd_i.values, dtype=float).ravel()
         n_adapt = int(np.sum((tr != "psis") & (tr != "failed") & (tr != "refit")))
         lines = [f"Adaptive importance sampling (ppl_loo): {n_adapt} observations adapted"]
+        lines += self.problem_lines()
         lines += self.evidence_lines()
         for label, mask in (("refit (exact LOO)", tr == "refit"), ("doubtful", self._flag("doubtful"))):
             k = int(mask.sum())
@@ -145,6 +149,48 @@ class LooResult(ELPDDataLOO):
                          "checks; res.reason gives every estimate); pl.loo(..., refit='doubtful', "
                          "random_seed=...) replaces them by exact refits.")
         return lines
+
+    def obs_labels(self, idx, limit=None):
+        """The user's labels of the flat observation indices ``idx``: ``["log_lik[8]", ...]`` for Stan draws
+        (1-based, the CSV column ``log_lik.8``), ``["y[obs_id='a']", ...]`` (coordinate values) otherwise."""
+        ref0 = self.elpd_i.rename(self.var_name or "")
+        ref0 = with_stan_labels(ref0, self.stan_labels)
+        idx = [int(i) for i in np.atleast_1d(idx)]
+        return [obs_labels(ref0, [i]) for i in idx[:limit]]
+
+    def pareto_k_ids(self, threshold=None, after=False):
+        """Flat indices (0-based) of the observations whose Pareto k-hat is above ``threshold`` (default
+        ``good_k``), as R's ``loo::pareto_k_ids``: plain PSIS's k-hat (``after=False``) or the k-hat of the
+        estimate reported (``after=True``: the adapted proposal's; NaN, never above, for a mixture, SMC or
+        refit estimate). :meth:`obs_labels` names them."""
+        thr = self.good_k if threshold is None else float(threshold)
+        k = self.pareto_k if after else (self.pareto_k_psis if self.pareto_k_psis is not None else self.pareto_k)
+        kv = np.asarray(k.values, dtype=float).ravel()
+        with np.errstate(invalid="ignore"):
+            return np.flatnonzero(kv > thr)
+
+    def problem_lines(self, limit=10):
+        """Which observations had a Pareto k-hat above the threshold before (plain PSIS), named as the user
+        names them, and what became of each (the estimate reported, its SE and what vouches for it)."""
+        if self.pareto_k_psis is None or self.transform is None:
+            return []
+        ids = self.pareto_k_ids()
+        if not ids.size:
+            return []
+        k0 = np.asarray(self.pareto_k_psis.values, dtype=float).ravel()
+        elpd = np.asarray(self.elpd_i.values, dtype=float).ravel()
+        se = np.asarray(self.mcse_elpd_i.values, dtype=float).ravel() if self.mcse_elpd_i is not None else None
+        tr = np.asarray(self.transform.values).astype(str).ravel()
+        ev = (np.asarray(self.evidence.values).astype(str).ravel() if self.evidence is not None else None)
+        doubtful = self._flag("doubtful")
+        parts = []
+        for i, label in zip(ids[:limit], self.obs_labels(ids, limit)):
+            fate = "doubtful" if doubtful[i] else (f"vouched: {ev[i]}" if ev is not None and ev[i] else tr[i])
+            value = f"{elpd[i]:.2f}" + (f" ± {se[i]:.2f}" if se is not None and np.isfinite(se[i]) else "")
+            parts.append(f"{label} k {k0[i]:.2f} -> {tr[i]}, elpd_i {value} ({fate})")
+        more = f"; and {ids.size - limit} more (res.pareto_k_ids())" if ids.size > limit else ""
+        return [f"Pareto k above {self.good_k:.2f} with plain PSIS: {ids.size} observation(s): " + "; ".join(parts)
+                + more]
 
     def evidence_lines(self):
         """How many observations each kind of evidence vouches for (``res.evidence``), and the mixture run."""
