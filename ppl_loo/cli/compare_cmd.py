@@ -8,10 +8,12 @@ import math
 import sys
 
 import numpy as np
+import pandas as pd
 
 import ppl_loo as pl
 from ppl_loo.cli.errors import DOUBTFUL, EXIT_EPILOG, OK, CliError, one_line, warnings_to_stderr
 from ppl_loo.cli.inputs import check_output, load_results
+from ppl_loo.workflow.compare import DEFAULT_DECIMALS
 
 __all__ = ["add_compare_parser", "add_report_parser", "compare_records", "run_compare", "run_report"]
 
@@ -19,9 +21,11 @@ COMPARE_EXAMPLE = """\
 examples:
   ppl-loo compare centered.nc noncentered.nc
   ppl-loo compare fit_a.nc fit_b.nc --names linear quadratic --html report.html --json
+  ppl-loo compare centered.nc noncentered.nc --round-to 1
 
 The .nc files are what `ppl-loo loo ... --out FILE.nc` writes (or pl.add_loo(tree, res).to_netcdf(FILE.nc)).
-Models are named by their file names unless --names is given.
+Models are named by their file names unless --names is given. The table prints every number with 2
+decimals (--round-to N: N decimals); --json gives the unrounded numbers.
 """
 
 REPORT_EXAMPLE = """\
@@ -49,7 +53,10 @@ def add_compare_parser(sub):
                        epilog=COMPARE_EXAMPLE + "\n" + EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--html", metavar="REPORT.html", help="also write the HTML report (pl.report)")
-    p.add_argument("--json", action="store_true", help="print the table as JSON instead")
+    p.add_argument("--json", action="store_true", help="print the table as JSON instead (unrounded numbers)")
+    p.add_argument("--round-to", metavar="N", default=None,
+                   help=f"decimals of every number in the printed table (default {DEFAULT_DECIMALS}, like R's "
+                        "loo_compare; the numbers are not rounded otherwise)")
     p.set_defaults(run=run_compare)
     return p
 
@@ -90,6 +97,8 @@ def _report(results, path, args):
 
 
 def _plain(v):
+    if v is pd.NA:
+        return None
     if isinstance(v, (np.generic,)):
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
@@ -98,17 +107,29 @@ def _plain(v):
 
 
 def compare_records(df):
-    """``pl.compare``'s DataFrame (``round_to="none"``) as a list of ``{"name": ..., column: value}`` in rank order (NaN as null)."""
+    """``pl.compare``'s DataFrame (its unrounded numbers) as a list of ``{"name": ..., column: value}`` in rank order (NaN as null)."""
     return [{"name": str(name), **{str(k): _plain(v) for k, v in row.items()}} for name, row in df.iterrows()]
+
+
+def round_to_arg(text):
+    """``--round-to``'s value: a whole number of decimals >= 0 (else a one-line error, exit status 2)."""
+    if text is None:
+        return DEFAULT_DECIMALS
+    value = str(text).strip()
+    if not (value.isascii() and value.isdigit()):  # digits only: no sign, no decimal point, no exponent
+        raise CliError("--round-to", f"{text!r} is not a number of decimals",
+                       f"give a whole number >= 0, e.g. --round-to {DEFAULT_DECIMALS}")
+    return int(value)
 
 
 def run_compare(args):
     """``ppl-loo compare``; exit status 0, or 1 when a result has doubtful observations."""
+    decimals = round_to_arg(getattr(args, "round_to", None))
     html = check_output(args.html, args.overwrite, "HTML report")
     results = _load(args)
     try:
-        with warnings_to_stderr(args.quiet):  # the table as pl.compare rounds it; JSON: the raw numbers
-            df = pl.compare(results, round_to="none") if args.json else pl.compare(results)
+        with warnings_to_stderr(args.quiet):  # full precision; the printed table rounds to `decimals`
+            df = pl.compare(results, round_to=decimals)
     except ValueError as err:  # results that cannot be compared (different observations, scales)
         raise CliError(", ".join(args.results), one_line(err), "give results fitted to the same data") from err
     if args.json:

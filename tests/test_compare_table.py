@@ -1,0 +1,236 @@
+"""``pl.compare``'s numbers and printed table, and ``ppl-loo compare --round-to``, on real LOO results.
+
+Conjugate normal models with exact posterior draws (``tests/gaussian_models.py``), plain PSIS
+(``pl.loo(tree)`` and ``arviz_stats.loo``): the numbers must be ``arviz_stats.compare``'s unrounded
+ones, the printed table must show every float with the same number of decimals (never
+``arviz_stats``' significant-figure ``"auto"`` rounding, which printed -181.56 as -200.0), and a plain
+``arviz_stats`` ``ELPDData`` must be accepted with NA in the columns ppl_loo adds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pickle
+import re
+import warnings
+
+import arviz_stats as azs
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import ppl_loo as pl
+from ppl_loo.cli import main
+from ppl_loo.workflow.compare import FLAG_COLUMNS
+from gaussian_models import LinearRegressionKnownNoise, leverage_regression, normal_mean_model
+
+NUMBERS = ["rank", "elpd_diff", "dse", "p_worse", "p", "elpd", "se", "weight"]
+FLOATS = ["elpd_diff", "dse", "p_worse", "p", "elpd", "se", "weight", "diff_flagged"]
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def normal():
+    """Three fits of the same 60 draws from N(0.3, 1.7^2): the known sigma 1 (too narrow), 1.7 and 3 (too wide)."""
+    y = np.random.default_rng(3).normal(0.3, 1.7, size=60)
+    trees = {name: normal_mean_model(y, sigma=s, tau=5.0).exact_draws(n_chains=2, n_draws=500, seed=i)
+             for i, (name, s) in enumerate((("narrow", 1.0), ("right", 1.7), ("wide", 3.0)))}
+    res = {name: _quiet(pl.loo, tree) for name, tree in trees.items()}
+    plain = {name: _quiet(azs.loo, tree, pointwise=True) for name, tree in trees.items()}
+    return trees, res, plain
+
+
+@pytest.fixture(scope="module")
+def flagged():
+    """40 observations with two high-leverage outliers: plain PSIS of the line (``pl.loo``: 2 doubtful
+    observations) and ``arviz_stats.loo`` of an intercept-only fit with a wide noise (no ppl_loo result)."""
+    model = leverage_regression(seed=1, n=40)
+    line = _quiet(pl.loo, model.exact_draws(n_chains=2, n_draws=500, seed=11))
+    flat = LinearRegressionKnownNoise(model.X[:, :1], model.y, sigma=4.0, tau=10.0)
+    other = _quiet(azs.loo, flat.exact_draws(n_chains=2, n_draws=500, seed=12), pointwise=True)
+    assert int(np.sum(line.doubtful.values)) > 0
+    return line, other
+
+
+def _assert_same_numbers(got, ref):
+    assert list(got.index) == list(ref.index)
+    for col in NUMBERS:
+        np.testing.assert_allclose(got[col].to_numpy(float), ref[col].to_numpy(float), rtol=0, atol=1e-10,
+                                   err_msg=col)
+    for col in ("diag_diff", "diag_elpd"):
+        assert list(got[col]) == list(ref[col])
+
+
+def _expected_tokens(table, name, decimals):
+    """The whitespace-separated cells of ``name``'s printed row, built from the unrounded numbers."""
+    row = table.loc[name]
+    out = [str(name)]
+    for col in table.columns:
+        v = row[col]
+        if col in ("diag_diff", "diag_elpd"):
+            out += str(v).split()
+        elif pd.isna(v):
+            out.append("<NA>" if col in FLAG_COLUMNS[:3] else "NaN")
+        elif col in FLOATS:
+            out.append(f"{float(v):.{decimals}f}")
+        else:
+            out.append(str(int(v)))
+    return out
+
+
+def _assert_printed(text, table, decimals):
+    lines = text.rstrip("\n").splitlines()
+    assert lines[0].split() == list(table.columns)
+    assert len(lines) == 1 + len(table)
+    for name, line in zip(table.index, lines[1:]):
+        assert line.split() == _expected_tokens(table, name, decimals)
+    body = "\n".join(line.split(maxsplit=1)[1] for line in lines[1:])
+    for number in re.findall(r"-?\d+\.\d+", body):  # every decimal number with the same decimals
+        assert len(number.split(".")[1]) == decimals, number
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([os.fspath(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+# ----------------------------------------------------------------------------- the numbers
+def test_numbers_are_arviz_stats_unrounded(normal):
+    _, res, _ = normal
+    for method in ("stacking", "pseudo-BMA"):
+        ref = azs.compare(res, method=method, round_to="none")
+        for round_to in (2, 0, "auto", "none"):
+            got = pl.compare(res, method=method, round_to=round_to)
+            _assert_same_numbers(got, ref)
+    got = pl.compare(res)
+    assert list(got.index) == ["right", "wide", "narrow"]
+    # full precision kept: these numbers are not what two decimals (nor arviz_stats' "auto") would make them
+    assert any(v != round(v, 2) for v in got["elpd"]) and any(v != round(v, 2) for v in got["elpd_diff"])
+    assert (got[["n_adapted", "n_doubtful", "n_refit"]] == 0).all().all() and (got["diff_flagged"] == 0.0).all()
+    assert str(got["n_adapted"].dtype) == "Int64"
+
+
+def test_plain_elpddata_is_accepted_with_na_flags(normal):
+    _, res, plain = normal
+    mixed = {"narrow": res["narrow"], "right": plain["right"], "wide": res["wide"]}
+    got = pl.compare(mixed)
+    _assert_same_numbers(got, azs.compare(mixed, round_to="none"))
+    for col in FLAG_COLUMNS:
+        assert pd.isna(got.loc["right", col]), col
+        for name in ("narrow", "wide"):
+            assert not pd.isna(got.loc[name, col]) and got.loc[name, col] == 0
+    # the plain PSIS numbers of both libraries are the same comparison
+    ours = pl.compare(res)
+    np.testing.assert_allclose(got["elpd_diff"].to_numpy(float), ours["elpd_diff"].to_numpy(float), rtol=1e-6)
+    # every item an ELPDData, in a list
+    both = pl.compare([plain["narrow"], plain["wide"]])
+    _assert_same_numbers(both, azs.compare({"model_0": plain["narrow"], "model_1": plain["wide"]}, round_to="none"))
+    assert both[list(FLAG_COLUMNS)].isna().all().all()
+    _assert_printed(both.to_string(), both, 2)
+    # pl.report needs ppl_loo's diagnostics: it still says so
+    with pytest.raises(TypeError, match=r"model 'b' is an arviz_stats ELPDDataLOO .*pl.compare also accepts it"):
+        pl.report({"a": res["narrow"], "b": plain["wide"]}, "unused.html")
+
+
+def test_diff_flagged_against_an_elpddata(flagged):
+    """An ELPDData flags no observation: the other model's diff_flagged sums over its own flagged ones."""
+    line, other = flagged
+    got = pl.compare({"line": line, "flat": other})
+    _assert_same_numbers(got, azs.compare({"line": line, "flat": other}, round_to="none"))
+    doubtful = np.asarray(line.doubtful.values, bool)
+    adapted = np.asarray(line.transform.values) != "psis"
+    mine = doubtful | adapted
+    assert got.loc["line", "n_doubtful"] == doubtful.sum() > 0 and got.loc["line", "n_adapted"] == adapted.sum()
+    assert all(pd.isna(got.loc["flat", col]) for col in FLAG_COLUMNS)
+    if got.index[0] == "line":
+        assert got.loc["line", "diff_flagged"] == 0.0
+    else:
+        e_line, e_flat = np.asarray(line.elpd_i.values), np.asarray(other.elpd_i.values)
+        hand = sum(e_line[i] - e_flat[i] for i in range(e_line.size) if mine[i])
+        assert got.loc["line", "diff_flagged"] == pytest.approx(hand, rel=1e-12)
+    _assert_printed(got.to_string(), got, 2)  # NA cells print as <NA> / NaN, the rest with 2 decimals
+
+
+def test_bad_round_to_names_it(normal):
+    _, res, _ = normal
+    for bad in (-1, 1.5, "x", "1g", True):
+        with pytest.raises(ValueError, match=r"round_to=.*number of decimals"):
+            pl.compare(res, round_to=bad)
+
+
+# ----------------------------------------------------------------------------- the printed table
+def test_printed_table_has_fixed_decimals(normal):
+    _, res, _ = normal
+    table = pl.compare(res)
+    _assert_printed(table.to_string(), table, 2)
+    with pd.option_context("display.width", 10_000, "display.max_columns", 100):
+        _assert_printed(repr(table), table, 2)  # print(pl.compare(...)) in a script or notebook
+    assert "<td>" in table._repr_html_() and f"{table['elpd'].iloc[0]:.2f}" in table._repr_html_()
+    one = pl.compare(res, round_to=1)
+    _assert_printed(one.to_string(), one, 1)
+    zero = pl.compare(res, round_to=0)
+    assert f"{zero['elpd'].iloc[0]:.0f}" in zero.to_string().splitlines()[1].split()
+    raw = pl.compare(res, round_to="none")
+    assert raw.to_string() == pd.DataFrame(raw).to_string()  # pandas' own format
+    assert pickle.loads(pickle.dumps(one)).to_string() == one.to_string()
+    assert type(table[["elpd", "se"]]) is pd.DataFrame  # a selection is a plain DataFrame
+
+
+# ----------------------------------------------------------------------------- ppl-loo compare
+@pytest.fixture(scope="module")
+def saved(normal, tmp_path_factory):
+    trees, res, _ = normal
+    folder = tmp_path_factory.mktemp("compare_table")
+    paths = {}
+    for name in ("narrow", "right"):
+        paths[name] = folder / f"{name}.nc"
+        pl.add_loo(trees[name], res[name]).to_netcdf(paths[name])
+    return paths
+
+
+def _from_files(paths):
+    trees = {}
+    for name, p in paths.items():
+        with xr.open_datatree(p) as t:
+            trees[name] = t.load()
+    return trees
+
+
+def test_cli_prints_two_decimals_and_round_to(saved):
+    trees = _from_files(saved)
+    table = pl.compare(trees, round_to="none")
+    _assert_same_numbers(table, azs.compare({k: pl.LooResult.from_datatree(t) for k, t in trees.items()},
+                                            round_to="none"))
+    code, out, err = run_cli("compare", saved["narrow"], saved["right"], "--quiet")
+    assert code == 0 and err == ""
+    _assert_printed(out, table, 2)
+    assert out == pl.compare(trees).to_string() + "\n"
+    for n in ("1", "0", "3"):
+        code, out, err = run_cli("compare", saved["narrow"], saved["right"], "--round-to", n, "--quiet")
+        assert code == 0
+        _assert_printed(out, table, int(n))
+    # --json: the unrounded numbers whatever --round-to says
+    code, out, err = run_cli("compare", saved["narrow"], saved["right"], "--json", "--round-to", "1", "--quiet")
+    rows = {r["name"]: r for r in json.loads(out)["models"]}
+    for name in table.index:
+        for col in ("elpd", "se", "elpd_diff", "dse", "weight", "diff_flagged"):
+            assert rows[name][col] == pytest.approx(float(table.loc[name, col]), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "x", "", "1e2", "٣"])
+def test_cli_bad_round_to_is_one_line_status_2(saved, bad):
+    code, out, err = run_cli("compare", saved["narrow"], saved["right"], f"--round-to={bad}")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("ppl-loo: error: --round-to: ") and "Traceback" not in err
+    assert "whole number >= 0" in err
