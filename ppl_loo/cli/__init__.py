@@ -5,7 +5,7 @@ Subcommands::
     ppl-loo demo                                   the embedded ovarian demo, end to end
     ppl-loo loo MODEL.stan --data DATA CSV [CSV ...] [--out FIT.nc] [--json] [--refit doubtful]
                                                    adaptive LOO of CmdStan output
-    ppl-loo compare A.nc B.nc ... [--names a b ...] [--html REPORT.html] [--json]
+    ppl-loo compare A.nc B.nc ... [--names a b ...] [--html REPORT.html] [--json] [--round-to N]
                                                    compare saved results (pl.compare)
     ppl-loo report A.nc B.nc ... --out REPORT.html the self-contained HTML report (pl.report)
     ppl-loo sample MODEL.stan --data DATA --out-dir DIR [--chains 4] [--draws 1000] [--seed 1]
@@ -35,7 +35,7 @@ import sys
 
 from ppl_loo.cli import compare_cmd, demo as demo_cmd, stan_cmd
 from ppl_loo.cli.demo import demo
-from ppl_loo.cli.errors import EXIT_CODES, EXIT_EPILOG, run_guarded
+from ppl_loo.cli.errors import EXIT_CODES, EXIT_EPILOG, interrupted, run_guarded
 
 __all__ = ["EXIT_CODES", "build_parser", "demo", "main"]
 
@@ -58,8 +58,11 @@ def build_parser():
 def main(argv=None):
     """Run ``ppl-loo`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        return args.run(args)
+    if args.command == "demo":  # its errors keep their tracebacks; Ctrl-C is one line
+        try:
+            return args.run(args)
+        except KeyboardInterrupt:
+            return interrupted()
     return run_guarded(args.run, args)
 
 

@@ -8,6 +8,8 @@ Every failure a user can cause ends the command with one line on stderr,
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import re
 import sys
 import textwrap
@@ -17,7 +19,8 @@ import warnings
 from ppl_loo.stan import StanCompileError, StanDataError, StanEvaluationError
 
 __all__ = ["EXIT_CODES", "EXIT_EPILOG", "OK", "DOUBTFUL", "BAD_INPUT", "COMPILE_ERROR", "STAN_ERROR", "INTERNAL",
-           "CliError", "one_line", "run_guarded", "warnings_to_stderr", "for_the_command_line"]
+           "CliError", "one_line", "run_guarded", "warnings_to_stderr", "for_the_command_line",
+           "interrupted"]
 
 OK = 0
 DOUBTFUL = 1
@@ -83,13 +86,36 @@ def _classify(err):
     return INTERNAL, f"internal error: {type(err).__name__}: {one_line(err)}; rerun with --debug and report it"
 
 
+def _quiet_after_interrupt():
+    """After Ctrl-C, one line and nothing more: the work still running in JAX's and Stan's threads as the
+    process shuts down (host callbacks told to stop, tracing outside the float64 context) would print dozens of
+    lines of tracebacks and warnings to the terminal. Warnings and logging are switched off and, where stderr is
+    the process's own (the command line, not a caller's redirection), file descriptor 2 goes to /dev/null."""
+    warnings.simplefilter("ignore")
+    logging.disable(logging.CRITICAL)
+    if sys.stderr is sys.__stderr__:
+        try:
+            sys.stderr.flush()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)
+            os.close(null)
+        except (OSError, ValueError):  # no file descriptor 2 to replace: nothing printed there either
+            pass
+
+
+def interrupted():
+    """Ctrl-C: ``ppl-loo: interrupted`` on stderr, nothing after it; the exit status 130 (128 + SIGINT)."""
+    print("ppl-loo: interrupted", file=sys.stderr, flush=True)
+    _quiet_after_interrupt()
+    return 130
+
+
 def run_guarded(fn, args):
     """Run ``fn(args)``; an exception becomes one line on stderr and its exit status (``--debug``: the traceback)."""
     try:
         return fn(args)
     except KeyboardInterrupt:
-        print("ppl-loo: interrupted", file=sys.stderr)
-        return 130
+        return interrupted()
     except Exception as err:  # noqa: BLE001 - the one place every failure is turned into a status
         code, message = _classify(err)
         if getattr(args, "debug", False):

@@ -206,6 +206,43 @@ def test_sigint_during_stan_search():
     assert r["exit_s"] < r["stop_s"] + 10.0, (r["stop_s"], r["exit_s"])
 
 
+#: the same search through the command line: ``ppl-loo loo`` on the CSV files (issue 26: Ctrl-C printed about 47
+#: lines of ``jax.pure_callback failed`` / ``CallbackCancelled`` tracebacks and float64 warnings after the line)
+CLI_SEARCH_SCRIPT = """
+import json, os, sys, tempfile
+import numpy as np
+import ppl_loo as pl
+from ppl_loo.cli import main
+from ppl_loo.stan.sampler import sample_cmdstan_csv
+rng = np.random.default_rng(1)
+N = 40
+y = rng.poisson(np.exp(1.0 + 0.8 * rng.normal(size=N)))
+y[3] = 60
+data = {"N": N, "y": y.tolist()}
+work = tempfile.mkdtemp()
+with open(os.path.join(work, "data.json"), "w") as f:
+    json.dump(data, f)
+prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
+sm = pl.StanModel(prog, data, sampler=True)
+sample_cmdstan_csv(sm, os.path.join(work, "csv"), chains=4, seed=3, num_warmup=300, num_samples=500)
+print("CLI", flush=True)
+sys.exit(main(["loo", prog, "--data", os.path.join(work, "data.json"), os.path.join(work, "csv"), "--mixture",
+               "off", "--smc", "off"]))
+"""
+
+
+def test_sigint_during_cli_search_is_one_line():
+    r = interrupt_when(CLI_SEARCH_SCRIPT, printed("adaptive LOO:"), after_s=2.0, timeout_s=900, env={"ROOT": str(ROOT)})
+    out = r["output"]
+    assert r["signalled"], out[-3000:]
+    assert r["returncode"] == 130, (r["returncode"], out[-3000:])  # 128 + SIGINT, and the CSV table never printed
+    assert "elpd_loo" not in out, out[-3000:]
+    assert "ppl-loo: interrupted" in out, out[-3000:]
+    after = out[out.index("ppl-loo: interrupted") + len("ppl-loo: interrupted"):]
+    assert after.strip() == "", after[:3000]  # nothing after the one line: no traceback, no warning
+    assert "Traceback" not in out and "CallbackCancelled" not in out, out[-3000:]
+
+
 # ----------------------------------------------------------------------------- refits
 REFIT_SCRIPT = """
 import warnings
