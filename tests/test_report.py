@@ -88,6 +88,20 @@ def test_compare_is_arviz_stats_compare_plus_flag_counts(logit):
         assert got.loc[name, "diff_flagged"] == pytest.approx(got.loc[name, "elpd_diff"], abs=1e-9)
 
 
+def test_pvi_draws_settled_by_the_mixture_give_the_same_loo_probabilities(logit):
+    """With the defaults, the mixture run vouches for the PVI draws' adapted estimates, which then use proposals
+    that move draws away from them (mm_iter needs q there: the stored PVI q); their LOO predicted probabilities
+    must agree with those of the MCMC draws' adaptive result (two estimates of E_-i[p(y_i = 1)])."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(logit["pvi_tree"], logit["model"], progressbar=False, random_seed=1)
+    assert int(res.doubtful.values.sum()) == 0 and res.mixture_info["n_ok"] == 40
+    assert set(np.asarray(res.evidence.values).astype(str)) <= {"adapted+mixture", "psis+mixture"}
+    from_pvi = pl.loo_roc(logit["pvi_tree"], res, model=logit["model"]).probability.values
+    from_mcmc = pl.loo_roc(logit["tree"], logit["res"], model=logit["model"]).probability.values
+    np.testing.assert_allclose(from_pvi, from_mcmc, atol=0.03)
+
+
 def test_diff_flagged_is_the_adapted_part_of_elpd_diff(leverage):
     """Known partial case: adaptive vs plain PSIS of the same exact draws; only the adapted observations
     (some, not all) differ, so diff_flagged is all of elpd_diff and the unflagged rest contributes 0."""

@@ -65,7 +65,7 @@ def config_from_plain(plain):
     return EngineConfig(**fields), posterior_draws
 
 
-def proposal_points(model, theta, config, log_q=None, gauss=None):
+def proposal_points(model, theta, config, log_q=None, gauss=None, log_q_fn=None):
     """``points(i, ll_i, transform, hbar) -> (2 S, d)``: the pooled points ``[draws; images]`` of a
     candidate proposal of observation ``i``, matching the stored ``adapted_log_weights``.
 
@@ -81,9 +81,13 @@ def proposal_points(model, theta, config, log_q=None, gauss=None):
         The approximation's log density at the draws (``LooResult.log_q``).
     gauss : SubspaceGaussian or MeanField, optional
         The Gaussian ``q`` of a ``pl.laplace`` / ``pl.qnvb`` fit (its cavity proposals need it).
+    log_q_fn : callable, optional
+        ``log q`` of one unconstrained draw (a ``pl.pvi`` fit's, :func:`~ppl_loo.workflow.stored_q.pvi_log_q`):
+        the proposals that move draws away from the draws (``mm_iter``, the mixtures) need ``q`` there, as the
+        search had it.
     """
     cfg, posterior_draws = config_from_plain(config)
-    _, points, _, _ = compiled_engine(model, cfg, posterior_draws, 1)
+    _, points, _, _ = compiled_engine(model, cfg, posterior_draws, 1, log_q_fn)
     edata = engine_data(model, theta, config, log_q, gauss)
 
     def at(i, ll_i, transform, hbar):

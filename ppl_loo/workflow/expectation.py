@@ -9,7 +9,7 @@ from scipy.special import logsumexp
 
 from ppl_loo.model import as_model
 from ppl_loo.workflow.engine import proposal_points
-from ppl_loo.workflow.stored_q import stored_gaussian
+from ppl_loo.workflow.stored_q import pvi_log_q, stored_gaussian
 from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["loo_expectation", "checked_model"]
@@ -61,7 +61,7 @@ def loo_expectation(data, res, values, *, model=None):
         stored = stored_gaussian(data)
         points = proposal_points(model, theta, res.engine_config,
                                  None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
-                                 None if stored is None else stored[1])
+                                 None if stored is None else stored[1], pvi_log_q(data, theta))
         for j, i in enumerate(np.asarray(adapted["adapted"].values)):
             pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
             fi = np.asarray(values(model.constrain(pts)), dtype=float).reshape(pts.shape[0], -1)[:, i]
