@@ -166,7 +166,7 @@ def test_real_csv_with_warmup_and_thinning(sampled):
     model, paths, logs = sampled
     assert all("Gradient evaluation took" in log for log in logs)
     f = read_cmdstan_csv(paths[0])
-    assert f.config["thin"] == "3" and f.get_int("save_warmup", 0) == 1 and f.config["model"] == model.model_name
+    assert f.config["thin"] == "3" and f.get_int("save_warmup", 0) == 1 and f.config["model"] == "relu_net_model"
     assert f.n_warmup_rows == 50 and f.sampling.shape[0] == 34  # ceil(150 / 3), ceil(100 / 3)
     assert f.step_size is not None and f.inv_metric.shape == (model.dim,)
     assert set(f.timing) == {"warmup", "sampling", "total"}

@@ -38,8 +38,10 @@ __all__ = [
     "BuildResult",
     "StanCacheError",
     "StanCompileError",
+    "SAMPLER_FLAG",
     "build_library",
     "cache_dir",
+    "cached_build",
     "compiler_command",
     "httpstan_dir",
     "stanc_path",
@@ -70,6 +72,10 @@ BASE_CXXFLAGS = (
 LIBRARIES = ("sundials_cvodes", "sundials_idas", "sundials_nvecserial", "tbb")
 #: stanc options httpstan uses (httpstan/compile.py), besides ``--name``.
 STANC_OPTIONS = ("--warn-pedantic",)
+#: compiler flag that adds Stan's NUTS (``ppl_loo.stan.sampler``) to the bridge library; the library built with
+#: it holds every function of the one built without it (``bridge.cpp`` only appends the sampler), so it can
+#: serve a model that does not sample (:func:`cached_build`)
+SAMPLER_FLAG = "-DPLSTAN_WITH_SAMPLER"
 
 
 class StanCompileError(RuntimeError):
@@ -247,6 +253,26 @@ def build_library(
     finally:
         _release_lock(lock, root / f".{key}.lock")
     return BuildResult(library, directory, key, True, time.perf_counter() - t0, warnings)
+
+
+def cached_build(code: str, extra_cxxflags: tuple[str, ...] = (), *, accept_sampler: bool = False) -> BuildResult | None:
+    """The verified cached library of ``code`` built with ``extra_cxxflags``, or ``None``; nothing is compiled.
+
+    With ``accept_sampler=True``, the library built with :data:`SAMPLER_FLAG` as well serves when the one
+    without it is not cached: ``ppl-loo sample`` then ``ppl-loo loo`` of the same program compile it once.
+    """
+    t0 = time.perf_counter()
+    flag_sets = [tuple(extra_cxxflags)]
+    if accept_sampler and SAMPLER_FLAG not in extra_cxxflags:
+        flag_sets.append((*extra_cxxflags, SAMPLER_FLAG))
+    root = _private_cache_root()  # as build_library: a folder others can write is refused, not read
+    for flags in flag_sets:
+        key = cache_key(code, flags)
+        directory = root / key
+        if _verified(directory / "bridge.so"):
+            return BuildResult(directory / "bridge.so", directory, key, False, time.perf_counter() - t0,
+                               _warnings(directory))
+    return None
 
 
 def _build_into_cache(code, key, root: Path, directory: Path, extra_cxxflags, filename_in_msg) -> str:

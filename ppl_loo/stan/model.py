@@ -22,7 +22,7 @@ import numpy as np
 
 from ppl_loo.io import read_rdump
 
-from .compile import BuildResult, StanCompileError, build_library
+from .compile import SAMPLER_FLAG, BuildResult, StanCompileError, build_library, cached_build
 
 __all__ = [
     "LOO_OPTIONS",
@@ -243,7 +243,9 @@ class StanModel:
     sampler
         Also compile Stan's NUTS into the library, for
         :func:`ppl_loo.stan.sampler.sample_cmdstan_csv` (CmdStan-format CSV output without
-        CmdStan); a separate cached library that takes about 40% longer to build.
+        CmdStan); a separate cached library that takes about 40% longer to build. A model built without
+        ``sampler=True`` loads that library when it is cached and its own is not (it holds every function
+        of the plain one), so that sampling a program and then computing its LOO compiles it once.
 
     Attributes
     ----------
@@ -282,7 +284,7 @@ class StanModel:
     ):
         self.code, filename = _read_program(stan_file_or_code)
         if sampler:  # Stan's NUTS in the library (ppl_loo.stan.sampler), a separate cached build
-            extra_cxxflags = (*extra_cxxflags, "-DPLSTAN_WITH_SAMPLER")
+            extra_cxxflags = (*extra_cxxflags, SAMPLER_FLAG)
         self.filename = filename
         self.data = as_data_dict(data)
         if n_obs is not None:
@@ -295,7 +297,9 @@ class StanModel:
         self.loo_options = merge_loo_options(dict(LOO_OPTIONS), n_obs=n_obs, obs_keys=obs_keys,
                                              log_lik=log_lik, loo_extra=loo_extra)
         self.extra_cxxflags = tuple(extra_cxxflags)
-        self.build: BuildResult = build_library(
+        # the library built with the sampler serves too when it is the one cached (ppl-loo sample, then loo)
+        cached = None if force_compile else cached_build(self.code, self.extra_cxxflags, accept_sampler=True)
+        self.build: BuildResult = cached or build_library(
             self.code,
             extra_cxxflags=self.extra_cxxflags,
             filename_in_msg=filename,

@@ -20,13 +20,10 @@ import ctypes
 import os
 from pathlib import Path
 
-from .compile import stanc_version
+from .compile import SAMPLER_FLAG, stanc_version
 from .model import StanEvaluationError, StanModel
 
 __all__ = ["SAMPLER_FLAG", "sample_cmdstan_csv"]
-
-#: compiler flag that adds the sampler to the bridge library
-SAMPLER_FLAG = "-DPLSTAN_WITH_SAMPLER"
 
 
 def _bind(lib) -> None:
@@ -40,14 +37,22 @@ def _bind(lib) -> None:
     lib._plstan_sampler_bound = True
 
 
+def _model_name(model: StanModel) -> str:
+    """CmdStan's ``model =``: the program's name (``pois.stan`` -> ``pois_model``, as stanc names it), or the
+    compiled library's name when the program was given as code."""
+    if model.filename:
+        return f"{Path(model.filename).stem}_model"
+    return model.model_name
+
+
 def _header(model: StanModel, *, path, chain, seed, num_warmup, num_samples, thin, save_warmup, adapt_delta,
-            max_depth, init_radius, stepsize) -> str:
+            max_depth, init_radius, stepsize, data_file=None) -> str:
     major, minor, patch = model.stan_version.split(".")
     lines = [
         f"stan_version_major = {major}",
         f"stan_version_minor = {minor}",
         f"stan_version_patch = {patch}",
-        f"model = {model.model_name}",
+        f"model = {_model_name(model)}",
         "method = sample (Default)",
         "  sample",
         f"    num_samples = {num_samples}",
@@ -73,7 +78,7 @@ def _header(model: StanModel, *, path, chain, seed, num_warmup, num_samples, thi
         "        stepsize_jitter = 0 (Default)",
         f"id = {chain}",
         "data",
-        f"  file = {model.filename or ''}",
+        f"  file = {'' if data_file is None else os.fspath(data_file)}",  # CmdStan's data file (not the program)
         f"init = {init_radius}",
         "random",
         f"  seed = {seed}",
@@ -104,6 +109,7 @@ def sample_cmdstan_csv(
     init_radius: float = 2.0,
     stepsize: float = 1.0,
     prefix: str = "output",
+    data_file=None,
 ) -> tuple[list[Path], list[str]]:
     """Run ``chains`` chains of Stan's NUTS and write ``<output_dir>/<prefix>_<chain>.csv``.
 
@@ -117,6 +123,9 @@ def sample_cmdstan_csv(
         Chain ``c`` (1-based, CmdStan's ``id``) uses Stan's RNG ``create_rng(seed, c)``.
     num_warmup, num_samples, thin, save_warmup, adapt_delta, max_depth, init_radius, stepsize
         CmdStan's arguments of the same names (``adapt delta``, ``nuts max_depth``, ``init``).
+    data_file
+        The path of the data file the model's data came from, written as the header's ``data file =``
+        (CmdStan's ``data file=``); empty when not given (data passed as a dict).
 
     Returns
     -------
@@ -133,7 +142,7 @@ def sample_cmdstan_csv(
         path = out_dir / f"{prefix}_{chain}.csv"
         header = _header(model, path=path, chain=chain, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
                          thin=thin, save_warmup=save_warmup, adapt_delta=adapt_delta, max_depth=max_depth,
-                         init_radius=init_radius, stepsize=stepsize)
+                         init_radius=init_radius, stepsize=stepsize, data_file=data_file)
         log, err = ctypes.c_void_p(), ctypes.c_void_p()
         rc = model._lib.plstan_sample_nuts(
             model._handle, os.fspath(path).encode(), header.encode(), int(num_warmup), int(num_samples), int(thin),
