@@ -84,7 +84,7 @@ for name, idata in fits.items():
         warnings.simplefilter("ignore")  # the summary says what was adapted or doubtful
         results[name] = pl.loo(idata, models[name], progressbar=False)
     print(f"{name}: elpd_loo = {results[name].elpd:.2f} (SE {results[name].se:.2f})")
-    display(results[name].summary_table())
+    display(results[name].summary_table(flagged_only=True))
 
 # %% [markdown]
 # ## Comparison and report

@@ -357,11 +357,14 @@ def test_draws_that_do_not_match_the_model(bounded_fit):
     bad = {"alpha": np.zeros((10,)), "slope": np.zeros((10,)), "sigma": np.ones((10, 2))}
     with pytest.raises(ValueError, match="'sigma'"):
         PyMCModel(model).unconstrain(bad)
-    # a log_likelihood group from other data than the model's: warned, the model's values are used
+    # a log_likelihood group from other data than the model's: refused; with check_log_lik=False warned, and
+    # the model's values are used
     ll = idata["log_likelihood"].to_dataset()
     shifted = xr.DataTree.from_dict({"posterior": post, "log_likelihood": ll + 0.5})
+    with pytest.raises(ValueError, match=r"log_likelihood\['y'\] differs from the model's.*check_log_lik=False"):
+        pl.loo(shifted, model, progressbar=False)
     with pytest.warns(UserWarning, match="differs from the model's"):
-        res = pl.loo(shifted, model, progressbar=False)
+        res = pl.loo(shifted, model, progressbar=False, check_log_lik=False)
     np.testing.assert_allclose(res.elpd, pl.loo(idata, model, progressbar=False).elpd, rtol=1e-12)
 
 

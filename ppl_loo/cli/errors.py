@@ -129,7 +129,8 @@ _CLI_ADVICE = (("pl.loo(data, model, refit='doubtful', random_seed=...)", "--ref
                ("pl.loo(..., refit='doubtful', random_seed=...)", "--refit doubtful --seed N"),
                ("call pl.loo again", "run ppl-loo loo again"),
                ("res.reason", "--json: reason"), ("res.doubtful", "--json: doubtful"),
-               ("res.evidence", "--json: evidence"), ("res.pareto_k_ids()", "--json: pareto_k_psis"))
+               ("res.evidence", "--json: evidence"), ("res.pareto_k_ids()", "--json: pareto_k_psis"),
+               ("check_log_lik=False", "--no-check-log-lik"))
 
 
 def for_the_command_line(text):

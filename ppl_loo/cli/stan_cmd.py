@@ -17,8 +17,9 @@ from ppl_loo.cli.errors import (BAD_INPUT, DOUBTFUL, EXIT_EPILOG, OK, STAN_ERROR
 from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, check_program_file, expand_csv_args, load_data, load_program,
                                 observed_mapping, read_csvs, write_atomic)
 from ppl_loo.stan import StanDataError, StanEvaluationError
-from ppl_loo.stan.compile import cache_dir, cache_key
+from ppl_loo.stan.compile import cache_dir, cached_build
 from ppl_loo.stan.sampler import SAMPLER_FLAG, sample_cmdstan_csv
+from ppl_loo.workflow.draws import LogLikMismatchError
 
 __all__ = ["add_loo_parser", "add_sample_parser", "json_summary", "run_loo", "run_sample"]
 
@@ -62,6 +63,10 @@ def add_loo_parser(sub):
     p.add_argument("--log-lik", default="log_lik", metavar="NAME",
                    help="generated quantity with the pointwise log-likelihood (default log_lik; a program "
                         "without it gets the log-likelihood by data deletion)")
+    p.add_argument("--no-check-log-lik", dest="check_log_lik", action="store_false",
+                   help="use the program's log-likelihood even where the CSV files' --log-lik column differs from it "
+                        "beyond the CSV's precision (by default such CSV files are refused, exit status 2: they "
+                        "were written by another program or with other data)")
     p.add_argument("--posterior-predictive", action="append", metavar="NAME[=DATA]",
                    help="generated quantity for the posterior_predictive group (repeatable); see below")
     p.add_argument("--n-obs", metavar="NAME", help="data entry with the number of observations (when ambiguous)")
@@ -118,9 +123,10 @@ def _compile(args, data, sampler=False):
     """The program, with a notice when it is not in the cache yet (the first build takes a minute)."""
     try:
         flags = (SAMPLER_FLAG,) if sampler else ()
-        cached = (cache_dir() / cache_key(Path(args.stan_file).read_text(), flags) / "bridge.so").exists()
-    except OSError:
-        cached = True  # load_program names the missing file
+        # the sampler's library serves loo as well (ppl-loo sample, then loo: one build)
+        cached = cached_build(Path(args.stan_file).read_text(), flags, accept_sampler=not sampler) is not None
+    except Exception:  # noqa: BLE001 - a missing file or a bad cache folder: load_program names it
+        cached = True
     if not cached:
         _say(args, f"{args.stan_file}: compiling the Stan program{' with the sampler' if sampler else ''} "
                    f"(about a minute, once: cached in {cache_dir()})")
@@ -139,7 +145,10 @@ def _run_loo(args, tree, model):
         with warnings_to_stderr(args.quiet):
             return pl.loo(tree, model, refit=refit, random_seed=args.seed, progressbar=not args.quiet,
                           refit_kwargs=kw or None, k_threshold=getattr(args, "k_threshold", None),
-                          mixture=_OPINION[getattr(args, "mixture", "off")], smc=_OPINION[getattr(args, "smc", "off")])
+                          mixture=_OPINION[getattr(args, "mixture", "off")], smc=_OPINION[getattr(args, "smc", "off")],
+                          check_log_lik=getattr(args, "check_log_lik", True))
+    except LogLikMismatchError as err:
+        raise _mismatch_error(args, tree, model, err) from err
     except StanEvaluationError as err:
         raise CliError(args.stan_file, f"Stan failed on the draws: {one_line(err)}",
                        "check that the program and the data are the ones the CSV files came from",
@@ -152,6 +161,27 @@ def _run_loo(args, tree, model):
                        "(--debug for the traceback)") from err
 
 
+def _mismatch_error(args, tree, model, err):
+    """The CSV files' log-likelihood is not the program's with this data file: one line naming the files, the
+    observation, what differs (and the CSV columns the program does not declare), and the fix."""
+    paths = list(getattr(args, "csv_paths", None) or args.csv)
+    csvs = paths[0] + (f" (and {len(paths) - 1} more)" if len(paths) > 1 else "")
+    where = f"{csvs} and {args.data}" if args.data else csvs
+    program = Path(args.stan_file).name
+    what = err.detail.replace(f"log_likelihood[{err.var_name!r}]", f"column {err.var_name!r} of the CSV files", 1)
+    if args.data:
+        what = what.replace("in the model's data:", f"in {Path(args.data).name}:")
+    what = what.replace("the model's", f"{program}'s").replace("this model", program)
+    declared = set(model.get_dims()) | {err.var_name}
+    extra = [v for v in tree["posterior"].to_dataset().data_vars if v not in declared]
+    if extra:
+        what += f"; the CSV files have columns {program} does not declare ({', '.join(map(str, extra[:5]))})"
+    column = "" if err.var_name == "log_lik" else f" and --log-lik the column with the pointwise log-likelihood"
+    fix = (f"give the program and the data file the CSV files were written with{column}, or --no-check-log-lik "
+           f"to use {program}'s log-likelihood anyway")
+    return CliError(where, what, fix)
+
+
 def run_loo(args):
     """``ppl-loo loo``; exit status 0, or 1 when some observations are doubtful."""
     k = getattr(args, "k_threshold", None)
@@ -162,6 +192,7 @@ def run_loo(args):
     data = load_data(args.data)
     with warnings_to_stderr(args.quiet):  # a file given twice, identical chains
         paths = expand_csv_args(args.csv)
+        args.csv_paths = paths
         pp, observed = observed_mapping(args.posterior_predictive, data, args.data, paths[0])
         if args.log_lik in ("", "none"):  # no log-likelihood column: by data deletion
             args.log_lik = None
@@ -250,7 +281,7 @@ def run_sample(args):
     try:
         paths, _ = sample_cmdstan_csv(model, out_dir, chains=args.chains, seed=args.seed, num_warmup=args.warmup,
                                       num_samples=args.draws, thin=args.thin, adapt_delta=args.adapt_delta,
-                                      max_depth=args.max_depth, prefix=args.prefix)
+                                      max_depth=args.max_depth, prefix=args.prefix, data_file=args.data)
     except StanEvaluationError as err:
         raise CliError(args.stan_file, one_line(err), "check the program and its data", STAN_ERROR) from err
     for p in paths:

@@ -20,7 +20,7 @@ from xarray.namedarray.utils import is_duck_dask_array
 from ppl_loo.jax_settings import x64
 from ppl_loo.numerics.loo import psis_identity
 from ppl_loo.workflow.adapt import Candidates
-from ppl_loo.workflow.draws import OFF_MODEL, warn_if_differs
+from ppl_loo.workflow.draws import OFF_MODEL, check_stored_log_lik
 from ppl_loo.workflow.inputs import (SAMPLE_DIMS, align_obs_dims, check_finite, get_log_likelihood, non_finite_error,
                                      stack_draws, stan_labelled)
 from ppl_loo.workflow.plain import (NON_FINITE_FIX, Plain, logmeanexp, plain_log_likelihood, plain_loo_checks,
@@ -265,16 +265,18 @@ def chunked_plain(stored, draws, chunk_size=None):
     return Plain(LogRatioRows(stored, offset, chunk_size), p.elpd, p.k, lw, p.mcse, p.n_eff, p.influence), p.lpd
 
 
-def flagged_log_lik(data, model, draws, stored, obs_idx):
+def flagged_log_lik(data, model, draws, stored, obs_idx, check_log_lik=True):
     """:class:`FlaggedColumns` of the model's log-likelihood at the observations ``obs_idx`` only, checked
-    for non-finite values and compared with the stored values of the same columns."""
+    for non-finite values and compared with the stored values of the same columns (``check_log_lik``: a
+    difference beyond their precision raises, False: warns; :func:`~ppl_loo.workflow.draws.check_stored_log_lik`)."""
     S, n = draws.theta.shape[0], int(np.prod(model.obs_shape or (1,), dtype=np.int64))
     obs_idx = np.asarray(obs_idx, dtype=np.int64)
     ll = np.zeros((S, 0))
     if obs_idx.size:
         ll = np.asarray(model.log_lik(jnp.asarray(draws.theta), obs=obs_idx), dtype=np.float64)
         check_finite(ll, f"the pointwise log-likelihood {draws.var_name!r} at the posterior draws", OFF_MODEL)
-        warn_if_differs(data, draws.var_name, read_columns(stored, obs_idx), ll, stacklevel=4)
+        check_stored_log_lik(data, draws.var_name, read_columns(stored, obs_idx), ll, check=check_log_lik,
+                             model=model, stored_da=stored, obs_idx=obs_idx, stacklevel=4)
     return FlaggedColumns(ll, obs_idx, n)
 
 

@@ -9,6 +9,7 @@ import xarray as xr
 
 __all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH",
            "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
+           "obs_label_list",
            "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels"]
 
 SAMPLE_DIMS = ("chain", "draw")
@@ -260,21 +261,32 @@ def _default_dims(ref0):
     return True
 
 
+def obs_label_list(ref0, idx=None):
+    """One label per flat observation index in ``idx`` (every observation when None), as :func:`obs_labels`
+    writes them; the coordinate values are read once, so that labelling every observation stays fast."""
+    idx = np.arange(int(np.prod(ref0.shape, dtype=int))) if idx is None else np.asarray(idx, dtype=int).ravel()
+    stan = bool(ref0.attrs.get("stan_labels")) and ref0.ndim > 0 and _default_dims(ref0)
+    name = ref0.name or ""
+    if not ref0.ndim:
+        return [f"{name}[]" for _ in idx]
+    pos = np.unravel_index(idx, ref0.shape)
+    if stan:
+        return [f"{name}[{','.join(str(int(p[j]) + 1) for p in pos)}]" for j in range(idx.size)]
+    values = [np.asarray(ref0.coords[d].values) if d in ref0.coords else None for d in ref0.dims]
+    out = []
+    for j in range(idx.size):
+        parts = []
+        for d, vals, p in zip(ref0.dims, values, pos):
+            val = vals[p[j]] if vals is not None else int(p[j])
+            parts.append(f"{d}={val.item() if hasattr(val, 'item') else val!r}")
+        out.append(f"{name}[{', '.join(parts)}]")
+    return out
+
+
 def obs_labels(ref0, idx, limit=10):
     """Labels of the flat observation indices ``idx`` of ``ref0`` (the obs dims only), in the user's terms:
     ``"y[a=1, b='u']"`` (the coordinate values), or ``"log_lik[8]"`` (1-based, as the CmdStan CSV column
     ``log_lik.8``) for Stan draws with the converters' default dims (``ref0.attrs["stan_labels"]``)."""
     idx = [int(i) for i in np.atleast_1d(idx)]
-    stan = bool(ref0.attrs.get("stan_labels")) and ref0.ndim > 0 and _default_dims(ref0)
-    out = []
-    for i in idx[:limit]:
-        pos = np.unravel_index(i, ref0.shape) if ref0.ndim else ()
-        if stan:
-            out.append(f"{ref0.name or ''}[{','.join(str(int(p) + 1) for p in pos)}]")
-            continue
-        parts = []
-        for d, p in zip(ref0.dims, pos):
-            val = ref0.coords[d].values[p] if d in ref0.coords else p
-            parts.append(f"{d}={val.item() if hasattr(val, 'item') else val!r}")
-        out.append(f"{ref0.name or ''}[{', '.join(parts)}]")
+    out = obs_label_list(ref0, idx[:limit])
     return ", ".join(out) + (f" and {len(idx) - limit} more" if len(idx) > limit else "")

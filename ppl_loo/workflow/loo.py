@@ -45,7 +45,7 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
         progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
         min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None,
-        client=None, mixture="auto", mixture_kwargs=None, smc="auto"):
+        client=None, mixture="auto", mixture_kwargs=None, smc="auto", check_log_lik=True):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -157,6 +157,13 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         parameters (its moves cost minutes per observation beyond; ``res.smc_info`` says when it was skipped);
         True: every searched observation, whatever the dimension; False: never. It counts only when the
         posterior draws converged.
+    check_log_lik : bool
+        With a model and a ``log_likelihood`` group: the stored values must be the model's at the same draws,
+        within the precision they were stored with (a CmdStan CSV's ``sig_figs``, relative to each value's
+        magnitude; float rounding for PyMC and JAX draws). A larger difference means the draws do not belong
+        to the model, its data, or the stored variable is not the log-likelihood, and raises a ``ValueError``
+        (:class:`~ppl_loo.workflow.draws.LogLikMismatchError`) naming the observation that differs most.
+        False: a warning instead, and the model's values are used (as they always are).
 
     Each ``elpd_i`` says which evidence vouches for it (``res.evidence``, :mod:`ppl_loo.workflow.vouch.rule`):
     estimates from independent draws (the search's, mixture IS, SMC, a refit) that agree within 3 combined
@@ -190,7 +197,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
     model = as_model(model, var_name=var_name, data=data)
     stored = stored_for_chunks(data, var_name, model, chunk_size, refit)  # None: in memory
-    draws = loo_draws(data, model, var_name, log_q, log_lik=stored is None)
+    draws = loo_draws(data, model, var_name, log_q, log_lik=stored is None, check_log_lik=check_log_lik)
     if reff is not None and not draws.approx:
         draws = draws._replace(r_eff=reff)
     names = names + approximation_transforms(draws, transforms, names)
@@ -204,7 +211,8 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     plain, lpd = (plain_psis(draws), None) if stored is None else chunked_plain(stored, draws, chunk_size)
     flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
     obs_idx = np.flatnonzero(flagged)
-    draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored, obs_idx))
+    draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored, obs_idx,
+                                                                                 check_log_lik))
     results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar, False if client is None else client)
     pw = Pointwise.from_plain(plain)
     table = Candidates if stored is None else SearchedCandidates  # out of core: rows of the searched only
@@ -222,7 +230,8 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
                                                     mixture, mixture_kwargs, smc, random_seed)
     refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
     evidence[pw.refit & ~pw.doubtful] = "refit"
-    reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes)
+    evidence[pw.doubtful] = ""  # a refit that did not converge leaves its observation doubtful, whatever vouched
+    reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes, refit_info)
     _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
           _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
@@ -242,12 +251,19 @@ def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
     return psis_loo(data, var_name, k_threshold, reff, chunk_size)
 
 
-def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes=None):
+def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes=None, refit_info=None):
     """Why each doubtful observation is doubtful, in words (``""`` elsewhere); ``notes``: what the second opinions
-    said (:func:`~ppl_loo.workflow.vouch.rule.settle`), appended."""
+    said (:func:`~ppl_loo.workflow.vouch.rule.settle`), appended; ``refit_info``: the refits' records (a refit
+    that did not converge says so)."""
     n = pw.k.shape[0]
     reason = np.full(n, "", dtype=object)
     _, plain_reason = pointwise_reasons(plain.k, k_threshold, plain.log_ratios)
+    for i in np.flatnonzero(pw.doubtful & pw.refit):
+        rec = (refit_info or {}).get(int(i), {})
+        reason[i] = (f"the refit without it did not converge (R-hat of log p(y_i | theta) "
+                     f"{rec.get('rhat_loglik', float('nan')):.3f}, largest parameter R-hat "
+                     f"{rec.get('rhat_max', float('nan')):.3f}, above {RHAT_VOUCH}); more refit draws "
+                     "(refit_kwargs) may settle it")
     for i in np.flatnonzero(pw.doubtful & ~pw.refit):
         k = pw.k[i]
         if unconverged:
@@ -363,7 +379,7 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
         elpd=stable_sum(pw.elpd), se=stable_se(pw.elpd),
         p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),
         approx_posterior=draws.approx, refit_info=refit_info, candidates=cands.as_dict(), var_name=draws.var_name,
-        stan_labels=stan_labelled(data, model),
+        stan_labels=stan_labelled(data, model), n_params=int(draws.theta.shape[1]),
         log_weights=plain.lw if isinstance(plain.lw, xr.DataArray) else draws_array(data, plain.lw.T, da(plain.k, None),
                                                                                    "log_weights"),
         adapted_log_weights=adapted_weights_array(obs_idx[used], [cands.labels[b] for b in cands.best[used]],

@@ -270,7 +270,7 @@ def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_se
         warn_refits_not_converged(bad, worst)
     for i, rec in records.items():
         pw.elpd[i], pw.mcse[i] = rec["elpd_i"], rec["mcse"]
-        pw.transform[i], pw.hbar[i], pw.k[i] = "refit", np.nan, 0.0
+        pw.transform[i], pw.hbar[i], pw.k[i] = "refit", np.nan, np.nan  # no importance sampling: no k-hat
         pw.refit[i] = True
         pw.doubtful[i] = not refit_converged(rec)
     if skipped:

@@ -185,7 +185,9 @@ def _khat_html(named):
         line = (f"{name}: {after.size} observations; Pareto k above good_k {good_k:.2f}: {n_before} with plain PSIS, "
                 f"{int(np.sum(after > good_k))} after adaptation (above 0.7: {n_before_07} before, "
                 f"{int(np.sum(after > 0.7))} after); {int(masks['adapted'].sum())} adapted, "
-                f"{int(masks['doubtful'].sum())} doubtful, {int(masks['refit'].sum())} refit.")
+                f"{int(masks['doubtful'].sum())} doubtful, {int(masks['refit'].sum())} refit"
+                + (f"; no k-hat after (NaN: refit, mixture or SMC, not importance sampling) for "
+                   f"{int(np.isnan(after).sum())}" if np.isnan(after).any() else "") + ".")
         trust = "".join(f"<li>{escape(t)}</li>" for t in res.trust_lines()) if res.transform is not None else ""
         parts.append(f"<h3>{escape(name)}</h3>\n<p>{escape(line)}</p>\n"
                      f'<img src="{uri}" alt="{escape(f"Pareto k of {name}")}">\n<ul>{trust}</ul>')

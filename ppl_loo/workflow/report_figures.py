@@ -34,15 +34,23 @@ def _thresholds(ax, good_k):
 
 
 def khat_figure(k_before, k_after, adapted, good_k, title):
-    """Pareto k of plain PSIS and after adaptation against the observation index (adapted ones in orange)."""
+    """Pareto k of plain PSIS and after adaptation against the observation index (adapted ones in orange).
+
+    A NaN k-hat (no importance sampling: a refit, mixture or SMC estimate) is not a value: it is drawn as a
+    grey tick on the bottom edge, outside the k scale, never as a point at 0."""
     fig, (a0, a1) = _figure(2)
     idx = np.arange(k_after.size)
     for ax, k, label in ((a0, k_before, "plain PSIS"), (a1, k_after, "after adaptation")):
         if k is None:
             ax.text(0.5, 0.5, "not available", ha="center", transform=ax.transAxes)
             continue
-        ax.scatter(idx[~adapted], k[~adapted], s=14, color="tab:blue", label="not adapted")
-        ax.scatter(idx[adapted], k[adapted], s=18, color="tab:orange", marker="D", label="adapted")
+        k = np.asarray(k, dtype=float)
+        nan = np.isnan(k)
+        ax.scatter(idx[~adapted & ~nan], k[~adapted & ~nan], s=14, color="tab:blue", label="not adapted")
+        ax.scatter(idx[adapted & ~nan], k[adapted & ~nan], s=18, color="tab:orange", marker="D", label="adapted")
+        if nan.any():  # x in data, y in axes coordinates: the k scale is not stretched to hold them
+            ax.plot(idx[nan], np.zeros(int(nan.sum())), ls="none", marker="|", ms=10, color="0.4", clip_on=False,
+                    transform=ax.get_xaxis_transform(), label="no k-hat (refit, mixture, SMC)")
         _thresholds(ax, good_k)
         ax.set(xlabel="observation", ylabel="Pareto k", title=f"{title}: {label}")
     a1.legend(fontsize=7, loc="best")

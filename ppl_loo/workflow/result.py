@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ import xarray as xr
 from arviz_stats.utils import ELPDDataLOO
 from xarray import DataArray
 
-from ppl_loo.workflow.inputs import RHAT_VOUCH, obs_labels, with_stan_labels
+from ppl_loo.workflow.inputs import RHAT_VOUCH, obs_label_list, with_stan_labels
 
 __all__ = ["LooResult", "loo_datatree"]
 
@@ -23,7 +24,7 @@ WEIGHTS = ("log_weights", "log_q", "adapted_log_weights")
 #: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
 SUMMARY = {"elpd": float, "se": float, "p": float, "good_k": float, "n_samples": int, "n_data_points": int,
            "warning": bool, "scale": str, "approx_posterior": bool, "max_rhat": float, "max_rhat_var": str,
-           "var_name": str, "approximation": str, "pareto_k_q": float, "stan_labels": bool}
+           "var_name": str, "approximation": str, "pareto_k_q": float, "stan_labels": bool, "n_params": int}
 
 
 @dataclass(kw_only=True, repr=False)
@@ -52,11 +53,13 @@ class LooResult(ELPDDataLOO):
     - ``reason``: why an observation is doubtful, in words (``""`` where nothing is wrong), e.g.
       ``"k-hat 1.10 above 0.70: ..."`` or ``"k-hat nan could not be estimated: 93% of the draws tie ..."``;
       every NaN or infinite ``elpd_i`` or ``pareto_k`` (other than ``-inf``: exactly uniform weights, a
-      constant log-likelihood) has one, and ``warning`` is then True;
+      constant log-likelihood; and NaN ``pareto_k`` where no importance sampling gave ``elpd_i``: a refit, mixture
+      or SMC estimate) has one, and ``warning`` is then True;
     - ``max_rhat``: the largest rank-normalized split R-hat over the posterior variables (NaN for
       draws of an approximation) and ``max_rhat_var``, where it is;
     - ``refit``: True where ``elpd_i`` comes from refitting the model without the observation
-      (``pl.loo(..., refit=...)``); ``refit_info`` has each refit's sampler, divergences, R-hat
+      (``pl.loo(..., refit=...)``); its ``pareto_k`` is NaN (no importance sampling; ``pareto_k_psis``
+      keeps plain PSIS's); ``refit_info`` has each refit's sampler, divergences, R-hat
       of ``log p(y_i | theta)`` and wall time;
     - ``searched``: True where the adaptive search examined the observation;
     - ``evidence``: what vouches for ``elpd_i`` (``docs/method.md``, section 6;
@@ -66,6 +69,9 @@ class LooResult(ELPDDataLOO):
       of the second opinions that ran (the mixture run's chains, draws, seconds, divergences, max R-hat, and per
       observation its estimate, SE and whether it passed its checks; SMC's particles, tempering steps,
       acceptance), None where they did not run;
+    - ``n_params``: the number of parameters (the model's unconstrained dimension; None without a model):
+      ``p_loo`` above it is, by the ``loo`` glossary (Vehtari et al.), likely a sign of a badly misspecified
+      model, and :meth:`trust_lines` says so;
     - ``stan_labels``: observations are named as Stan names them (``log_lik[8]``, 1-based, the CmdStan CSV column
       ``log_lik.8``) in messages and :meth:`obs_labels`, for draws from Stan; else by their coordinate values;
     - for draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``, or ``log_q=``):
@@ -113,6 +119,7 @@ class LooResult(ELPDDataLOO):
     mixture_info: Any = None
     smc_info: Any = None
     stan_labels: bool = False  # observations labelled as Stan does (log_lik[8], 1-based): draws from Stan
+    n_params: int | None = None  # the model's unconstrained dimension (p_loo above it: misspecification)
 
     _display_kind = "loo"
 
@@ -121,6 +128,16 @@ class LooResult(ELPDDataLOO):
         if self.transform is not None:
             header += "\n" + "\n".join(self.trust_lines())
         return header
+
+    def _footer(self):
+        footer = super()._footer()
+        if self.pareto_k is None or self.good_k is None:
+            return footer
+        n_nan = int(np.isnan(np.asarray(self.pareto_k.values, dtype=float)).sum())
+        if n_nan:
+            footer += (f"\n{n_nan} observation(s) have no Pareto k-hat (NaN: elpd_i from a refit, mixture or SMC, "
+                       "not importance sampling); the counts above are of the others")
+        return footer
 
     def trust_lines(self):
         """What was adapted, refit and doubtful, and how much of ``elpd_loo`` those observations carry."""
@@ -141,6 +158,7 @@ class LooResult(ELPDDataLOO):
             lines.append(f"Draws from a {self.approximation} approximation q: k-hat of p/q {self.pareto_k_q:.2f}; "
                          f"q alone good enough (k of p(theta|y_-i)/q <= {self.good_k:.2f}) for {int(ok.sum())} of "
                          f"{ok.size} observations")
+        lines += self.p_loo_lines()
         if self.max_rhat > RHAT_VOUCH:
             lines.append(f"The draws have not converged (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}): "
                          "no estimate from them alone is vouched for.")
@@ -150,13 +168,29 @@ class LooResult(ELPDDataLOO):
                          "random_seed=...) replaces them by exact refits.")
         return lines
 
-    def obs_labels(self, idx, limit=None):
-        """The user's labels of the flat observation indices ``idx``: ``["log_lik[8]", ...]`` for Stan draws
-        (1-based, the CSV column ``log_lik.8``), ``["y[obs_id='a']", ...]`` (coordinate values) otherwise."""
+    def p_loo_lines(self):
+        """A line when ``p_loo`` exceeds the number of parameters ``n_params``: the ``loo`` glossary
+        (Vehtari et al.) reads ``p_loo > p`` as a likely sign of a badly misspecified model."""
+        p = self.n_params
+        if p is None or not np.isfinite(self.p) or not self.p > p:
+            return []
+        n = self.n_data_points
+        hint = (f" With p small relative to n = {n}, posterior predictive checks are likely to show it too; an "
+                "overdispersed model or more structure (nonlinearity, a mixture) may help." if n and p < n / 5 else "")
+        return [f"p_loo {self.p:.1f} is above the model's {p} parameter(s): by the loo glossary (Vehtari et al.), "
+                f"p_loo > p is likely to indicate that the model is badly misspecified.{hint}"]
+
+    def obs_labels(self, idx=None, limit=None):
+        """The user's labels of the flat observation indices ``idx`` (every observation when None):
+        ``["log_lik[8]", ...]`` for Stan draws (1-based, the CSV column ``log_lik.8``), ``["y[obs_id='a']", ...]``
+        (coordinate values) otherwise."""
         ref0 = self.elpd_i.rename(self.var_name or "")
         ref0 = with_stan_labels(ref0, self.stan_labels)
-        idx = [int(i) for i in np.atleast_1d(idx)]
-        return [obs_labels(ref0, [i]) for i in idx[:limit]]
+        if idx is not None:
+            idx = [int(i) for i in np.atleast_1d(idx)][:limit]
+        elif limit is not None:
+            idx = list(range(min(int(limit), int(ref0.size))))
+        return obs_label_list(ref0, idx)
 
     def pareto_k_ids(self, threshold=None, after=False):
         """Flat indices (0-based) of the observations whose Pareto k-hat is above ``threshold`` (default
@@ -220,10 +254,45 @@ class LooResult(ELPDDataLOO):
         n = int(np.asarray(self.elpd_i.values).size)
         return np.zeros(n, bool) if v is None else np.asarray(v.values, bool).ravel()
 
-    def summary_table(self, only_adapted=True):
-        """A pandas DataFrame of the pointwise results (adapted observations by default)."""
+    def flagged(self):
+        """Flat mask of the observations :meth:`summary_table` keeps with ``flagged_only=True``: plain PSIS's
+        k-hat above ``good_k``, or ``elpd_i`` not plain PSIS's (adapted, failed, mixture, SMC, refit), or
+        doubtful, or refit."""
+        n = int(np.asarray(self.elpd_i.values).size)
+        mask = self._flag("doubtful") | self._flag("refit")
+        k = self.pareto_k_psis if self.pareto_k_psis is not None else self.pareto_k
+        if k is not None and self.good_k is not None:
+            with np.errstate(invalid="ignore"):
+                mask |= np.asarray(k.values, dtype=float).ravel() > float(self.good_k)
+        if self.transform is not None:
+            mask |= np.asarray(self.transform.values).astype(str).ravel() != "psis"
+        return mask.reshape(n)
+
+    def summary_table(self, flagged_only=False, *, only_adapted=None):
+        """A pandas DataFrame of the pointwise results, one row per observation, as R ``loo``'s ``pointwise``
+        and ArviZ's ``loo_i`` / ``pareto_k``.
+
+        Indexed by the observation's label (:meth:`obs_labels`: ``"y[obs=3]"``, ``"log_lik[8]"`` for Stan draws),
+        in the order of ``res.elpd_i.values.ravel()``. Columns: ``pareto_k_psis`` (plain PSIS), ``pareto_k``
+        (of the estimate reported; NaN where no importance sampling gave it: refit, mixture, SMC),
+        ``transform``, ``hbar``, ``elpd_i``, ``mcse_elpd_i``, ``p_loo_i``, ``influence``, ``doubtful``,
+        ``reason``, ``refit``, ``evidence`` (those the result has). ``attrs["summary"]``: :meth:`trust_lines`.
+
+        Parameters
+        ----------
+        flagged_only : bool
+            Keep only the flagged observations (:meth:`flagged`): plain PSIS's k-hat above ``good_k``,
+            adapted (``transform`` not ``"psis"``), doubtful or refit.
+        only_adapted : bool, optional
+            Deprecated alias of ``flagged_only`` (its default used to be True).
+        """
         import pandas as pd
 
+        if only_adapted is not None:
+            warnings.warn("summary_table(only_adapted=...) is deprecated: every observation is listed by default; "
+                          "use summary_table(flagged_only=True) for the flagged ones.", DeprecationWarning,
+                          stacklevel=2)
+            flagged_only = bool(only_adapted)
         cols = {
             "pareto_k_psis": self.pareto_k_psis,
             "pareto_k": self.pareto_k,
@@ -231,15 +300,18 @@ class LooResult(ELPDDataLOO):
             "hbar": self.hbar_used,
             "elpd_i": self.elpd_i,
             "mcse_elpd_i": self.mcse_elpd_i,
+            "p_loo_i": self.p_loo_i,
             "influence": self.influence,
             "doubtful": self.doubtful,
             "reason": self.reason,
             "refit": self.refit,
+            "evidence": self.evidence,
         }
-        df = pd.DataFrame({k: np.asarray(v.values).ravel() for k, v in cols.items() if v is not None})
-        if only_adapted:
-            df = df[(df["transform"] != "psis") | df["doubtful"]]
-        df.attrs["summary"] = self.trust_lines()
+        index = pd.Index(self.obs_labels(), name="observation")
+        df = pd.DataFrame({k: np.asarray(v.values).ravel() for k, v in cols.items() if v is not None}, index=index)
+        if flagged_only:
+            df = df[self.flagged()]
+        df.attrs["summary"] = self.trust_lines() if self.transform is not None else []
         return df
 
     def to_datatree(self):

@@ -73,4 +73,4 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_kwargs=
         transform=da(np.full(elpd.size, "mixture"), "transform"), evidence=da(np.where(run.ok, "mixture", ""),
                                                                              "evidence"),
         refit=da(np.zeros(elpd.size, bool), "refit"), var_name=draws.var_name, mixture_info=info,
-        approx_posterior=False)
+        n_params=int(draws.theta.shape[1]), approx_posterior=False)
