@@ -237,8 +237,11 @@ class LooResult(ELPDDataLOO):
         lines = [f"Vouched for: {int((ev != '').sum())} of {ev.size} observations" + (f" ({parts})" if parts else "")]
         info = self.mixture_info
         if info and "error" not in info:
+            first = info.get("first_run")
+            again = (f" (a second run: the first, of {first['draws']} draws per chain, failed its own checks)"
+                     if first else "")
             lines.append(f"Mixture importance sampling: {info['chains']} chains x {info['draws']} draws in "
-                         f"{info['seconds']:.1f} s, max R-hat {info['max_rhat']:.3f}, {info['divergences']} "
+                         f"{info['seconds']:.1f} s{again}, max R-hat {info['max_rhat']:.3f}, {info['divergences']} "
                          f"divergences; its estimate passes its checks for {info['n_ok']} observations")
         elif info:
             lines.append(f"Mixture importance sampling failed: {info['error']}")

@@ -34,7 +34,7 @@ from ppl_loo.workflow.inputs import rank_rhat
 from ppl_loo.workflow.interrupt import run_interruptible
 
 __all__ = ["MixtureRun", "MIN_ESS", "MAX_DIVERGENT", "MAX_PARAM_RHAT", "default_seed", "run_mixture",
-           "mixture_vouches", "mixture_settings", "check_mixture_values"]
+           "mixture_vouches", "mixture_settings", "check_mixture_values", "mixture_run_ok"]
 
 #: an observation's mixture estimate vouches only with at least this effective sample size of its ratio (MCMC) and
 #: of its LOO weights and the posterior's weights (importance sampling)
@@ -170,13 +170,20 @@ def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
     return MixtureRun(est.elpd, est.mcse, est.ess, rhat, ok, info, draws)
 
 
+def mixture_run_ok(info):
+    """The run's own checks, which every estimate shares: divergences at most :data:`MAX_DIVERGENT` of its draws,
+    the R-hat of its mixture weights at most :data:`MAX_PARAM_RHAT`, the importance-sampling ESS of the posterior's
+    weights at least :data:`MIN_ESS`."""
+    n_draws = max(int(info["chains"]) * int(info["draws"]), 1)
+    return bool(info["divergences"] <= MAX_DIVERGENT * n_draws and not info["rhat_mixture_weights"] > MAX_PARAM_RHAT
+                and info["ess_posterior_weights"] >= MIN_ESS)
+
+
 def mixture_vouches(ess, rhat, info):
     """Per observation: the mixture estimate may vouch (its own R-hat at most :data:`MAX_PARAM_RHAT`, its MCMC
     and importance-sampling ESS at least :data:`MIN_ESS`; the run's divergences at most :data:`MAX_DIVERGENT` of
     its draws, the R-hat of its mixture weights at most :data:`MAX_PARAM_RHAT`, the importance-sampling ESS of
     the posterior's weights at least :data:`MIN_ESS`: the normalizer every estimate shares)."""
-    n_draws = max(int(info["chains"]) * int(info["draws"]), 1)
-    run_ok = (info["divergences"] <= MAX_DIVERGENT * n_draws and not info["rhat_mixture_weights"] > MAX_PARAM_RHAT
-              and info["ess_posterior_weights"] >= MIN_ESS)
+    run_ok = mixture_run_ok(info)
     rhat = np.asarray(rhat, dtype=float)
     return run_ok & (np.nan_to_num(rhat, nan=1.0) <= MAX_PARAM_RHAT) & (np.asarray(ess) >= MIN_ESS)

@@ -10,12 +10,15 @@ import numpy as np
 
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
 from ppl_loo.workflow.refit import refit_settings
-from ppl_loo.workflow.vouch.mixture import mixture_settings, run_mixture
+from ppl_loo.workflow.vouch.mixture import default_seed, mixture_run_ok, mixture_settings, run_mixture
 from ppl_loo.workflow.vouch.rule import Opinion, settle
 from ppl_loo.workflow.vouch.smc import run_smc
 
 __all__ = ["second_opinions", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS", "SMC_AUTO_MAX_DIM"]
 
+#: a mixture run whose own checks fail (divergences, its weights' R-hat or ESS) runs once more with twice the draws
+#: and at least this target acceptance (leverage_wide_pymc: weights R-hat 1.0515 at 4 x 1,000 draws)
+RETRY_TARGET_ACCEPT = 0.95
 #: smc="auto" runs tempered SMC only for models of at most this many unconstrained parameters
 SMC_AUTO_MAX_DIM = 100
 #: the mixture run's settings where the fit has none to reuse (one chain, or too few draws)
@@ -51,8 +54,19 @@ def mixture_run_settings(data, overrides=None):
 
 def _mixture(model, data, draws, mixture_kwargs, random_seed):
     """The mixture opinion and the run's info (with the error where it could not run)."""
+    settings = mixture_run_settings(data, mixture_kwargs)
     try:
-        run = run_mixture(model, draws.theta, mixture_run_settings(data, mixture_kwargs), random_seed)
+        run = run_mixture(model, draws.theta, settings, random_seed)
+        if not mixture_run_ok(run.info):  # once more, twice as long, more careful steps
+            retry = {**settings, "draws": 2 * settings["draws"],
+                     "target_accept": max(float(settings["target_accept"]), RETRY_TARGET_ACCEPT)}
+            seed = (default_seed(draws.theta) if random_seed is None else int(random_seed)) + 1
+            again = run_mixture(model, draws.theta, retry, seed)
+            first = {k: run.info[k] for k in ("divergences", "rhat_mixture_weights", "ess_posterior_weights",
+                                               "seconds", "draws")}
+            if mixture_run_ok(again.info) or again.ok.sum() > run.ok.sum():
+                run = again._replace(info={**again.info, "seconds": again.info["seconds"] + first["seconds"]})
+            run.info["first_run"] = first
     except (ValueError, RuntimeError, TypeError) as err:
         warnings.warn(f"pl.loo: the mixture importance-sampling run failed ({err}); the observations it was to "
                       "check are judged without it.", UserWarning, stacklevel=4)
