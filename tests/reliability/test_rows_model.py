@@ -142,8 +142,10 @@ def edge_fit():
 
 
 def edge(var):
+    """``pl.loo`` of the term ``var`` by the search alone (the second opinions, independent of the tied draws,
+    may settle what the tie leaves doubtful)."""
     model, idata = edge_fit()
-    return pl.loo(idata, model, var_name=var, progressbar=False)
+    return pl.loo(idata, model, var_name=var, progressbar=False, mixture=False, smc=False)
 
 
 def check_capped(res):
