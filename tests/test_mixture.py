@@ -42,12 +42,12 @@ def test_agree_and_opinion_rule():
 
 
 def test_pooled_se_covers_what_agreement_cannot_resolve():
-    """Two agreeing estimates: the precision-weighted mean, with the larger SE and half the difference in
-    quadrature (not the textbook SE, which a narrow biased estimate would make 3x too small)."""
+    """Two agreeing estimates: the precision-weighted mean, with the larger SE and the difference in quadrature
+    (not the textbook SE, which a narrow biased estimate would make 3x too small)."""
     value, se = _pooled(-0.114, 0.015, -0.208, 0.048)
     w = np.array([1 / 0.015**2, 1 / 0.048**2])
     assert value == pytest.approx((w[0] * -0.114 + w[1] * -0.208) / w.sum(), abs=1e-12)
-    assert se == pytest.approx(np.sqrt(0.048**2 + 0.047**2), abs=1e-12)
+    assert se == pytest.approx(np.sqrt(0.048**2 + 0.094**2), abs=1e-12)
     assert se > 3 * 1 / np.sqrt(w.sum())
     assert _pooled(1.0, 0.1, 1.0, 0.1) == pytest.approx((1.0, 0.1))  # equal estimates: the SE of either
 

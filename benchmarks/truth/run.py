@@ -76,9 +76,9 @@ STONE_BACKENDS = ("jax", "pymc")
 REDUCED_MODELS = ("lr_p_near_n", "poisson_re_pymc", "eight_schools_centered", "eight_schools_noncentered",
                   "leverage_gaussian", "poisson_outliers", "overdispersed_poisson", "ovarian_lr",
                   "leverage_wide_stan")
-#: not in CI yet: leverage_wide_pymc, where ppl_loo has one silent failure (observation 2: two transformations agree
-#: 0.88 nats off, 3.5 of their SEs; the mixture run's weights have R-hat 1.052 and it vouches for nothing, and SMC's
-#: estimate agrees with the wrong one within their wide SEs): an open problem, in the full suite's table
+#: not in CI: leverage_wide_pymc (its pl.loo with the second opinions, a retried mixture run and SMC, takes minutes on
+#: two cores, and CI runs near its time budget); its full-suite row (0 doubtful, 0 silent, max |error| 0.115) is in
+#: benchmarks/results/truth/truth.md
 REDUCED_REFITS = 1
 REDUCED_METHODS = ("plain", "ppl_loo")  # what tests/test_truth_suite.py asserts on
 FULL_METHODS = ("plain", "arviz_mm", "bayesianquilts", "ppl_loo")
