@@ -11,15 +11,15 @@ One extra MCMC run on ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
 
 The run's settings are the original fit's (chains, draws, warmup, target acceptance, tree depth; as ``refit=``
 reads them), with at least 1,000 warmup iterations and draws per chain, so it costs about one fit. Its own
-diagnostics decide, per observation, whether its estimate can vouch for anything (:func:`mixture_vouches`): it does not use the main fit's draws, so the main fit's R-hat does
-not matter to it.
+diagnostics decide, per observation, whether its estimate can vouch for anything (:func:`mixture_vouches`): it
+does not use the main fit's draws, so the main fit's R-hat does not matter to it.
 """
 
 from __future__ import annotations
 
 import functools
-import numbers
 import hashlib
+import numbers
 import time
 from typing import Any, NamedTuple
 

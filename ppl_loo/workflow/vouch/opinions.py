@@ -64,9 +64,11 @@ def _mixture(model, data, draws, mixture_kwargs, random_seed):
             again = run_mixture(model, draws.theta, retry, seed)
             first = {k: run.info[k] for k in ("divergences", "rhat_mixture_weights", "ess_posterior_weights",
                                                "seconds", "draws")}
-            if mixture_run_ok(again.info) or again.ok.sum() > run.ok.sum():
-                run = again._replace(info={**again.info, "seconds": again.info["seconds"] + first["seconds"]})
-            run.info["first_run"] = first
+            if mixture_run_ok(again.info) or again.ok.sum() > run.ok.sum():  # the second run counts
+                run = again._replace(info={**again.info, "seconds": again.info["seconds"] + first["seconds"],
+                                           "first_run": first})
+            else:  # the first counts; the second did no better
+                run.info["second_run"] = {k: again.info[k] for k in first}
     except (ValueError, RuntimeError, TypeError) as err:
         warnings.warn(f"pl.loo: the mixture importance-sampling run failed ({err}); the observations it was to "
                       "check are judged without it.", UserWarning, stacklevel=4)
