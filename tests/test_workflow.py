@@ -105,7 +105,7 @@ def test_variational_weights_eq13():
     # without the correction the draws are treated as posterior draws and the answer is wrong
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        wrong = pl.loo(data, model, progressbar=False)
+        wrong = pl.loo(data, model, progressbar=False, mixture=False, smc=False)  # the draws alone, uncorrected
     e_ok = exact[ok].sum()
     assert abs(wrong.elpd_i.values[ok].sum() - e_ok) > 5 * abs(res.elpd_i.values[ok].sum() - e_ok) + 0.3
     with pytest.raises(ValueError, match="log_q"):
