@@ -45,7 +45,7 @@ REDUCED_MODELS = _reduced_models()
 def summary(tmp_path_factory):
     cache = tmp_path_factory.mktemp("truth")
     proc = subprocess.run([sys.executable, str(SCRIPT), "--reduced", "--cache", str(cache)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=2400)
+                          text=True, cwd=ROOT, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads((cache / "reduced" / "summary.json").read_text())
 
