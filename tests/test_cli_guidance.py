@@ -5,45 +5,20 @@ programs and Stan's own NUTS (``stan_models/normal_known_sigma.stan``, whose LOO
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import shutil
 
-import numpy as np
 import pytest
-from scipy.stats import norm
 
 pytest.importorskip("httpstan")
 if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
 import ppl_loo as pl  # noqa: E402
-from ppl_loo.cli import main  # noqa: E402
 from ppl_loo.cli.errors import for_the_command_line  # noqa: E402
 from ppl_loo.stan.sampler import sample_cmdstan_csv  # noqa: E402
 
-from tests.test_cli import DATA, NORMAL  # noqa: E402  (the same program and data: one compiled library)
-
-
-def run_cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([os.fspath(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def closed_form_total(data):
-    """Exact elpd_loo of the normal mean with known sigma and a normal prior."""
-    y, s, t, m0 = np.asarray(data["y"], float), data["sigma"], data["tau0"], data["mu0"]
-    total = 0.0
-    for i in range(len(y)):
-        rest = np.delete(y, i)
-        prec = 1 / t**2 + len(rest) / s**2
-        mean = (m0 / t**2 + rest.sum() / s**2) / prec
-        total += norm.logpdf(y[i], mean, np.sqrt(s**2 + 1 / prec))
-    return total
+from tests.test_cli import DATA, NORMAL, closed_form_elpd, run_cli  # noqa: E402  (one compiled library)
 
 
 @pytest.fixture(scope="module")
@@ -86,4 +61,4 @@ def test_data_deletion_path_is_named(work):
     assert ("ppl-loo: --log-lik none: the pointwise log-likelihood comes from the program by data deletion"
             in err)
     summary = json.loads(out)
-    assert summary["elpd_loo"] == pytest.approx(closed_form_total(DATA), abs=0.3)
+    assert summary["elpd_loo"] == pytest.approx(closed_form_elpd(DATA).sum(), abs=0.3)
