@@ -135,7 +135,9 @@ def run(cfg, cdir, out, logfile, models):
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = pl.loo(data, model, log_q=log_q, progressbar=False, transforms=cfg["advi"]["transforms"])
+            # the search alone, as in the peers stage (Eq. 13 weights against the refits)
+            res = pl.loo(data, model, log_q=log_q, progressbar=False, transforms=cfg["advi"]["transforms"],
+                         mixture=False, smc=False)
         wall = time.perf_counter() - t0
         _, ll_eng, lw_psis = engine_arrays(res, data, model)
         elpd_plain = logsumexp(lw_psis + ll_eng.T, axis=1)  # Eq. 13 with the identity map
