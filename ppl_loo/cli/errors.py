@@ -88,25 +88,38 @@ def _classify(err):
 
 def _quiet_after_interrupt():
     """After Ctrl-C, one line and nothing more: the work still running in JAX's and Stan's threads as the
-    process shuts down (host callbacks told to stop, tracing outside the float64 context) would print dozens of
-    lines of tracebacks and warnings to the terminal. Warnings and logging are switched off and, where stderr is
-    the process's own (the command line, not a caller's redirection), file descriptor 2 goes to /dev/null."""
+    process shuts down (host callbacks told to stop, tracing outside the float64 context, a progress bar's last
+    refresh) would print dozens of lines of tracebacks and warnings to the terminal. Warnings and logging are
+    switched off and, where stderr is the process's own (the command line, not a caller's redirection), file
+    descriptor 2 goes to /dev/null. Returns a duplicate of the original descriptor 2 (the caller writes its one
+    line there and closes it), or None where stderr is not the process's own."""
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
     if sys.stderr is sys.__stderr__:
         try:
             sys.stderr.flush()
+            saved = os.dup(2)
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 2)
             os.close(null)
+            return saved
         except (OSError, ValueError):  # no file descriptor 2 to replace: nothing printed there either
             pass
+    return None
 
 
 def interrupted():
-    """Ctrl-C: ``ppl-loo: interrupted`` on stderr, nothing after it; the exit status 130 (128 + SIGINT)."""
-    print("ppl-loo: interrupted", file=sys.stderr, flush=True)
-    _quiet_after_interrupt()
+    """Ctrl-C: ``ppl-loo: interrupted`` on stderr, nothing after it; the exit status 130 (128 + SIGINT).
+    Descriptor 2 is silenced before the line is written (to a duplicate of it): a thread still printing
+    cannot slip a line in after it."""
+    saved = _quiet_after_interrupt()
+    if saved is None:
+        print("ppl-loo: interrupted", file=sys.stderr, flush=True)
+        return 130
+    try:
+        os.write(saved, b"ppl-loo: interrupted\n")
+    finally:
+        os.close(saved)
     return 130
 
 
