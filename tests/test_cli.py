@@ -28,6 +28,7 @@ if shutil.which("g++") is None:  # pragma: no cover
 
 import ppl_loo as pl
 from ppl_loo.cli import main
+from cli_tools import run_cli
 from ppl_loo.cli.inputs import observed_mapping, read_csvs
 from ppl_loo.stan import as_data_dict
 from ppl_loo.stan.sampler import sample_cmdstan_csv
@@ -40,14 +41,6 @@ ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.pare
 Y = [0.3, -0.5, 1.1, 0.2, -0.9, 0.4, 0.0, 0.7, -0.2, 0.5, -0.4, 6.0]  # the last one an outlier
 DATA = {"N": len(Y), "y": Y, "sigma": 1.0, "mu0": 0.0, "tau0": 2.0}
 NARROW = {**DATA, "tau0": 0.1}  # a prior that pulls mu to 0: the second model of the comparisons
-
-
-def run_cli(*argv):
-    """``main(argv)`` in-process: ``(status, stdout, stderr)``."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([os.fspath(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def closed_form_elpd(data):

@@ -9,10 +9,7 @@ ones, the printed table must show every float with the same number of decimals (
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import pickle
 import re
 import warnings
@@ -24,7 +21,7 @@ import pytest
 import xarray as xr
 
 import ppl_loo as pl
-from ppl_loo.cli import main
+from cli_tools import run_cli
 from ppl_loo.workflow.compare import FLAG_COLUMNS
 from gaussian_models import LinearRegressionKnownNoise, leverage_regression, normal_mean_model
 
@@ -96,13 +93,6 @@ def _assert_printed(text, table, decimals):
     body = "\n".join(line.split(maxsplit=1)[1] for line in lines[1:])
     for number in re.findall(r"-?\d+\.\d+", body):  # every decimal number with the same decimals
         assert len(number.split(".")[1]) == decimals, number
-
-
-def run_cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([os.fspath(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 # ----------------------------------------------------------------------------- the numbers

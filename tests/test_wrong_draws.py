@@ -10,10 +10,7 @@ a PyMC Poisson model with its exact (conjugate) posterior draws.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -28,7 +25,7 @@ if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
 import ppl_loo as pl
-from ppl_loo.cli import main
+from cli_tools import run_cli
 from ppl_loo.model import as_model
 from ppl_loo.stan import as_data_dict
 from ppl_loo.stan.sampler import sample_cmdstan_csv
@@ -44,14 +41,6 @@ DATA = {"N": len(Y), "y": Y, "sigma": 1.0, "mu0": 0.0, "tau0": 2.0}
 EDITED = {**DATA, "y": Y[:3] + [Y[3] + 0.25] + Y[4:]}  # y[4] edited after sampling
 STUDENT = NORMAL.read_text().replace("y ~ normal(mu, sigma);", "y ~ student_t(4, mu, sigma);").replace(
     "normal_lpdf(y[i] | mu, sigma)", "student_t_lpdf(y[i] | 4, mu, sigma)")
-
-
-def run_cli(*argv):
-    """``main(argv)`` in-process: ``(status, stdout, stderr)``."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([os.fspath(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def error_line(err):
