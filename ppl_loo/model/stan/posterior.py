@@ -35,7 +35,9 @@ them; any other exception inside Stan, and any error at the posterior draws them
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
+import threading
 import warnings
 
 import jax
@@ -126,6 +128,10 @@ def _log_lik_columns(bridge: StanModel, log_lik: str, n_entries: int, n_obs: str
 #: most draws per bridge call in the host callbacks (tens of milliseconds each): the grain at which Ctrl-C
 #: is seen; larger batches are split evenly, so each call still carries thousands of draws
 HOST_CHUNK = 8192
+#: results of the full model kept for the next host call at the same draws (:meth:`StanPosterior._full_density`)
+FULL_CACHE_ENTRIES = 2
+#: largest gradient array kept there (values; 2**22 is 32 MB)
+FULL_CACHE_MAX_VALUES = 2**22
 
 
 class CallbackCancelled(RuntimeError):
@@ -200,6 +206,8 @@ class StanPosterior(PosteriorModel):
         self.loo_extra = opts["loo_extra"]
         self.fd_eps = float(fd_eps)
         self.n_rejected = 0  # draws rejected (log density -inf) in host calls so far
+        self._full_cache = {}  # the full model's (lp, grad) at the draws of the last host calls
+        self._full_lock = threading.Lock()
         self._deleted: list = [None] * self.n_obs  # (StanModel, keep index, None or LOG_LIK), built lazily
         self._loglik_base = None  # the derived log_lik program (StanModel), built on first need
         self._mixture_model = None  # the derived mixture program (StanModel with the sampler), built on first need
@@ -362,16 +370,36 @@ class StanPosterior(PosteriorModel):
         if self.cancel_requested:
             raise CallbackCancelled("the computation was interrupted (Ctrl-C)")
 
-    def _minus_loglik(self, model: StanModel, x: np.ndarray, grad: bool):
-        """``logp - log_lik[i]`` (and its gradient) with the derived program ``model``; ``-inf`` where
-        either is rejected or not finite."""
-        lp, g = self._safe_eval(self.bridge, x, grad)
+    def _minus_loglik(self, model: StanModel, x: np.ndarray, grad: bool, full):
+        """``logp - log_lik[i]`` (and its gradient) with the derived program ``model``, given ``full``, the full
+        model's ``(lp, grad)`` at ``x``; ``-inf`` where either is rejected or not finite."""
+        lp, g = full
         ll, gl = self._safe_eval(model, x, grad, jacobian=False)
         good = np.isfinite(lp) & np.isfinite(ll)
         out = np.where(good, lp - np.where(good, ll, 0.0), -np.inf)
         if grad:
             g = np.where(good[:, None], g - gl, 0.0)
         return out, g
+
+    def _full_density(self, x: np.ndarray, grad: bool):
+        """The full model's ``(lp, grad)`` at every row of ``x``, kept for the next call at the same draws.
+
+        The search asks for the full posterior's density and for the LOO posteriors' at the same transformed
+        draws (the proposal and the target of each candidate), in separate callbacks; where a LOO density is
+        ``logp - log_lik[i]`` (:data:`LOG_LIK`) both need the full model's ``logp`` there. The last
+        :data:`FULL_CACHE_ENTRIES` results are kept under the exact bytes of the draws (gradients only up
+        to :data:`FULL_CACHE_MAX_VALUES` values), so that it is evaluated once."""
+        key = (x.shape, hashlib.blake2b(x.tobytes(), digest_size=16).digest())
+        with self._full_lock:
+            hit = self._full_cache.get(key)
+        if hit is not None and (not grad or hit[1] is not None):
+            return hit
+        lp, g = self._safe_eval(self.bridge, x, grad)
+        with self._full_lock:
+            self._full_cache[key] = (lp, g if g is not None and g.size <= FULL_CACHE_MAX_VALUES else None)
+            while len(self._full_cache) > FULL_CACHE_ENTRIES:
+                self._full_cache.pop(next(iter(self._full_cache)))
+        return lp, g
 
     def _host(self, theta, i, grad: bool):
         """``(lp, grad)`` at ``theta (..., d)`` for observation indices ``i`` (``< 0``: full model).
@@ -389,31 +417,33 @@ class StanPosterior(PosteriorModel):
     def _host_impl(self, theta, i, grad: bool):
         theta = np.asarray(theta, dtype=np.float64)
         batch = theta.shape[:-1]
-        x = theta.reshape(-1, self.dim)
+        x = np.ascontiguousarray(theta.reshape(-1, self.dim))
         ii = np.broadcast_to(np.asarray(i), batch).reshape(-1).astype(np.int64)
         lp = np.empty(x.shape[0])
         g = np.zeros_like(x) if grad else None
-        for u in np.unique(ii):
-            sel = ii == u
-            if u < 0:
-                model, keep = self.bridge, None
-            else:
-                model, keep = self.deleted_model(int(u))
-            if keep is LOG_LIK:
-                lp[sel], g_u = self._minus_loglik(model, np.ascontiguousarray(x[sel]), grad)
+        groups = [(u, ii == u, (self.bridge, None) if u < 0 else self.deleted_model(int(u))) for u in np.unique(ii)]
+        # the full model's density once for all rows, where every row needs it (the full posterior, LOO by
+        # subtracting log_lik[i]); rows of data-deletion programs do not
+        full = (self._full_density(x, grad) if all(u < 0 or keep is LOG_LIK for u, _, (_, keep) in groups)
+                else None)
+        for u, sel, (model, keep) in groups:
+            if u < 0 or keep is LOG_LIK:
+                f = (full[0][sel], full[1][sel] if grad else None) if full is not None else self._safe_eval(
+                    self.bridge, np.ascontiguousarray(x[sel]), grad)
+                lp_u, g_u = f if u < 0 else self._minus_loglik(model, np.ascontiguousarray(x[sel]), grad, f)
+                lp[sel] = lp_u
                 if grad:
                     g[sel] = g_u
                 continue
-            xs = x[sel] if keep is None else x[sel][:, keep]
+            xs = x[sel] if keep is None else x[sel][:, keep]  # data deletion: the same or fewer parameters
             lp_u, g_u = self._safe_eval(model, np.ascontiguousarray(xs), grad)
             lp[sel] = lp_u
-            if grad:
-                if keep is None:
-                    g[sel] = g_u
-                else:
-                    gg = np.zeros((xs.shape[0], self.dim))
-                    gg[:, keep] = g_u
-                    g[sel] = gg
+            if grad and keep is None:
+                g[sel] = g_u
+            elif grad:
+                gg = np.zeros((xs.shape[0], self.dim))
+                gg[:, keep] = g_u
+                g[sel] = gg
         lp = lp.reshape(batch)
         return (lp, g.reshape(theta.shape)) if grad else lp
 

@@ -1,0 +1,163 @@
+"""Seconds per observation of ``pl.loo``'s adaptive search on small Stan programs (issue 26).
+
+    .venv/bin/python benchmarks/stan_search.py            # three programs, 40 observations, 2,000 draws
+    .venv/bin/python benchmarks/stan_search.py --reduced  # the Poisson-lognormal one, 12 observations (CI)
+
+Prints a table and writes ``benchmarks/results/stan_search.json`` (``--out`` elsewhere). Each model is a
+regression with an offset and one extreme count (the issue's report: 3 parameters, 40 observations, 2,000
+draws, "5 s per observation"), sampled with Stan's NUTS through the bridge (``ppl-loo sample``'s sampler).
+``pl.loo(data, model, mixture=False, smc=False)`` is timed warm (the search's JIT compile done by a first
+call): with at most 100 observations every observation is examined (``adapt="auto"``), 121 candidates each
+(11 transformations x 11 steps), on the draws of the fit. Programs: a negative-binomial and a Poisson
+regression (3 and 2 parameters: the LOO density is the program on the data without the observation), and
+``stan_models/poisson_lognormal.stan`` (a latent effect per observation, N + 2 parameters: the LOO density is
+``log p(theta | y) - log_lik[i]``, the derived ``log_lik`` program of :mod:`ppl_loo.stan.derived`).
+
+For each model the search runs twice, with the full-model cache of the Stan callbacks
+(``ppl_loo.model.stan.posterior.FULL_CACHE_ENTRIES``) and without it (0 entries: every callback
+evaluates the full model itself, as before the cache); the two must give identical ``elpd_i``. Columns:
+wall seconds, seconds per observation, draws evaluated by the bridge (full model, derived ``log_lik``
+programs) and microseconds per evaluated draw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NB = """
+data { int<lower=0> N; vector[N] x; vector[N] expo; array[N] int<lower=0> y; }
+parameters { real alpha; real beta; real<lower=0> phi; }
+model {
+  alpha ~ normal(0, 5); beta ~ normal(0, 2); phi ~ gamma(2, 0.5);
+  y ~ neg_binomial_2_log(alpha + beta * x + log(expo), phi);
+}
+generated quantities {
+  vector[N] log_lik;
+  for (n in 1:N) log_lik[n] = neg_binomial_2_log_lpmf(y[n] | alpha + beta * x[n] + log(expo[n]), phi);
+}
+"""
+
+POISSON = """
+data { int<lower=0> N; vector[N] x; vector[N] expo; array[N] int<lower=0> y; }
+parameters { real alpha; real beta; }
+model {
+  alpha ~ normal(0, 5); beta ~ normal(0, 2);
+  y ~ poisson_log(alpha + beta * x + log(expo));
+}
+generated quantities {
+  vector[N] log_lik;
+  for (n in 1:N) log_lik[n] = poisson_log_lpmf(y[n] | alpha + beta * x[n] + log(expo[n]));
+}
+"""
+
+
+LATENT = (ROOT / "stan_models" / "poisson_lognormal.stan").read_text()
+
+
+def data(seed=4, n=40):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    expo = rng.uniform(0.5, 2.0, size=n)
+    y = rng.negative_binomial(5, 5 / (5 + expo * np.exp(1.0 + 0.5 * x)))
+    y[7] = 80  # the extreme count
+    return {"N": n, "x": x.tolist(), "expo": expo.tolist(), "y": [int(v) for v in y]}
+
+
+class Counter:
+    """Draws and seconds of the bridge's batched log densities, by program (full model or derived)."""
+
+    def __init__(self, sm_cls):
+        self.rows = {}
+        self.cls = sm_cls
+        self.orig = {n: getattr(sm_cls, n) for n in ("log_density", "log_density_gradient")}
+
+    def __enter__(self):
+        for name, fn in self.orig.items():
+            def wrapped(model, x, *a, _fn=fn, **k):
+                t0 = time.perf_counter()
+                out = _fn(model, x, *a, **k)
+                row = self.rows.setdefault(id(model), [0, 0.0])
+                row[0] += int(np.asarray(x).reshape(-1, model.dim).shape[0])
+                row[1] += time.perf_counter() - t0
+                return out
+            setattr(self.cls, name, wrapped)
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self.orig.items():
+            setattr(self.cls, name, fn)
+
+
+def run_model(name, code, draws, cache_entries, n=40):
+    import ppl_loo as pl
+    import ppl_loo.model.stan.posterior as post
+    from ppl_loo.stan.model import StanModel as Bridge
+    from ppl_loo.stan.sampler import sample_cmdstan_csv
+
+    d = data(n=n)
+    if code is LATENT:
+        d = {"N": d["N"], "y": d["y"]}
+    work = Path(tempfile.mkdtemp(prefix=f"stan_search_{name}_"))
+    (work / f"{name}.stan").write_text(code)
+    sm = pl.StanModel(str(work / f"{name}.stan"), d, sampler=True)
+    csv = sample_cmdstan_csv(sm, str(work / "csv"), chains=4, seed=3, num_warmup=500, num_samples=draws // 4)
+    tree = pl.from_cmdstan(sorted(str(p) for p in (work / "csv").glob("*.csv")), log_likelihood="log_lik")
+    del csv
+    out = {}
+    kw = dict(mixture=False, smc=False, progressbar=False)
+    default_entries = post.FULL_CACHE_ENTRIES
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pl.loo(tree, sm, **kw)  # the JIT compile of the search, outside the timings
+        for label, entries in cache_entries:
+            post.FULL_CACHE_ENTRIES = entries
+            try:
+                with Counter(Bridge) as c:
+                    t0 = time.perf_counter()
+                    res = pl.loo(tree, sm, **kw)
+                    wall = time.perf_counter() - t0
+            finally:
+                post.FULL_CACHE_ENTRIES = default_entries
+            n_draws = sum(r[0] for r in c.rows.values())
+            bridge_s = sum(r[1] for r in c.rows.values())
+            out[label] = {"wall_s": wall, "s_per_obs": wall / d["N"], "draws_evaluated": n_draws,
+                          "bridge_s": bridge_s, "us_per_draw": 1e6 * bridge_s / max(n_draws, 1),
+                          "elpd": float(res.elpd), "elpd_i": [float(v) for v in np.asarray(res.elpd_i).ravel()],
+                          "n_obs": d["N"], "n_draws": draws, "dim": sm.dim if hasattr(sm, "dim") else None}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reduced", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "stan_search.json"))
+    args = ap.parse_args(argv)
+    models = {"poisson_lognormal": LATENT} if args.reduced else {"neg_binomial": NB, "poisson": POISSON,
+                                                                   "poisson_lognormal": LATENT}
+    draws, n = (1000, 12) if args.reduced else (2000, 40)
+    cases = (("without cache", 0), ("with cache", 2))
+    rows = {name: run_model(name, code, draws, cases, n) for name, code in models.items()}
+    print(f"{'model':<14}{'case':<16}{'wall s':>9}{'s/obs':>8}{'draws evaluated':>17}{'us/draw':>9}{'elpd':>11}")
+    for name, r in rows.items():
+        for label, v in r.items():
+            print(f"{name:<14}{label:<16}{v['wall_s']:>9.1f}{v['s_per_obs']:>8.2f}{v['draws_evaluated']:>17,}"
+                  f"{v['us_per_draw']:>9.2f}{v['elpd']:>11.3f}")
+        same = r["with cache"]["elpd_i"] == r["without cache"]["elpd_i"]
+        print(f"{name}: elpd_i identical with and without the cache: {same}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"mode": "reduced" if args.reduced else "full", "models": rows}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
