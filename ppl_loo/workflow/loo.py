@@ -229,8 +229,10 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     evidence, notes, opinion_info = second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged,
                                                     mixture, mixture_kwargs, smc, random_seed)
     refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
+    evidence = np.asarray(evidence, dtype=object)  # settle's strings are as wide as its longest: "refit" must fit
     evidence[pw.refit & ~pw.doubtful] = "refit"
     evidence[pw.doubtful] = ""  # a refit that did not converge leaves its observation doubtful, whatever vouched
+    evidence = evidence.astype(str)
     reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes, refit_info)
     _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
           _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
