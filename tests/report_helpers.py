@@ -1,8 +1,10 @@
-"""Shared by the report tests: small real fits (PyMC, arviz_base's eight schools) and an HTML reader."""
+"""Shared by the report tests: small real fits (PyMC; a JAX normal and Student-t model sampled by NumPyro, with an
+adapted, a doubtful and a refit observation; arviz_base's eight schools) and an HTML reader."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import warnings
 from html.parser import HTMLParser
@@ -13,6 +15,9 @@ import pandas as pd
 import ppl_loo as pl
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: 16 observations, two of them outliers (index 10: 9.0, index 14: 6.5)
+Y_OUTLIERS = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7, -0.6, 0.4, 6.5, -0.1])
+DOUBTFUL, REFIT = 10, 14  # the doubtful observation of the search alone, and the one it refits
 
 
 def logistic_fits(n=40, seed=0, with_pvi=True):
@@ -49,14 +54,102 @@ def logistic_fits(n=40, seed=0, with_pvi=True):
     return model, pl.add_loo(tree, res), res, plain, pl.add_loo(pvi_tree, res_pvi), res_pvi
 
 
+def _location_scale_model(student):
+    """``y ~ Normal(mu, s)`` or ``Student-t(3, mu, s)``, ``mu ~ N(0, 10)``, ``log s ~ N(0, 1)``: a ``pl.JaxModel``."""
+    import jax.numpy as jnp
+    import jax.scipy.stats as st
+
+    y = Y_OUTLIERS
+
+    def log_lik(v):
+        s = jnp.exp(v["log_s"])
+        return st.t.logpdf(y, 3.0, v["mu"], s) if student else st.norm.logpdf(y, v["mu"], s)
+
+    return pl.JaxModel({"mu": ((), None), "log_s": ((), None)},
+                       lambda v: st.norm.logpdf(v["mu"], 0.0, 10.0) + st.norm.logpdf(v["log_s"], 0.0, 1.0),
+                       log_lik, obs_dims=("obs",), observed=y)
+
+
+def _with_predictive(tree, student, seed):
+    """The tree with ``posterior_predictive`` (replicates drawn from each posterior draw) and ``observed_data``."""
+    import xarray as xr
+
+    rng = np.random.default_rng(seed)
+    post = tree["posterior"]
+    mu, s = post["mu"].values[..., None], np.exp(post["log_s"].values)[..., None]
+    noise = rng.standard_t(3.0, size=mu.shape[:2] + Y_OUTLIERS.shape) if student else rng.normal(
+        size=mu.shape[:2] + Y_OUTLIERS.shape)
+    out = tree.copy()
+    out["posterior_predictive"] = xr.DataTree(xr.Dataset({"y": (("chain", "draw", "obs"), mu + s * noise)}))
+    out["observed_data"] = xr.DataTree(xr.Dataset({"y": (("obs",), Y_OUTLIERS)}))
+    return out
+
+
+@functools.cache
+def outlier_fits():
+    """Normal and Student-t models of ``Y_OUTLIERS`` (NumPyro NUTS, 4 x 1000 draws, converged), as
+    ``{name: DataTree with a loo group}`` (posterior_predictive and observed_data included):
+
+    - ``"normal"``: the search alone with three proposals (``transforms=["ll", "newton", "var"]``, no mixture, no
+      SMC) and a refit of observation ``REFIT``: some observations adapted, observation ``DOUBTFUL`` (9.0)
+      doubtful, ``REFIT`` refit (exact LOO, no k-hat after);
+    - ``"normal_default"``: the same draws with ``pl.loo``'s defaults (the second opinions vouch for ``DOUBTFUL``);
+    - ``"student_t"``: the Student-t model with ``pl.loo``'s defaults.
+
+    Cached: the report tests of every module share one computation.
+    """
+    from ppl_loo.sampling import sample_nuts
+
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for student in (False, True):
+            model = _location_scale_model(student)
+            tree = sample_nuts(model, num_chains=4, num_warmup=500, num_samples=1000, random_seed=3)
+            tree = _with_predictive(tree, student, seed=4)
+            if student:
+                out["student_t"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
+                continue
+            search = pl.loo(tree, model, progressbar=False, random_seed=1, transforms=["ll", "newton", "var"],
+                            mixture=False, smc=False, refit=[REFIT])
+            out["normal"] = pl.add_loo(tree, search)
+            out["normal_default"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
+    return out
+
+
+@functools.cache
+def narrow_fit():
+    """``Y_OUTLIERS`` under a normal model with a known sigma far too small (0.3): NumPyro draws, replicates and
+    plain PSIS-LOO (group ``loo``). Its LOO predictive distributions are much too narrow: the LOO-PIT values pile
+    up at 0 and 1."""
+    import jax.scipy.stats as st
+    import xarray as xr
+
+    from ppl_loo.sampling import sample_nuts
+
+    y, sigma = Y_OUTLIERS, 0.3
+    model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 10.0),
+                        lambda v: st.norm.logpdf(y, v["mu"], sigma), obs_dims=("obs",), observed=y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = sample_nuts(model, num_chains=2, num_warmup=300, num_samples=500, random_seed=5)
+        mu = tree["posterior"]["mu"].values[..., None]
+        rep = mu + sigma * np.random.default_rng(6).normal(size=mu.shape[:2] + y.shape)
+        tree["posterior_predictive"] = xr.DataTree(xr.Dataset({"y": (("chain", "draw", "obs"), rep)}))
+        tree["observed_data"] = xr.DataTree(xr.Dataset({"y": (("obs",), y)}))
+        return pl.add_loo(tree, pl.loo(tree))
+
+
 class ReportReader(HTMLParser):
-    """Reads back what the tests check: headings, the tables' ``data-value`` cells, images, and the
-    ``data-*`` attributes of every element."""
+    """Reads back what the tests check: headings, section ids, the tables' ``data-value`` cells (rows headed by a
+    model) and the ``data-category`` of their rows, images, the text of paragraphs and list items with their
+    attributes, and the ``data-*`` attributes of every element."""
 
     def __init__(self, text):
         super().__init__()
         self.h2, self.h3, self.images, self.tables, self.elements = [], [], [], {}, []
-        self._heading, self._table, self._row, self._model = None, None, None, None
+        self.sections, self.row_categories, self.paragraphs = [], {}, []
+        self._heading, self._table, self._row, self._para = None, None, None, None
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
@@ -64,11 +157,17 @@ class ReportReader(HTMLParser):
         self.elements.append((tag, attrs))
         if tag in ("h2", "h3"):
             self._heading = [tag, ""]
+        elif tag in ("p", "li"):
+            self._para = [tag, attrs, ""]
+        elif tag == "section":
+            self.sections.append(attrs.get("id"))
         elif tag == "table":
             self._table = attrs.get("id")
             self.tables[self._table] = {}
         elif tag == "tr":
             self._row = None
+            if "data-category" in attrs:
+                self.row_categories.setdefault(self._table, []).append(attrs["data-category"])
         elif tag == "th" and "data-model" in attrs:
             self._row = attrs["data-model"]
             self.tables[self._table][self._row] = {}
@@ -81,12 +180,21 @@ class ReportReader(HTMLParser):
         if tag in ("h2", "h3") and self._heading:
             getattr(self, self._heading[0]).append(self._heading[1])
             self._heading = None
+        elif tag in ("p", "li") and self._para and self._para[0] == tag:
+            self.paragraphs.append(tuple(self._para))
+            self._para = None
         elif tag == "table":
             self._table = None
 
     def handle_data(self, data):
         if self._heading:
             self._heading[1] += data
+        if self._para:
+            self._para[2] += data
+
+    def text_of(self, tag, cls):
+        """The texts of the ``tag`` elements of class ``cls``."""
+        return [text for t, attrs, text in self.paragraphs if t == tag and attrs.get("class") == cls]
 
 
 def png_bytes(src):
@@ -112,3 +220,26 @@ def same_value(text, value):
         return text == value
     v = float(value)
     return (np.isnan(v) and np.isnan(float(text))) or float(text) == v
+
+
+def hand_categories(res):
+    """Each observation's category by an explicit loop over the result's fields (the rule of
+    ``ppl_loo.workflow.report.observation_categories``, written out once more)."""
+    n = res.elpd_i.size
+    tr = [str(t) for t in np.asarray(res.transform.values).ravel()]
+    ev = [str(t) for t in np.asarray(res.evidence.values).ravel()] if res.evidence is not None else [""] * n
+    dbt = [bool(v) for v in np.asarray(res.doubtful.values).ravel()]
+    rft = [bool(v) for v in np.asarray(res.refit.values).ravel()] if res.refit is not None else [False] * n
+    out = []
+    for i in range(n):
+        if dbt[i]:
+            out.append("doubtful")
+        elif rft[i] or tr[i] == "refit":
+            out.append("refit")
+        elif "mixture" in ev[i] or "smc" in ev[i] or tr[i] in ("mixture", "smc"):
+            out.append("second_opinion")
+        elif tr[i] not in ("psis", "failed"):
+            out.append("adapted")
+        else:
+            out.append("psis")
+    return out

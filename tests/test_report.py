@@ -1,9 +1,13 @@
-"""pl.compare and pl.report on real results: arviz_base's eight schools (plain PSIS) and a PyMC logistic
-regression (MCMC with adaptation, plain PSIS of the same draws, and a PVI fit). No mocks."""
+"""pl.compare and pl.report on real results: arviz_base's eight schools (plain PSIS), a PyMC logistic
+regression (MCMC with adaptation, plain PSIS of the same draws, and a PVI fit), and JAX normal / Student-t models
+of data with two outliers (NumPyro draws; an adapted, a doubtful, a refit and a second-opinion observation).
+No mocks."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import warnings
 
 import arviz_stats as azs
@@ -13,9 +17,11 @@ import pytest
 from arviz_base import load_arviz_data
 
 import ppl_loo as pl
-from ppl_loo.workflow.report import SECTIONS
+from ppl_loo.workflow.compare import FLAG_COLUMNS
+from ppl_loo.workflow.report import CATEGORIES, SECTIONS, STACKING, category_counts, observation_categories
 from gaussian_models import leverage_regression
-from report_helpers import ReportReader, logistic_fits, png_bytes, png_shape, same_value
+from report_helpers import (DOUBTFUL, REFIT, ReportReader, hand_categories, logistic_fits, narrow_fit, outlier_fits,
+                            png_bytes, png_shape, same_value)
 
 pytest.importorskip("pymc")
 
@@ -161,14 +167,18 @@ def logit_report(logit, tmp_path_factory):
 def test_report_sections_table_and_images(logit_report, logit):
     out, results, text = logit_report
     page = ReportReader(text)
-    assert page.h2 == [head for _, head in SECTIONS]
+    assert page.h2 == [head for sid, head in SECTIONS if sid != "source"]  # no file names stored
     table = pl.compare(results, round_to="none")
     cells = page.tables["compare-table"]
     assert list(cells) == list(table.index)
+    stats = [c for c in table.columns if c not in FLAG_COLUMNS]
     for name, row in table.iterrows():
-        assert set(cells[name]) == set(table.columns)
-        for col in table.columns:
+        assert set(cells[name]) == set(stats) | {f"n_{k}" for k in CATEGORIES} | {"diff_not_psis"}
+        for col in stats:
             assert same_value(cells[name][col], row[col]), (name, col, cells[name][col], row[col])
+        res = pl.LooResult.from_datatree(results[name]) if name != "psis" else results[name]
+        hand = hand_categories(res)
+        assert {k: int(cells[name][f"n_{k}"]) for k in CATEGORIES} == {k: hand.count(k) for k in CATEGORIES}
     # Pareto k (3) + elpd differences (2) + LOO-PIT (2: the PVI tree has no posterior_predictive) + ROC/PR (2)
     assert len(page.images) == 3 + 2 + 2 + 2
     srcs = [img["src"] for img in page.images]
@@ -192,9 +202,10 @@ def test_report_roc_pvi_and_settings(logit_report, logit):
     aucs = [float(a["data-auc"]) for _, a in page.elements if "data-auc" in a]
     assert aucs[0] == roc.auc and len(aucs) == 2
     assert sum(a["alt"].startswith("ROC and PR of ") for a in page.images) == 2
-    assert "No ROC/PR for psis: no model given" in text
+    assert "no model given" not in text and "pass models=" not in text  # a model without one is left out
+    assert [h for h in page.h3 if h in ("adaptive", "pvi")] and "ROC and PR of psis" not in text
     het = logit["pvi_tree"]["pvi"].to_dataset()
-    assert "pvi-pvi" in page.tables and "psis: no pvi group in the data" in text
+    assert [t for t in page.tables if t.startswith("pvi-")] == ["pvi-pvi"] and "no pvi group" not in text
     sd = float(het["pvi_sd"].values[0])
     assert f'data-col="pvi_sd" data-value="{sd!r}"' in text
     assert "newton" in text or "pmm" in text  # the engine_config's transforms are listed
@@ -232,19 +243,24 @@ def test_report_of_one_model(eight, tmp_path):
     _, res = eight
     text = pl.report({"only": res["centered"]}, tmp_path / "one.html").read_text(encoding="utf-8")
     page = ReportReader(text)
-    assert page.h2 == [head for _, head in SECTIONS]
+    assert page.sections == ["compare", "pareto-k", "settings"]  # no differences to show: no such section
     assert float(page.tables["compare-table"]["only"]["elpd"]) == res["centered"].elpd
-    assert "Only one model (only): no differences to show." in text and len(page.images) == 1
+    assert "no differences to show" not in text and len(page.images) == 1
 
 
-def test_report_without_data_says_why(eight, tmp_path):
+def test_report_without_data_shows_only_sections_with_content(eight, tmp_path):
+    """Bare results (no data, no model, no stored file names): no Source, LOO-PIT, ROC or PVI section, and no
+    line telling the reader to pass Python arguments."""
     _, res = eight
     path = pl.report([res["centered"], res["non_centered"]], tmp_path / "bare.html")
     text = path.read_text(encoding="utf-8")
     page = ReportReader(text)
-    assert page.h2 == [head for _, head in SECTIONS]
-    assert text.count("No LOO-PIT for model_") == 2 and "no data for this model" in text
-    assert text.count("no model given") == 2 and text.count("no pvi group") == 2
+    assert page.sections == ["compare", "pareto-k", "elpd-diff", "settings"]
+    assert page.h2 == ["Model comparison", "Pareto k before and after adaptation", "Pointwise elpd differences",
+                       "Settings and versions"]
+    for absent in ("No LOO-PIT", "no data for this model", "no model given", "pass models=", "no pvi group",
+                   'id="roc"', 'id="pvi"', 'id="source"', 'id="loo-pit"'):
+        assert absent not in text
     assert len(page.images) == 2 + 1  # Pareto k per model, one elpd difference
     assert all(png_bytes(img["src"]) for img in page.images)
     ref = azs.compare({"model_0": res["centered"], "model_1": res["non_centered"]}, round_to="none")
@@ -285,3 +301,135 @@ def test_loo_pit_with_a_stan_log_lik_name(eight, tmp_path):
     path = pl.report({"stan": stan}, tmp_path / "r.html")
     text = path.read_text()
     assert 'alt="LOO-PIT of stan (y)"' in text and "No LOO-PIT" not in text
+
+
+# ---- JAX normal / Student-t fits of data with two outliers: what happened to each observation ----------------
+@pytest.fixture(scope="module")
+def outlier_report(tmp_path_factory):
+    fits = outlier_fits()
+    path = pl.report(fits, tmp_path_factory.mktemp("outliers") / "report.html", title="Normal vs Student-t")
+    return fits, path.read_text(encoding="utf-8")
+
+
+def _counts_line(name, n, want):
+    return f"{name}: {n} observations: " + ", ".join(f"{want[k]} {CATEGORIES[k]}" for k in CATEGORIES) + "."
+
+
+def test_categories_are_counted_once_everywhere(outlier_report):
+    """Each observation has one category (not adapted, adapted, second opinion, refit, doubtful); the header line,
+    the comparison table, the observation table, the prose and the figure's legend give the same counts."""
+    fits, text = outlier_report
+    page = ReportReader(text)
+    res = {name: pl.LooResult.from_datatree(tree) for name, tree in fits.items()}
+    hand = {name: hand_categories(r) for name, r in res.items()}
+    # known cases: the search alone leaves the 9.0 doubtful and the 6.5 is refit; the defaults' second opinion
+    # vouches for the 9.0
+    assert hand["normal"][DOUBTFUL] == "doubtful" and hand["normal"][REFIT] == "refit"
+    assert [hand["normal"].count(k) for k in ("doubtful", "refit", "second_opinion")] == [1, 1, 0]
+    assert hand["normal"].count("adapted") >= 1 and np.isnan(res["normal"].pareto_k.values[REFIT])
+    assert hand["normal_default"][DOUBTFUL] == "second_opinion" and hand["normal_default"].count("doubtful") == 0
+    counts = {a["data-model"]: (a, t) for tag, a, t in page.paragraphs if a.get("class") == "counts"}
+    cells = page.tables["compare-table"]
+    for name, cats in hand.items():
+        want = {k: cats.count(k) for k in CATEGORIES}
+        assert list(observation_categories(res[name])) == cats and category_counts(cats) == want
+        attrs, line = counts[name]
+        assert {k: int(attrs[f"data-{k.replace('_', '-')}"]) for k in CATEGORIES} == want
+        assert line == _counts_line(name, len(cats), want)
+        assert {k: int(cells[name][f"n_{k}"]) for k in CATEGORIES} == want
+        rows = page.row_categories.get(f"obs-{name}", [])
+        assert [rows.count(k) for k in CATEGORIES] == [0] + [want[k] for k in list(CATEGORIES)[1:]]
+        legend = json.loads(next(i for i in page.images if i["alt"] == f"Pareto k of {name}")["data-legend"])
+        assert [k for k in CATEGORIES if f"{CATEGORIES[k]} ({want[k]})" in legend] == [k for k in want if want[k]]
+    assert counts["normal"][1].endswith("1 refit (exact LOO), 1 doubtful.")
+    prose = [t for tag, _, t in page.paragraphs if tag == "li"]
+    assert sum(t.startswith("1 doubtful: they carry ") for t in prose) == 1
+    assert sum(t.startswith("1 refit (exact LOO): they carry ") for t in prose) == 1
+    assert "no k-hat after: refit (exact LOO) (1), drawn at its plain-PSIS k" in json.loads(
+        next(i for i in page.images if i["alt"] == "Pareto k of normal")["data-legend"])
+    # LooResult.trust_lines' own counts (refit and failed transforms counted otherwise) are not on the page
+    assert "Adaptive importance sampling (ppl_loo):" not in text and "Vouched for:" not in text
+    best = pl.compare(res, round_to="none").index[0]
+    for name in res:
+        either = (np.array(hand[name]) != "psis") | (np.array(hand[best]) != "psis")
+        part = float(np.sum(res[name].elpd_i.values[either] - res[best].elpd_i.values[either]))
+        assert float(cells[name]["diff_not_psis"]) == pytest.approx(0.0 if name == best else part, abs=1e-12)
+
+
+def _threshold_entries(legend):
+    return [e for e in legend if not any(e.startswith(c) for c in CATEGORIES.values()) and not e.startswith("no k-hat")]
+
+
+def test_khat_figure_one_entry_per_threshold_same_scale_legend_outside(outlier_report, eight, tmp_path):
+    """One legend entry per threshold line (eight schools: 2000 draws, good_k 0.697, which the old figure drew as
+    two lines, '0.7' and 'good_k 0.70'), before and after on one y-scale, the legend clear of the data."""
+    fits, text = outlier_report
+    _, res8 = eight
+    good8 = res8["centered"].good_k
+    assert good8 == pytest.approx(1 - 1 / np.log10(2000)) and f"{good8:.2f}" == "0.70"
+    path = pl.report({"centered": res8["centered"], "non_centered": res8["non_centered"]}, tmp_path / "e.html")
+    results = {**{name: pl.LooResult.from_datatree(tree) for name, tree in fits.items()}, **res8}
+    shown = 0
+    for page, good_k in ((ReportReader(text), 0.7), (ReportReader(path.read_text(encoding="utf-8")), good8)):
+        for img in page.images:
+            if img["alt"].startswith("LOO-PIT of "):  # arviz_plots' panel: no legend
+                continue
+            assert img["data-legend-outside"] == "true", img["alt"]
+            legend = json.loads(img["data-legend"])
+            assert len(legend) == len(set(legend))
+            if not img["alt"].startswith("Pareto k of "):
+                continue
+            shown += 1
+            assert _threshold_entries(legend) == [f"k threshold {good_k:.2f} (good_k)"]
+            before, after = json.loads(img["data-ylim"])
+            res = results[img["alt"][len("Pareto k of "):]]
+            k = np.concatenate([res.pareto_k_psis.values.ravel(), res.pareto_k.values.ravel()])
+            assert before == after and before[0] < np.nanmin(k) <= np.nanmax(k) < before[1]
+            assert before[0] < good_k < before[1]
+    assert shown == 3 + 2
+    # the refit observation's plain-PSIS k (0.42) is inside the shared scale, as its hollow marker
+    res = pl.LooResult.from_datatree(fits["normal"])
+    ylim = json.loads(next(i for i in ReportReader(text).images if i["alt"] == "Pareto k of normal")["data-ylim"])[1]
+    assert ylim[0] < float(res.pareto_k_psis.values[REFIT]) < ylim[1]
+
+
+def test_loo_pit_axes_labelled_and_uniformity_in_words(outlier_report, tmp_path):
+    """The LOO-PIT panel's axes are named and the uniformity test is a sentence; its p-value is the one
+    arviz_plots.plot_loo_pit annotates (``p=0.03(α=0.01)``), which the page no longer shows."""
+    import arviz_plots as azp
+    import matplotlib.pyplot as plt
+
+    fits, text = outlier_report
+    narrow = narrow_fit()
+    text2 = pl.report({"narrow": narrow}, tmp_path / "n.html").read_text(encoding="utf-8")
+    for tree, page_text, name in ((fits["normal"], text, "normal"), (narrow, text2, "narrow")):
+        pc = azp.plot_loo_pit(tree, var_names=["y"], backend="matplotlib")
+        fig = pc.viz["figure"].item()
+        annotation = [t.get_text() for ax in fig.axes for t in ax.texts]
+        plt.close(fig)
+        shown = re.fullmatch(r"p=(\d\.\d\d)\(α=(\d\.\d\d)\)\s*", annotation[0])
+        page = ReportReader(page_text)
+        attrs, sentence = next((a, t) for tag, a, t in page.paragraphs if a.get("class") == "pit-test")
+        p, alpha = float(attrs["data-p-value"]), float(attrs["data-alpha"])
+        assert (f"{p:.2f}", f"{alpha:.2f}") == shown.groups() and alpha == pytest.approx(0.01)
+        if name == "normal":
+            assert p >= alpha and sentence == (
+                f"The LOO-PIT values of y are consistent with a uniform distribution (uniformity test p-value "
+                f"{p:.2f}, not below 0.01): no sign that the LOO predictive distributions are miscalibrated.")
+        else:  # sigma 0.3 for data of sd 2.8: far too narrow
+            assert p < 0.001 and sentence == (
+                f"The LOO-PIT values of y are not uniform (uniformity test p-value {p:.2g} < 0.01): the LOO "
+                "predictive distributions are miscalibrated for these observations.")
+        assert "α=" not in page_text and "p=0." not in page_text
+        img = next(i for i in page.images if i["alt"] == f"LOO-PIT of {name} (y)")
+        assert json.loads(img["data-axes"]) == [["LOO-PIT value", "ECDF difference (ECDF - uniform CDF)"]]
+
+
+def test_stacking_weights_are_explained_under_the_table(outlier_report):
+    fits, text = outlier_report
+    page = ReportReader(text)
+    assert page.text_of("p", "weights") == [STACKING]
+    assert "maximises the LOO log score" in STACKING and "not posterior model probabilities" in STACKING
+    assert text.index('id="compare-table"') < text.index('class="weights"') < text.index('id="pareto-k"')
+    weights = [float(page.tables["compare-table"][name]["weight"]) for name in fits]
+    assert sum(weights) == pytest.approx(1.0) and all(w >= 0 for w in weights)

@@ -5,11 +5,18 @@ The page is opened from ``file://``; the comparison table is read through the DO
 ``pl.compare``; every image must be decoded; the browser console must have no error. A full-page
 screenshot goes to the test's tmp folder (and to ``benchmarks/results/report_screenshot.png`` with
 ``PPL_LOO_SAVE_SCREENSHOT=1``, so that a test run does not modify the checkout).
+
+The report of JAX normal / Student-t fits with an adapted, a doubtful, a refit and a second-opinion observation
+(``report_helpers.outlier_fits``) is read as a reader sees it: the counts of each category agree between the
+header line, the comparison table and the observation table; the Pareto k figure has one legend entry per
+threshold, one y-scale and its legend below the panels; the LOO-PIT test is a sentence; only sections with
+content are on the page.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 from pathlib import Path
@@ -18,7 +25,9 @@ import numpy as np
 import pytest
 
 import ppl_loo as pl
-from report_helpers import PNG_SIGNATURE, logistic_fits, same_value
+from ppl_loo.workflow.compare import FLAG_COLUMNS
+from ppl_loo.workflow.report import CATEGORIES, STACKING
+from report_helpers import DOUBTFUL, PNG_SIGNATURE, REFIT, hand_categories, logistic_fits, outlier_fits, same_value
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -87,10 +96,14 @@ def test_report_in_chromium(two_model_report, tmp_path):
         driver.quit()
     table = pl.compare(results, round_to="none")
     assert [name for name, _ in rows] == list(table.index)  # the DOM unescapes "<i>" back to the name
-    for name, cells in rows:
-        assert set(cells) == set(table.columns)
-        for col in table.columns:
+    stats = [c for c in table.columns if c not in FLAG_COLUMNS]
+    for name, cells in rows:  # pl.compare's arviz_stats columns, then the observations counted by category
+        assert set(cells) == set(stats) | {f"n_{k}" for k in CATEGORIES} | {"diff_not_psis"}
+        for col in stats:
             assert same_value(cells[col], table.loc[name, col]), (name, col, cells[col], table.loc[name, col])
+        res = results[name] if isinstance(results[name], pl.LooResult) else pl.LooResult.from_datatree(results[name])
+        hand = hand_categories(res)
+        assert {k: int(cells[f"n_{k}"]) for k in CATEGORIES} == {k: hand.count(k) for k in CATEGORIES}
     # Pareto k x 2, elpd differences x 1, LOO-PIT x 2 (same draws, posterior_predictive), ROC/PR x 1
     assert len(images) == 6
     assert all(complete and width > 0 and h > 0 for complete, width, h in images), images
@@ -106,3 +119,70 @@ def test_report_in_chromium(two_model_report, tmp_path):
     shot = mpimg.imread(shot_path)
     assert abs(shot.shape[0] - height) <= 1, (shot.shape, height)  # the whole page, not the viewport
     assert np.ptp(shot[..., :3]) > 0.5  # not a blank page
+
+
+READ_COUNTS = """
+const out = {};
+for (const p of document.querySelectorAll('p.counts')) {
+  const model = p.dataset.model;
+  const rows = Array.from(document.getElementById('obs-' + model)?.querySelectorAll('tbody tr') ?? []);
+  const table = Array.from(document.querySelectorAll('#compare-table tbody tr'))
+                     .find(tr => tr.querySelector('th').textContent === model);
+  const cells = Object.fromEntries(Array.from(table.querySelectorAll('td')).map(td => [td.dataset.col, td.dataset.value]));
+  const img = Array.from(document.images).find(i => i.alt === 'Pareto k of ' + model);
+  out[model] = {header: {...p.dataset}, text: p.innerText, rows: rows.map(r => r.dataset.category), cells: cells,
+                legend: JSON.parse(img.dataset.legend), ylim: JSON.parse(img.dataset.ylim),
+                outside: img.dataset.legendOutside, shown: [img.complete, img.naturalWidth, img.naturalHeight]};
+}
+return out;
+"""
+READ_PAGE = """
+return {sections: Array.from(document.querySelectorAll('section')).map(s => s.id),
+        h2: Array.from(document.querySelectorAll('h2')).map(h => h.innerText),
+        pit: Array.from(document.querySelectorAll('p.pit-test')).map(p => [p.innerText, p.dataset.pValue]),
+        weights: Array.from(document.querySelectorAll('p.weights')).map(p => p.innerText),
+        doubtfulRow: Array.from(document.querySelectorAll('#obs-normal tr.cat-doubtful td')).map(td => td.innerText),
+        text: document.body.innerText};
+"""
+
+
+def test_outlier_report_in_chromium(tmp_path):
+    """What a reader sees of a report with an adapted, a doubtful, a refit and a second-opinion observation."""
+    fits = outlier_fits()
+    path = pl.report(fits, tmp_path / "outliers.html", title="Normal vs Student-t")
+    driver = _driver()
+    try:
+        driver.get(path.resolve().as_uri())
+        models = driver.execute_script(READ_COUNTS)
+        page = driver.execute_script(READ_PAGE)
+        log = driver.get_log("browser")
+    finally:
+        driver.quit()
+    assert [e for e in log if e["level"] == "SEVERE"] == []
+    assert page["sections"] == ["compare", "pareto-k", "elpd-diff", "loo-pit", "settings"]  # no ROC, PVI, Source
+    assert "no model given" not in page["text"] and "pass models=" not in page["text"]
+    assert sorted(models) == sorted(fits)
+    for name, seen in models.items():
+        hand = hand_categories(pl.LooResult.from_datatree(fits[name]))
+        want = {k: hand.count(k) for k in CATEGORIES}
+        dataset = {k: {"second_opinion": "secondOpinion"}.get(k, k) for k in CATEGORIES}  # data-second-opinion
+        assert {k: int(seen["header"][dataset[k]]) for k in CATEGORIES} == want
+        assert {k: int(seen["cells"][f"n_{k}"]) for k in CATEGORIES} == want
+        assert {k: seen["rows"].count(k) for k in CATEGORIES if k != "psis"} == {k: v for k, v in want.items()
+                                                                                if k != "psis"}
+        assert seen["text"].startswith(f"{name}: 16 observations: {want['psis']} not adapted (plain PSIS)")
+        assert [e for e in seen["legend"] if e.startswith("k threshold")] == ["k threshold 0.70 (good_k)"]
+        assert seen["ylim"][0] == seen["ylim"][1] and seen["outside"] == "true"
+        assert seen["shown"][0] and seen["shown"][1] > 500 and seen["shown"][2] > 200
+    normal = models["normal"]
+    assert (int(normal["header"]["doubtful"]), int(normal["header"]["refit"])) == (1, 1)
+    assert normal["rows"][:2] == ["doubtful", "refit"]  # the doubtful one first
+    assert page["doubtfulRow"][:3] == [str(DOUBTFUL), f"y[obs={DOUBTFUL}]", "doubtful"]
+    assert f"y[obs={REFIT}]" in page["text"]
+    assert page["weights"] == [STACKING]
+    assert len(page["pit"]) == 3
+    for sentence, p in page["pit"]:
+        p = float(p)
+        assert sentence.startswith("The LOO-PIT values of y are ")
+        assert (f"p-value {p:.2f}" if p >= 0.01 else f"p-value {p:.2g}") in sentence
+    assert "α=" not in page["text"]
