@@ -44,7 +44,7 @@ import numpy as np
 
 import ppl_loo as pl
 from ppl_loo.jax_settings import x64
-from ppl_loo.workflow.approx_tree import approximation_tree
+from ppl_loo.workflow.approx.approx_tree import approximation_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -94,7 +94,7 @@ def child(p, path, transforms="all"):
 
     import ppl_loo as pl
 
-    import ppl_loo.workflow.loo as loo_module
+    import ppl_loo.workflow.loo.loo as loo_module
 
     model = horseshoe_model(p)
     idata = xr.open_datatree(path)

@@ -87,7 +87,7 @@ def main():
 
     rows = {"n": n, "p": p, "S": S, "sample_s": t_sample}
     # ------------------------------------------------------------- 1. adapter vs closed form, all obs
-    from ppl_loo.workflow.loo import DEFAULT_TRANSFORMS
+    from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS
 
     transforms = list(DEFAULT_TRANSFORMS)
     rows["transforms"] = transforms

@@ -13,7 +13,7 @@ from ppl_loo.models import LogisticRegression
 from ppl_loo.numerics.glm_lines import LINE_BLOCK_BYTES, line_block_rows, line_bytes
 from ppl_loo.numerics.transforms import DiagAffine, LowRank
 from ppl_loo.sampling import sample_nuts
-from ppl_loo.workflow.adapt import auto_batch_size
+from ppl_loo.workflow.loo.adapt import auto_batch_size
 
 pytestmark = pytest.mark.x64  # calls the model's JAX functions directly (conftest.py)
 

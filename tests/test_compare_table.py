@@ -22,7 +22,7 @@ import xarray as xr
 
 import ppl_loo as pl
 from cli_tools import run_cli
-from ppl_loo.workflow.compare import FLAG_COLUMNS
+from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
 from gaussian_models import LinearRegressionKnownNoise, leverage_regression, normal_mean_model
 
 NUMBERS = ["rank", "elpd_diff", "dse", "p_worse", "p", "elpd", "se", "weight"]

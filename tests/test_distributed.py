@@ -1,5 +1,5 @@
 """The adaptive search on a real ``dask.distributed`` cluster (``pl.loo(..., client=...)``,
-:mod:`ppl_loo.workflow.distributed`): a ``LocalCluster`` of two worker processes on this machine gives the
+:mod:`ppl_loo.workflow.loo.distributed`): a ``LocalCluster`` of two worker processes on this machine gives the
 same numbers as the single-process run, bit for bit, for a closed-form JAX model, a PyMC model and a compiled
 Stan program; the work ran on both workers; a Stan error raised on a worker comes back as itself.
 
@@ -28,7 +28,7 @@ pm = pytest.importorskip("pymc")
 
 import ppl_loo as pl
 from ppl_loo.sampling import sample_nuts
-from ppl_loo.workflow.distributed import worker_cache_keys
+from ppl_loo.workflow.loo.distributed import worker_cache_keys
 
 NORMAL = Path(__file__).resolve().parents[1] / "stan_models" / "normal_known_sigma.stan"
 POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",

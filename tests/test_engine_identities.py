@@ -48,7 +48,7 @@ def test_pmm_at_hbar_one_is_paananen_mm(setup):
 
     loglik = np.asarray(jax.vmap(model.loglik)(theta))
     logp = np.asarray(jax.vmap(model.logp)(theta))
-    from ppl_loo.workflow.inputs import r_eff_of
+    from ppl_loo.workflow.loo.inputs import r_eff_of
 
     reff = r_eff_of(data, theta.shape[0])
     for i in (0, 1, 7):

@@ -145,7 +145,7 @@ def test_rank_rhat_equals_arviz_stats():
     one chain shifted, constant (NaN), discrete with ties, an odd number of draws, one chain (NaN)."""
     from arviz_stats.base import array_stats
 
-    from ppl_loo.workflow.inputs import rank_rhat
+    from ppl_loo.workflow.loo.inputs import rank_rhat
 
     rng = np.random.default_rng(3)
     a = rng.normal(size=(4, 101, 5))

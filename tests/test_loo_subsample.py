@@ -195,7 +195,7 @@ def test_dask_backed_log_likelihood_gives_the_same_numbers(synthetic):
 
 
 def test_model_log_likelihood_by_chunks_of_draws(leverage_fit):
-    from ppl_loo.workflow.subsample_model import _log_lik_columns, _lpd_from_model
+    from ppl_loo.workflow.subsample.model import _log_lik_columns, _lpd_from_model
 
     model, data, obs, _, _, _ = leverage_fit
     pm = pl.as_model(model)

@@ -9,9 +9,9 @@ import scipy.stats as st
 import xarray as xr
 
 import ppl_loo as pl
-import ppl_loo.workflow.vouch.loo_mixture as loo_mixture_module
+import ppl_loo.workflow.loo.vouch.loo_mixture as loo_mixture_module
 from ppl_loo.numerics.mixture import mixture_loo
-from ppl_loo.workflow.vouch.rule import Opinion, _pooled, agree
+from ppl_loo.workflow.loo.vouch.rule import Opinion, _pooled, agree
 from tests.gaussian_models import LinearRegressionKnownNoise, leverage_problem
 from tests.linear_models import jax_model, problem, pymc_model
 

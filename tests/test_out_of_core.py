@@ -113,7 +113,7 @@ def test_peak_memory_is_one_chunk(reg, plain_ref, how, monkeypatch):
     and no array the scheduler computes is larger than one chunk of observations (the whole array is 10x;
     with the default 512 MB budget these 301 observations are one chunk, so the budget is set to 31 of them
     here: the test fails where the whole array is read)."""
-    import ppl_loo.workflow.chunked as chunked
+    import ppl_loo.workflow.loo.chunked as chunked
 
     kwargs = {"chunk_size": 31} if how == "chunk_size" else {}
     if how == "budget":
@@ -141,8 +141,8 @@ def test_peak_memory_is_one_chunk(reg, plain_ref, how, monkeypatch):
 def test_auto_chunks_follow_stored_chunks(monkeypatch):
     """Whole stored chunks are read, grouped within the budget (or ``chunk_size``); an in-memory array is read
     in ranges of that many observations."""
-    import ppl_loo.workflow.chunked as chunked
-    from ppl_loo.workflow.chunked import obs_blocks
+    import ppl_loo.workflow.loo.chunked as chunked
+    from ppl_loo.workflow.loo.chunked import obs_blocks
 
     ll = xr.DataArray(dask.array.zeros((2, 10, 20), chunks=(2, 10, (3, 3, 8, 6))), dims=("chain", "draw", "obs"))
     assert obs_blocks(ll, None) == [(0, 20)]

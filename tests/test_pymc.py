@@ -18,7 +18,7 @@ azs = pytest.importorskip("arviz_stats")
 import ppl_loo as pl
 from ppl_loo.models import LogisticRegression
 from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.workflow.loo import DEFAULT_TRANSFORMS
+from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS
 
 pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
 
@@ -291,7 +291,7 @@ def test_loo_roc_auc_pr():
 
 def test_roc_pr_functions_with_ties():
     """Array-level curves against brute force on scores with ties (scikit-learn's conventions)."""
-    from ppl_loo.workflow.predictive import average_precision, precision_recall_curve, roc_auc, roc_curve
+    from ppl_loo.workflow.downstream.predictive import average_precision, precision_recall_curve, roc_auc, roc_curve
 
     rng = np.random.default_rng(1)
     y = rng.integers(0, 2, size=40)

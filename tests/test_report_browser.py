@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 import ppl_loo as pl
-from ppl_loo.workflow.compare import FLAG_COLUMNS
-from ppl_loo.workflow.report import CATEGORIES, STACKING
+from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
+from ppl_loo.workflow.report.report import CATEGORIES, STACKING
 from report_helpers import DOUBTFUL, PNG_SIGNATURE, REFIT, hand_categories, logistic_fits, outlier_fits, same_value
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

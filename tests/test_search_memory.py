@@ -24,8 +24,8 @@ pt = pytest.importorskip("pytensor.tensor")
 from ppl_loo.model.pymc.adapter import PyMCModel
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
 from ppl_loo.numerics.loo.plan import left_out_message, search_plan
-from ppl_loo.workflow.adapt import auto_batch_size
-from ppl_loo.workflow.loo import DEFAULT_TRANSFORMS
+from ppl_loo.workflow.loo.adapt import auto_batch_size
+from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS
 
 pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays (conftest.py)
 

@@ -25,7 +25,7 @@ import xarray as xr
 
 import ppl_loo as pl
 from ppl_loo.model.stan.posterior import StanPosterior, loo_adapter
-from ppl_loo.workflow.inputs import stack_draws
+from ppl_loo.workflow.loo.inputs import stack_draws
 
 pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
 

@@ -177,7 +177,7 @@ def test_refit_row_has_nan_pareto_k(refit_fit, tmp_path, monkeypatch):
     assert int(table.loc["refit", "n_refit"]) == 1
 
     # the report's Pareto-k figure: the NaN is not a point (not at 0), but a tick outside the k scale
-    from ppl_loo.workflow import report_figures
+    from ppl_loo.workflow.report import figures as report_figures
 
     figs = []
     real_png = report_figures.png_uri

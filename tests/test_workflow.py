@@ -218,7 +218,7 @@ def test_compiled_engine_cache_is_per_model_and_goes_with_it():
     from gaussian_models import normal_mean_model
     from ppl_loo.model import as_model
     from ppl_loo.numerics.loo import EngineConfig
-    from ppl_loo.workflow.engine import compiled_engine
+    from ppl_loo.workflow.loo.engine import compiled_engine
 
     model = normal_mean_model(np.arange(5.0))
     cfg = EngineConfig(("pmm1",), (1.0, 0.5), 1.0)

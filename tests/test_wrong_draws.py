@@ -29,7 +29,7 @@ from cli_tools import run_cli
 from ppl_loo.model import as_model
 from ppl_loo.stan import as_data_dict
 from ppl_loo.stan.sampler import sample_cmdstan_csv
-from ppl_loo.workflow.draws import LogLikMismatchError, loo_draws
+from ppl_loo.workflow.loo.draws import LogLikMismatchError, loo_draws
 
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"

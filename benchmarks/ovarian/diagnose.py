@@ -3,7 +3,7 @@
 ``LooResult.candidates`` holds every candidate's k-hats and elpd_i but not the other conditions
 the engine requires of the proposal it uses (an effective sample size ``1 / sum w^2`` of at least
 ``min(100, S/10)``, an invertible map at every draw, a finite elpd numerator k-hat). This reruns
-the engine's compiled search (``ppl_loo.workflow.engine``, with the settings stored in the result)
+the engine's compiled search (``ppl_loo.workflow.loo.engine``, with the settings stored in the result)
 for the observations in question and reports those quantities for the candidates whose weights'
 k-hat is <= 0.7. It is a diagnostic of the benchmark, not an API.
 """
@@ -27,7 +27,7 @@ def engine_arrays(res, data, model):
 def why_failed(res, model, obs, threshold=0.7, data=None):
     import jax.numpy as jnp
 
-    from ppl_loo.workflow.engine import compiled_engine, config_from_plain, engine_data
+    from ppl_loo.workflow.loo.engine import compiled_engine, config_from_plain, engine_data
 
     obs = [int(i) for i in obs]
     if not obs:

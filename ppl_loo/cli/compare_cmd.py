@@ -13,7 +13,7 @@ import pandas as pd
 import ppl_loo as pl
 from ppl_loo.cli.errors import DOUBTFUL, EXIT_EPILOG, OK, CliError, one_line, warnings_to_stderr
 from ppl_loo.cli.inputs import check_output, load_results
-from ppl_loo.workflow.compare import DEFAULT_DECIMALS
+from ppl_loo.workflow.downstream.compare import DEFAULT_DECIMALS
 
 __all__ = ["add_compare_parser", "add_report_parser", "compare_records", "run_compare", "run_report"]
 

@@ -20,7 +20,7 @@ import ppl_loo as pl
 from ppl_loo.datasets import load_ovarian
 from ppl_loo.models import LogisticRegression
 from ppl_loo.sampling import sample_nuts
-from ppl_loo.workflow.inputs import RHAT_VOUCH
+from ppl_loo.workflow.loo.inputs import RHAT_VOUCH
 
 __all__ = ["add_parser", "demo", "run"]
 

@@ -19,7 +19,7 @@ from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, check_p
 from ppl_loo.stan import StanDataError, StanEvaluationError
 from ppl_loo.stan.compile import cache_dir, cached_build
 from ppl_loo.stan.sampler import SAMPLER_FLAG, sample_cmdstan_csv
-from ppl_loo.workflow.draws import LogLikMismatchError
+from ppl_loo.workflow.loo.draws import LogLikMismatchError
 
 __all__ = ["add_loo_parser", "add_sample_parser", "json_summary", "run_loo", "run_sample"]
 

@@ -224,7 +224,7 @@ def _fit_attrs(fit: cmdstanpy.CmdStanMCMC) -> tuple[dict, dict]:
         if key in cfg:  # adapt_delta, max_depth: the sampler settings a refit reuses
             attrs[name] = cast(cfg[key])
     # CmdStan writes 6 significant digits unless sig_figs is set (-1: the default); the draws and
-    # generated quantities are rounded to it (ppl_loo.workflow.draws compares at that precision)
+    # generated quantities are rounded to it (ppl_loo.workflow.loo.draws compares at that precision)
     sig = int(cfg.get("sig_figs", -1) or -1)
     attrs["sig_figs"] = sig if sig > 0 else 6
     one = fit.chains == 1  # one file: scalars / 1-D, as written

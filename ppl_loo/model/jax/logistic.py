@@ -403,7 +403,7 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
 
     def mixture_draws(self, *, chains, warmup, draws, random_seed, init=None, target_accept=0.8, max_tree_depth=10):
         """Draws of the mixture of all LOO posteriors, ``q_mix ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
-        (:mod:`ppl_loo.workflow.vouch.mixture`), in the sampler-friendly parameterization of
+        (:mod:`ppl_loo.workflow.loo.vouch.mixture`), in the sampler-friendly parameterization of
         :meth:`numpyro_model` (``mixture=True``; the horseshoe non-centered); ``init`` is not used (NumPyro's
         uniform initialization in that parameterization)."""
         samples, div = nuts_model_samples(self.numpyro_model(mixture=True), num_chains=chains, num_warmup=warmup,

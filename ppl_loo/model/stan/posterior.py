@@ -182,7 +182,7 @@ class StanPosterior(PosteriorModel):
 
     is_jax = True
     factorizes = False
-    #: the host callbacks stop at Ctrl-C (:func:`ppl_loo.workflow.interrupt.run_interruptible` sets
+    #: the host callbacks stop at Ctrl-C (:func:`ppl_loo.workflow.loo.interrupt.run_interruptible` sets
     #: ``cancel_requested``; each chunk of at most :data:`HOST_CHUNK` draws checks it)
     cancellable = True
     cancel_requested = False

@@ -1,0 +1,1 @@
+"""What users run after LOO: ``pl.compare``, ``pl.loo_expectation``, ``pl.loo_roc``."""

@@ -1,0 +1,246 @@
+"""``pl.compare``: ``arviz_stats.compare`` of adaptive LOO results, with what the adaptation touched.
+
+The table is exactly ``arviz_stats.compare`` (unrounded) on the :class:`~ppl_loo.LooResult` objects
+(and any plain ``arviz_stats`` ``ELPDData``), plus per model how many observations were adapted,
+doubtful or refit, and how much of ``elpd_diff`` those observations carry. The numbers keep full
+precision; only the printed table rounds, every numeric column to the same number of decimals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from os import PathLike
+
+import arviz_stats as azs
+import numpy as np
+import pandas as pd
+import xarray as xr
+from arviz_stats.utils import ELPDData, ELPDDataLOOSubsample
+
+from ppl_loo.workflow.loo.result import LooResult
+
+__all__ = ["compare", "CompareTable", "display_decimals", "named_results", "flag_masks", "FLAG_COLUMNS",
+           "DEFAULT_DECIMALS"]
+
+#: the columns :func:`compare` adds to ``arviz_stats.compare``'s table
+FLAG_COLUMNS = ("n_adapted", "n_doubtful", "n_refit", "diff_flagged")
+
+#: decimals of every numeric column of the printed table (R's ``loo_compare`` prints 1 or 2)
+DEFAULT_DECIMALS = 2
+
+ACCEPTED = ("a pl.LooResult, an xarray.DataTree with a 'loo' group (pl.add_loo), "
+            "or the path of a netCDF file holding such a tree")
+ACCEPTED_COMPARE = ACCEPTED + ", or an arviz_stats ELPDData (azs.loo)"
+
+
+def display_decimals(round_to):
+    """The number of decimals :class:`CompareTable` prints for ``round_to`` (``None``: pandas' own format).
+
+    ``round_to`` is a whole number >= 0, ``"auto"`` (:data:`DEFAULT_DECIMALS`; not ``arviz_stats``'
+    significant-figure rounding, which prints -181.56 as -200.0) or ``"none"`` / ``None`` (no rounding).
+    """
+    if round_to is None or (isinstance(round_to, str) and round_to.lower() == "none"):
+        return None
+    if isinstance(round_to, str) and round_to == "auto":
+        return DEFAULT_DECIMALS
+    if isinstance(round_to, (int, np.integer)) and not isinstance(round_to, (bool, np.bool_)) and round_to >= 0:
+        return int(round_to)
+    raise ValueError(f"round_to={round_to!r}: give the number of decimals of the printed table, a whole number >= 0 "
+                     f"(default {DEFAULT_DECIMALS}), or 'none' for pandas' own format; the numbers themselves "
+                     "are never rounded.")
+
+
+class CompareTable(pd.DataFrame):
+    """:func:`compare`'s table: a ``pandas.DataFrame`` at full precision that prints (``repr``,
+    ``to_string``, the notebook HTML) every float column with ``round_to`` decimals.
+
+    Selections and arithmetic on it give plain DataFrames (printed by pandas' own rules).
+    """
+
+    _metadata = ["round_to"]
+    round_to = DEFAULT_DECIMALS
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+    def _float_format(self):
+        decimals = getattr(self, "round_to", DEFAULT_DECIMALS)
+        return None if decimals is None else (lambda x: f"{x:.{decimals}f}")
+
+    def _display(self):
+        fmt = self._float_format()
+        return pd.option_context("display.float_format", fmt) if fmt is not None else contextlib.nullcontext()
+
+    def __repr__(self):
+        with self._display():
+            return super().__repr__()
+
+    def _repr_html_(self):
+        with self._display():
+            return super()._repr_html_()
+
+    def to_string(self, *args, **kwargs):
+        """``pandas.DataFrame.to_string`` with the table's decimals (unless ``float_format`` is given)."""
+        fmt = self._float_format()
+        if fmt is not None:
+            kwargs.setdefault("float_format", fmt)
+        return super().to_string(*args, **kwargs)
+
+
+def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMALS) -> CompareTable:
+    """Compare models by their adaptive LOO results: ``arviz_stats.compare`` plus adaptation counts.
+
+    Parameters
+    ----------
+    results : dict or list
+        ``{name: item}``, or a list (named ``"model_0"``, ``"model_1"``, ...); each item is a
+        :class:`~ppl_loo.LooResult`, an ``xarray.DataTree`` with a ``loo`` group (``pl.add_loo``),
+        the path (``str`` / ``Path``) of a netCDF file holding such a tree, or a plain
+        ``arviz_stats`` ``ELPDData`` with pointwise values (``azs.loo(tree)``; its ``n_adapted``,
+        ``n_doubtful``, ``n_refit`` and ``diff_flagged`` are NA: it carries no adaptation).
+    method : {"stacking", "BB-pseudo-BMA", "pseudo-BMA"}
+        How ``arviz_stats.compare`` weighs the models.
+    scale : {"log"}
+        The scale of the comparison. ``arviz_stats.compare`` (1.x) compares, and stacks, pointwise
+        elpd on the log scale; every result must be on it (``res.scale``), else a ``ValueError``
+        names the model.
+    round_to : int or {"auto", "none"}
+        Decimals of the *printed* table, every float column alike (default 2; ``"auto"``: the
+        same 2, not ``arviz_stats``' significant-figure rounding; ``"none"``: pandas' own format).
+        The numbers in the table are never rounded.
+
+    Returns
+    -------
+    CompareTable
+        A ``pandas.DataFrame`` holding ``arviz_stats.compare(..., round_to="none")``'s table (rank,
+        elpd_diff, dse, p_worse, diag_diff, diag_elpd, p, elpd, se, weight; best model first) and,
+        per model:
+
+        - ``n_adapted``: observations whose ``transform`` is not ``"psis"``;
+        - ``n_doubtful``, ``n_refit``: observations flagged ``doubtful`` / ``refit``;
+        - ``diff_flagged``: the part of ``elpd_diff`` (this model minus the top-ranked one, the sign
+          of ``elpd_diff``) carried by the observations adapted, doubtful or refit in either model:
+          ``sum_i (elpd_i[model] - elpd_i[best])`` over those ``i``; 0 for the best model.
+
+        The counts are nullable integers (``Int64``); all four are NA for a plain ``ELPDData``, which
+        counts as flagging no observation in the ``diff_flagged`` of the other models.
+
+    Raises
+    ------
+    TypeError
+        An item is none of the accepted kinds (the message names it).
+    ValueError
+        The results differ in their number of observations (the message names both models and their
+        sizes), a result is not on the log scale, no result is given, or ``round_to`` is not a number
+        of decimals.
+    """
+    decimals = display_decimals(round_to)
+    named, _ = named_results(results, plain=True)
+    if not named:
+        raise ValueError("pl.compare got no results: pass {name: result, ...} or a list of results.")
+    if scale != "log":
+        raise ValueError(f"scale={scale!r}: arviz_stats.compare compares pointwise elpd on the log scale; "
+                         "use scale='log' (and pl.loo's default scale).")
+    for name, res in named.items():
+        if res.scale != "log":
+            raise ValueError(f"model {name!r} is on the {res.scale!r} scale; pl.compare needs log-scale results "
+                             "(recompute it with pl.loo's default scale).")
+    table = azs.compare(named, method=method, round_to="none")  # never "auto": it rounds to significant figures
+    best = table.index[0]
+    masks = {name: flag_masks(res) for name, res in named.items()}
+    elpd = {name: _flat(res.elpd_i, float) for name, res in named.items()}
+    counts = {col: [] for col in FLAG_COLUMNS}
+    for name in table.index:
+        if not isinstance(named[name], LooResult):  # a plain ELPDData: nothing known about adaptation
+            for col in FLAG_COLUMNS:
+                counts[col].append(pd.NA if col != "diff_flagged" else np.nan)
+            continue
+        either = masks[name]["any"] | masks[best]["any"]
+        counts["n_adapted"].append(int(masks[name]["adapted"].sum()))
+        counts["n_doubtful"].append(int(masks[name]["doubtful"].sum()))
+        counts["n_refit"].append(int(masks[name]["refit"].sum()))
+        counts["diff_flagged"].append(0.0 if name == best else float(np.sum(elpd[name][either] - elpd[best][either])))
+    extra = pd.DataFrame({col: pd.array(vals, dtype="Int64" if col != "diff_flagged" else "float64")
+                          for col, vals in counts.items()}, index=table.index)
+    out = CompareTable(table.join(extra))
+    out.round_to = decimals
+    return out
+
+
+def named_results(results, plain=False):
+    """``({name: LooResult}, {name: DataTree or None})`` from what :func:`compare` accepts.
+
+    The second dict holds the tree an item came as (a DataTree, or the tree read from a path),
+    ``None`` for a bare result. Every result must have pointwise values for the same number of
+    observations. ``plain=True`` (:func:`compare`) also accepts a plain ``arviz_stats`` ``ELPDData``.
+    """
+    if isinstance(results, dict):
+        items = {str(k): v for k, v in results.items()}
+    elif isinstance(results, (list, tuple)):
+        items = {f"model_{i}": v for i, v in enumerate(results)}
+    else:
+        raise TypeError(f"results must be a dict {{name: result}} or a list of results, got "
+                        f"{type(results).__name__}; each result is {ACCEPTED_COMPARE if plain else ACCEPTED}.")
+    named, trees = {}, {}
+    for name, item in items.items():
+        named[name], trees[name] = _one_result(name, item, plain)
+    _check_sizes(named)
+    return named, trees
+
+
+def flag_masks(res):
+    """Boolean masks over the flattened observations: ``adapted`` (transform not ``"psis"``),
+    ``doubtful``, ``refit`` and ``any`` of them (all False for a plain ``ELPDData``)."""
+    n = _flat(res.elpd_i, float).size
+    transform = getattr(res, "transform", None)
+    adapted = np.zeros(n, bool) if transform is None else _flat(transform, str) != "psis"
+    out = {"adapted": adapted}
+    for name in ("doubtful", "refit"):
+        val = getattr(res, name, None)
+        out[name] = np.zeros(n, bool) if val is None else _flat(val, bool)
+    out["any"] = out["adapted"] | out["doubtful"] | out["refit"]
+    return out
+
+
+def _flat(da, dtype):
+    return np.asarray(da.values if isinstance(da, xr.DataArray) else da).astype(dtype).reshape(-1)
+
+
+def _one_result(name, item, plain=False):
+    """A result and the tree it came in (None for a bare result); ``plain``: a plain ``ELPDData`` too."""
+    if isinstance(item, LooResult):
+        res, tree = item, None
+    elif plain and isinstance(item, ELPDData) and not isinstance(item, ELPDDataLOOSubsample):
+        res, tree = item, None
+    elif isinstance(item, ELPDData) and not isinstance(item, ELPDDataLOOSubsample):
+        raise TypeError(f"model {name!r} is an arviz_stats {type(item).__name__} without ppl_loo's pointwise "
+                        f"diagnostics; this needs {ACCEPTED} (pl.compare also accepts it).")
+    elif isinstance(item, xr.DataTree):
+        if "loo" not in item.children:
+            raise ValueError(f"model {name!r}: the DataTree has no 'loo' group; store the result with "
+                             "pl.add_loo(tree, res) or pass the LooResult itself.")
+        res, tree = LooResult.from_datatree(item), item
+    elif isinstance(item, (str, PathLike)):
+        try:
+            with xr.open_datatree(item) as opened:
+                tree = opened.load()
+        except (OSError, ValueError) as err:
+            raise ValueError(f"model {name!r}: cannot read a DataTree from {str(item)!r} ({err}).") from err
+        return _one_result(name, tree)[0], tree
+    else:
+        raise TypeError(f"model {name!r} is a {type(item).__name__}; pl.compare accepts "
+                        f"{ACCEPTED_COMPARE if plain else ACCEPTED}.")
+    if getattr(res, "elpd_i", None) is None:
+        how = "pl.loo(..., pointwise=True)" if isinstance(res, LooResult) else "azs.loo(..., pointwise=True)"
+        raise ValueError(f"model {name!r} has no pointwise elpd_i: compute it with {how}.")
+    return res, tree
+
+
+def _check_sizes(named):
+    sizes = {name: _flat(res.elpd_i, float).size for name, res in named.items()}
+    first = next(iter(sizes), None)
+    for name, size in sizes.items():
+        if size != sizes[first]:
+            raise ValueError(f"the results differ in their number of observations: model {first!r} has "
+                             f"{sizes[first]} and model {name!r} has {size}; compare models fitted to the same data.")

@@ -1,0 +1,226 @@
+"""The adaptive search over the flagged observations and what ``pl.loo`` reports for each: the
+corroborated candidate, plain PSIS where it is vouched for, and ``doubtful`` elsewhere
+(``docs/method.md``, sections 4 and 5)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from ppl_loo.numerics.glm_lines import line_bytes
+from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
+from ppl_loo.numerics.loo.memory import machine_bytes
+from ppl_loo.numerics.loo.plan import left_out_message, search_plan
+from ppl_loo.workflow.loo.distributed import resolve_client, run_search_distributed
+from ppl_loo.workflow.loo.engine import compiled_engine
+from ppl_loo.workflow.loo.interrupt import run_interruptible
+
+__all__ = ["Pointwise", "Candidates", "check_transforms", "auto_batch_size", "run_search", "decide"]
+
+#: per-candidate diagnostics kept in ``res.candidates`` besides k, k of the weights, elpd and the ratio check
+CANDIDATE_FIELDS = ("log_mean_ratio", "se_log_mean_ratio", "mcse", "se", "ess", "usable", "checks_ok", "dev", "tv")
+
+
+@dataclass
+class Pointwise:
+    """What is reported per observation; starts as plain PSIS (:func:`from_plain`)."""
+
+    elpd: np.ndarray
+    k: np.ndarray
+    mcse: np.ndarray
+    n_eff: np.ndarray
+    transform: np.ndarray
+    hbar: np.ndarray
+    doubtful: np.ndarray
+    use_adapted: np.ndarray
+    identity_failed: np.ndarray  # candidates whose weights failed the change-of-variables check
+    refit: np.ndarray
+    #: the search's selected candidate where it passes every check with k-hat at most the threshold, corroborated
+    #: or not (NaN elsewhere): a second opinion can confirm it (:mod:`ppl_loo.workflow.loo.vouch.rule`)
+    cand_elpd: np.ndarray = None
+    cand_se: np.ndarray = None
+    cand_k: np.ndarray = None
+    cand_label: np.ndarray = None
+
+    @classmethod
+    def from_plain(cls, plain):
+        n = plain.k.shape[0]
+        return cls(plain.elpd.copy(), plain.k.copy(), plain.mcse.copy(), plain.n_eff.copy(),
+                   np.full(n, "psis", dtype=object), np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, bool),
+                   np.zeros(n, int), np.zeros(n, bool), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
+                   np.full((n, 2), None, dtype=object))
+
+
+@dataclass
+class Candidates:
+    """Every candidate's k-hats, elpd and checks per observation (``res.candidates``), and the chosen
+    candidate's smoothed log weights per searched observation (for :func:`ppl_loo.loo_expectation`)."""
+
+    labels: list
+    table: dict
+    best: np.ndarray
+    lw: np.ndarray
+
+    @classmethod
+    def empty(cls, labels, n, n_chains, n_searched, S):
+        shape = (n, len(labels))
+        table = {key: np.full(shape, np.nan) for key in ("k", "k_weights", "elpd", "max_log_ratio", *CANDIDATE_FIELDS)}
+        table["elpd_chains"] = np.full(shape + (max(n_chains, 1),), np.nan)
+        return cls(labels, table, np.zeros(n_searched, int), np.zeros((n_searched, 2 * S)))
+
+    def record(self, i, j, r, approx):
+        t = self.table
+        t["k"][i], t["elpd"][i], t["k_weights"][i] = r["k"], r["elpd"], r["k_w"]
+        for key in (*CANDIDATE_FIELDS, "elpd_chains"):
+            t[key][i] = r[key]
+        if not approx:
+            t["max_log_ratio"][i] = r["max_log_ratio"]
+        self.best[j], self.lw[j] = int(r["best"]), r["lw"]
+
+    def as_dict(self):
+        return {"labels": self.labels, **self.table}
+
+
+def check_transforms(transforms, default):
+    """The transformation names of ``transforms`` (``"all"`` gives ``default``), validated."""
+    if isinstance(transforms, str):
+        if transforms == "all":
+            return list(default)
+        transforms = (transforms,)
+    names = list(transforms)
+    unknown = [t for t in names if t not in TRANSFORMS]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown transformation(s) {unknown or names}: choose from {sorted(TRANSFORMS)} or 'all'."
+        )
+    return names
+
+
+def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11, per_obs_bytes=None):
+    """``batch_size="auto"``: up to 8 observations per vectorized call within ~1 GB of temporaries
+    (at most an eighth of the machine's memory).
+
+    One observation's search holds a few ``(S, d)`` float64 arrays and the temporaries of one line
+    evaluation when the model evaluates lines through its structure (closed-form models, PyMC GLMs):
+    ``(T, S, n)`` for small problems, blocks of rows above
+    :data:`~ppl_loo.numerics.glm_lines.LINE_BLOCK_BYTES` (:func:`~ppl_loo.numerics.glm_lines.line_bytes`). A model
+    evaluated through its full log density works through its per-draw Jacobians, gradients and lines in
+    blocks of draws; ``per_obs_bytes`` is then the planned memory of one observation's search
+    (:func:`ppl_loo.numerics.loo.plan.search_plan`; without it, a bound from the shapes alone).
+    """
+    if batch_size != "auto":
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer or 'auto'; got {batch_size!r}.")
+        return int(batch_size)
+    if structured:
+        per_obs = 8.0 * S * (8 * d + 4) + 1.5 * line_bytes(S, n)  # bytes, generous
+    elif per_obs_bytes is not None:
+        per_obs = float(per_obs_bytes)
+    else:
+        per_obs = 8.0 * S * (60 * n_steps * n + 4 * d * d + 8 * d)
+    budget = min(2**30, machine_bytes() // 8)
+    return int(max(1, min(8, n_flagged, budget // per_obs)))
+
+
+def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar, client=False):
+    """The compiled search (:func:`ppl_loo.numerics.loo.build_engine`) on observations ``obs_idx``:
+    one dict of :class:`~ppl_loo.numerics.loo.ObsResult` arrays per observation.
+
+    ``client``: a ``dask.distributed`` client, None (the active one, if any) or False (this process);
+    on a client the batches run on its workers (:mod:`ppl_loo.workflow.loo.distributed`), with the
+    same results.
+
+    An exception raised in host code called from JAX (the Stan bridge) is re-raised as itself. The
+    search runs in a worker thread (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): Ctrl-C
+    stops it within a second, also for a Stan model whose batch is in native code.
+    """
+    S, d = draws.theta.shape
+    theta = jnp.asarray(draws.theta)
+    plan = search_plan(model, cfg, S, not draws.approx) if len(obs_idx) and model.is_jax else None
+    if plan is not None and plan.left_out:  # said before the search starts
+        warnings.warn(left_out_message(plan, d, S), UserWarning, stacklevel=3)
+    batch_size = auto_batch_size(batch_size, S, d, draws.ll.shape[1], len(obs_idx),
+                                 structured=model.structure is not None, n_steps=len(cfg.hbar),
+                                 per_obs_bytes=None if plan is None else plan.per_obs_bytes)
+    client = resolve_client(client)
+    if client is not None and len(obs_idx):
+        return run_search_distributed(model, draws, cfg, obs_idx, batch_size, progressbar, client)
+    _, _, mapped, prepare = compiled_engine(model, cfg, not draws.approx, batch_size, draws.log_q_fn)
+    if not len(obs_idx):
+        return []
+    source = model.source
+    source.last_callback_error = None
+
+    def prepared():
+        return prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
+                                  gauss=draws.gauss))
+
+    try:  # each compiled call in a worker thread, so that Ctrl-C stops it within a second
+        edata = run_interruptible(prepared, source)
+        return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar, source)
+    except Exception as exc:
+        stored, source.last_callback_error = getattr(source, "last_callback_error", None), None
+        if stored is not None:
+            raise stored from exc
+        raise
+
+
+def _run(f, edata, obs_idx, ll, batch_size, progressbar, source=None):
+    """Run the jit-compiled search over observations in chunks, with a progress bar; each chunk in a
+    worker thread (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`), the loop in the caller's."""
+    out = []
+    chunk = max(int(batch_size), 1)
+    bar = tqdm(total=len(obs_idx), desc="adaptive LOO", disable=not progressbar, unit="obs")
+    for start in range(0, len(obs_idx), chunk):
+        idx = np.asarray(obs_idx[start:start + chunk])
+        if len(idx) < chunk:  # pad to keep one compiled shape
+            idx = np.concatenate([idx, np.repeat(idx[-1:], chunk - len(idx))])
+        args = (edata, jnp.asarray(idx), jnp.asarray(ll[:, idx].T))
+        res = run_interruptible(lambda a=args: jax.tree_util.tree_map(np.asarray, f(*a)), source)
+        for j in range(min(chunk, len(obs_idx) - start)):
+            out.append({k: getattr(res, k)[j] for k in res._fields})
+        bar.update(min(chunk, len(obs_idx) - start))
+    bar.close()
+    return out
+
+
+def decide(pw: Pointwise, cands: Candidates, plain, results, obs_idx, cfg: EngineConfig, approx):
+    """Fill ``pw`` and ``cands`` from the search's ``results`` (one per ``obs_idx``)."""
+    for j, i in enumerate(obs_idx):
+        r = results[j]
+        cands.record(i, j, r, approx)
+        if not approx:
+            pw.identity_failed[i] = int(np.sum(~r["identity_ok"]))
+        _decide_one(pw, int(i), r, plain, cfg, cands.labels)
+
+
+def _decide_one(pw, i, r, plain, cfg, labels):
+    """The corroborated candidate where there is one (``trusted``); else plain PSIS, vouched for only
+    where its own k-hat is at most 0.5 (finite variance of the weights) and the threshold, its ESS
+    is fine, and no candidate that passes every check and moved the weights (total variation
+    >= ``PLAIN_LIKE_TV``) contradicts it; ``doubtful`` where neither holds."""
+    best = int(r["best"])
+    good = bool(r["usable"][best] and r["checks_ok"][best] and r["k"][best] <= cfg.k_threshold)
+    trusted = bool(r["trusted"]) and pw.identity_failed[i] == 0
+    if good and pw.identity_failed[i] == 0:
+        pw.cand_elpd[i], pw.cand_se[i], pw.cand_k[i] = float(r["elpd"][best]), float(r["se"][best]), float(r["k"][best])
+        pw.cand_label[i] = labels[best]
+    if trusted:
+        pw.use_adapted[i] = True
+        pw.elpd[i], pw.k[i], pw.mcse[i] = float(r["elpd"][best]), float(r["k"][best]), float(r["se_best"])
+        pw.n_eff[i] = float(r["ess"][best]) * cfg.r_eff
+        pw.transform[i], pw.hbar[i] = labels[best]
+    else:  # no corroborated adapted candidate: the plain PSIS values stay
+        pw.transform[i] = "psis" if good else "failed"
+    moved_ok = r["usable"] & r["checks_ok"] & (r["k"] <= cfg.k_threshold) & ~(r["tv"] < PLAIN_LIKE_TV)
+    contradicts = np.abs(r["elpd"] - plain.elpd[i]) > AGREE_Z * np.hypot(r["se"], pw.mcse[i])
+    plain_ok = bool(plain.k[i] <= min(cfg.k_threshold, PLAIN_VOUCH_K) and pw.n_eff[i] >= cfg.min_ess
+                    and pw.identity_failed[i] == 0 and not np.any(moved_ok & contradicts))
+    if not trusted and plain_ok:
+        pw.transform[i] = "psis"
+    pw.doubtful[i] = not (trusted or plain_ok)

@@ -1,0 +1,422 @@
+"""``ppl_loo.loo``: adaptive importance-sampling LOO-CV (workflow layer).
+
+DataTree in, :class:`~ppl_loo.workflow.loo.result.LooResult` out: the draws under the model
+(:mod:`.draws`), plain PSIS on every observation and the observations to examine (:mod:`.plain`),
+the adaptive search and what is reported for each (:mod:`.adapt`), the convergence of the draws,
+the refits (:mod:`.refit`), the warnings (:mod:`.messages`) and the result over the observation
+dims of the log-likelihood variable. The numerics live in :mod:`ppl_loo.numerics`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from ppl_loo.jax_settings import uses_x64
+from ppl_loo.model import as_model
+from ppl_loo.numerics.loo import EngineConfig, candidate_labels
+from ppl_loo.numerics.gaussian import MeanField
+from ppl_loo.numerics.psis import khat_threshold, psislw
+from ppl_loo.workflow.loo.adapt import Candidates, Pointwise, check_transforms, decide, run_search
+from ppl_loo.workflow.loo.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
+from ppl_loo.workflow.loo.distributed import resolve_client
+from ppl_loo.workflow.loo.draws import loo_draws
+from ppl_loo.workflow.loo.engine import adapted_weights_array, config_to_plain, draws_array
+from ppl_loo.workflow.loo.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
+                                     get_log_likelihood, identical_chains, max_rhat_of, obs_labels, stan_labelled,
+                                     with_stan_labels)
+from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
+from ppl_loo.workflow.loo.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
+                                    pointwise_reasons, stable_se, stable_sum)
+from ppl_loo.workflow.loo.refit import apply_refits, check_refit_args
+from ppl_loo.workflow.loo.result import LooResult
+from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, second_opinions
+
+__all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar", "pointwise_factory"]
+
+DEFAULT_HBAR = tuple(float(x) for x in 4.0 ** -np.arange(11))
+#: the papers' seven, iterated moment matching, the Newton-step proposal and the defensive mixtures (not MM3:
+#: its full-covariance map, estimated from heavy-tailed weights, is optimistic in the truth suite)
+DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter", "newton", "newton_mix", "pmm1_mix",
+                      "pmm2_mix")
+
+
+@uses_x64
+def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
+        progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
+        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None,
+        client=None, mixture="auto", mixture_kwargs=None, smc="auto", check_log_lik=True):
+    """Adaptive PSIS-LOO-CV.
+
+    Parameters
+    ----------
+    data : xarray.DataTree
+        With a ``posterior`` group (and ``log_likelihood`` where present).
+    model : pymc.Model, StanModel, PosteriorModel or None
+        A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.StanModel`
+        (exact LOO by data deletion, :class:`~ppl_loo.model.stan.posterior.StanPosterior`), a :class:`~ppl_loo.JaxModel`,
+        a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
+        :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
+        group (as ``arviz_stats.loo``).
+    var_name : str, optional
+        The log-likelihood variable (needed when there are several).
+    transforms : "all" or sequence of str
+        Names from ``"pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3"`` (the papers) and
+        the project's extensions: ``"mm_iter"`` (iterated moment matching, 1-4 iterations),
+        ``"newton"`` (Newton-step proposal) and the mixtures ``"newton_mix"``, ``"pmm1_mix"``,
+        ``"pmm2_mix"``, ``"mm3_mix"`` (deterministic mixture with the draws' own distribution).
+    hbar : sequence of float, optional
+        Step grid; default ``4.0 ** -np.arange(11)`` (the papers' grid).
+    k_threshold : float, optional
+        At most 1; default ``min(1 - 1/log10(S), 0.7)``. Lower values adapt more observations (``-inf``: all).
+    pointwise : bool
+        Keep pointwise results (always computed).
+    progressbar : bool
+        Show a progress bar over the adapted observations.
+    random_seed : int, optional
+        Seed of the second opinions (``mixture=``, ``smc=``) and the refits (``refit=``, where it is required); the
+        adaptive search itself is deterministic. None: the second opinions take a seed derived from the draws
+        (reruns on the same draws give the same numbers).
+    log_q : array-like (chain, draw) or callable, optional
+        Log density (up to a constant) of the approximation the draws come from, for draws from a
+        variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
+        callable ``log_q(theta)`` of one unconstrained draw, it also enables the mixture
+        proposals (``*_mix``), which need ``q`` away from the draws. Default: for a DataTree
+        written by :func:`ppl_loo.pvi`, its ``q`` (checked against the stored ``log_q``).
+    influence_threshold : float, optional
+        Observations whose log-likelihood has posterior variance above this value are adapted even
+        when their plain-PSIS k is low: with such a spread the plain importance weights can miss
+        the LOO posterior entirely while k-hat looks fine. Default ``log(S / 100)`` (the variance
+        at which log-normal weights would keep an effective sample size of 100).
+    jacobian : {"auto", "exact", "first_order"}
+        Jacobian determinants of the gradient transforms: closed form where the model declares its
+        structure, exact autodiff ``log|det|`` for small blocks, else the first-order Eq. 22.
+    batch_size : int or "auto"
+        Observations evaluated together in one vectorized call: the draws are read once per batch,
+        so larger batches are faster and use more memory. ``"auto"`` picks up to 8 within a
+        working-memory budget of about 1 GB per batch.
+    min_ess : float, optional
+        A candidate proposal counts only if the effective sample size ``1 / sum w^2`` of its
+        smoothed weights is at least this; default ``min(100, S / 10)``. k-hat alone misses maps
+        that send most draws where the LOO posterior has no mass.
+
+    refit : None, "doubtful", "flagged", sequence of int, or float
+        Exact LOO by refitting the model without the observation (``reloo`` of R ``loo`` and
+        ArviZ), with the model's own sampler and the original fit's settings, for the observations
+        the engine cannot vouch for: ``"doubtful"`` (``res.doubtful``), ``"flagged"`` (every
+        observation the engine adapted), a list of flat observation indices, or a time budget in
+        seconds (the doubtful observations, highest k first, until it is spent). ``elpd_i`` then
+        comes from bridge sampling between the refit's draws and the full-data draws, with its
+        Monte Carlo SE; ``res.refit`` flags those observations. Needs ``random_seed``.
+    refit_kwargs : dict, optional
+        Overrides of the refit sampler settings read from the fit: ``chains``, ``draws``,
+        ``warmup``, ``target_accept``, ``max_tree_depth``; and ``checkpoint``, a file path where each
+        finished refit is kept, so that a rerun after an interruption does not redo it
+        (:mod:`ppl_loo.workflow.loo.refit`).
+    adapt : {"auto", "all", "flagged"}
+        Which observations the adaptive search examines. ``"flagged"``: plain-PSIS k above 0.5, or
+        influence above ``influence_threshold``. ``"all"``: every observation (a k-hat below 0.5 is
+        no guarantee either: in the ground-truth suite plain PSIS with k = 0.47 was 0.19 nats off on
+        a Poisson model with one latent variable per observation). ``"auto"`` (default): all when
+        there are at most 100 observations, else the flagged ones.
+    reff : float, optional
+        Relative efficiency ``ESS / S`` of the draws (``arviz_stats.loo``'s ``reff``): it sets the length of the
+        Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1
+        for draws of an approximation). With ``reff`` given the result does not depend on the order of the
+        draws.
+    chunk_size : int, optional
+        Observations processed at once from a dask-backed ``log_likelihood`` (``xr.open_datatree(path,
+        engine="zarr", chunks={})``). Such a log-likelihood is never loaded whole: it is read in whole
+        stored chunks and plain PSIS runs chunk by chunk (peak memory that of a chunk, the numbers those of
+        the in-memory path), the model is evaluated only on the observations plain PSIS flags, and
+        ``res.log_weights`` stays a lazy dask array. None (default): about 512 MB of working memory per
+        chunk; an integer also reads an in-memory log-likelihood this way. ``refit=`` needs the
+        log-likelihood in memory (``docs/scale.md``).
+    client : distributed.Client, None or False
+        Where the adaptive search runs. A ``dask.distributed`` client: its workers, one task per batch of
+        ``batch_size`` observations (the model and the draws reach each worker once; a ``pl.StanModel`` as
+        its program and data, the worker loading the compiled library from the cache by its key). None
+        (default): the session's active client when there is one (``distributed.default_client()``), else
+        this process. False: this process. The results are the same wherever it runs (``docs/scale.md``).
+
+    mixture : "auto", bool
+        Mixture importance sampling as an independent second opinion (:func:`ppl_loo.loo_mixture`; Silva &
+        Zanella 2023): one extra MCMC run of the model on the mixture of all LOO posteriors, with the original
+        fit's settings (at least 1,000 warmup iterations and draws per chain), about the cost of one fit.
+        ``"auto"`` (default): run it when an observation is doubtful after the search; True: always (it then
+        also checks every estimate the search vouched for); False: never. Its diagnostics are
+        ``res.mixture_info``.
+    mixture_kwargs : dict, optional
+        Overrides of the mixture run's settings read from the fit: ``chains``, ``draws``, ``warmup``,
+        ``target_accept``, ``max_tree_depth``.
+    smc : "auto", bool
+        Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.loo.vouch.smc`).
+        ``"auto"`` (default): for the observations still doubtful after the mixture run and those that only the
+        search vouches for (two transformations agreeing) where plain PSIS's k-hat is above 0.5 and the mixture
+        did not check them (maps of the same draws can miss together), in models of at most 100 unconstrained
+        parameters (its moves cost minutes per observation beyond; ``res.smc_info`` says when it was skipped);
+        True: every searched observation, whatever the dimension; False: never. It counts only when the
+        posterior draws converged.
+    check_log_lik : bool
+        With a model and a ``log_likelihood`` group: the stored values must be the model's at the same draws,
+        within the precision they were stored with (a CmdStan CSV's ``sig_figs``, relative to each value's
+        magnitude; float rounding for PyMC and JAX draws). A larger difference means the draws do not belong
+        to the model, its data, or the stored variable is not the log-likelihood, and raises a ``ValueError``
+        (:class:`~ppl_loo.workflow.loo.draws.LogLikMismatchError`) naming the observation that differs most.
+        False: a warning instead, and the model's values are used (as they always are).
+
+    Each ``elpd_i`` says which evidence vouches for it (``res.evidence``, :mod:`ppl_loo.workflow.loo.vouch.rule`):
+    estimates from independent draws (the search's, mixture IS, SMC, a refit) that agree within 3 combined
+    Monte Carlo SEs; ``doubtful`` where none agree or none could run.
+
+    Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
+    draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
+    warning; a constant log-likelihood gets its exact LOO density (the constant) and k-hat ``-inf``.
+
+    Returns
+    -------
+    LooResult
+    """
+    client = resolve_client(client)  # checked first; found once (None: the active client, if any)
+    data = check_datatree(data)
+    k_threshold = check_k_threshold(k_threshold)
+    reff = check_reff(reff)
+    _check_var_name(var_name)
+    if model is None or reff is None:
+        check_posterior_draws(data)
+    pairs = identical_chains(data)
+    if pairs:
+        warn_identical_chains(pairs)
+    if model is None:
+        return _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit)
+    if reff is not None:  # (checked above otherwise)
+        check_posterior_draws(data)
+    names = _check_transform_names(transforms)
+    hbar = check_hbar(hbar)
+    if adapt not in ("auto", "all", "flagged"):
+        raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
+    model = as_model(model, var_name=var_name, data=data)
+    stored = stored_for_chunks(data, var_name, model, chunk_size, refit)  # None: in memory
+    draws = loo_draws(data, model, var_name, log_q, log_lik=stored is None, check_log_lik=check_log_lik)
+    if reff is not None and not draws.approx:
+        draws = draws._replace(r_eff=reff)
+    names = names + approximation_transforms(draws, transforms, names)
+    S, n = draws.theta.shape[0], (draws.ll.shape[1] if stored is None else int(np.prod(model.obs_shape or (1,))))
+    check_refit_args(refit, refit_kwargs, random_seed, data, n)
+    check_opinion_args(mixture, smc, mixture_kwargs)
+    k_threshold = khat_threshold(S) if k_threshold is None else k_threshold
+    cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), jacobian,
+                       min_ess=min(100.0, S / 10.0) if min_ess is None else float(min_ess),
+                       n_chains=draws.n_chains, k_threshold=float(k_threshold))
+    plain, lpd = (plain_psis(draws), None) if stored is None else chunked_plain(stored, draws, chunk_size)
+    flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
+    obs_idx = np.flatnonzero(flagged)
+    draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored, obs_idx,
+                                                                                 check_log_lik))
+    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar, False if client is None else client)
+    pw = Pointwise.from_plain(plain)
+    table = Candidates if stored is None else SearchedCandidates  # out of core: rows of the searched only
+    cands = table.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
+    decide(pw, cands, plain, results, obs_idx, cfg, draws.approx)
+
+    # the draws themselves: where they have not converged, nothing estimated from them alone is vouched for
+    max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data)
+    unconverged = bool(max_rhat > RHAT_VOUCH)
+    if unconverged:
+        pw.doubtful[:] = True
+    # a NaN or infinite estimate is never vouched for (k = -inf: exactly uniform weights, a constant term)
+    pw.doubtful |= np.isnan(pw.k) | (pw.k == np.inf) | ~np.isfinite(pw.elpd)
+    evidence, notes, opinion_info = second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged,
+                                                    mixture, mixture_kwargs, smc, random_seed)
+    refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
+    evidence = _with_refits(evidence, pw)
+    reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes, refit_info)
+    _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
+          _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
+    return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
+                   evidence=evidence, **opinion_info, max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
+                                                                                                   k_threshold))
+
+
+def _with_refits(evidence, pw):
+    """``evidence`` after the refits: "refit" where a refit vouches, "" where a refit did not converge (doubtful,
+    whatever vouched before). A new array: settle's strings are as wide as its longest label, "refit" must fit."""
+    evidence = np.asarray(evidence, dtype=object)
+    evidence[pw.refit & ~pw.doubtful] = "refit"
+    evidence[pw.doubtful] = ""
+    return evidence.astype(str)
+
+
+def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
+    """``pl.loo(data)``: plain PSIS-LOO from the stored log-likelihood (in chunks where it is dask-backed)."""
+    if refit is not None:
+        raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
+                         "each observation.")
+    if "variational" in data.children:  # CmdStan method=variational draws: not posterior draws
+        raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
+                         "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
+                         "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
+    return psis_loo(data, var_name, k_threshold, reff, chunk_size)
+
+
+def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes=None, refit_info=None):
+    """Why each doubtful observation is doubtful, in words (``""`` elsewhere); ``notes``: what the second opinions
+    said (:func:`~ppl_loo.workflow.loo.vouch.rule.settle`), appended; ``refit_info``: the refits' records (a refit
+    that did not converge says so)."""
+    n = pw.k.shape[0]
+    reason = np.full(n, "", dtype=object)
+    _, plain_reason = pointwise_reasons(plain.k, k_threshold, plain.log_ratios)
+    for i in np.flatnonzero(pw.doubtful & pw.refit):
+        rec = (refit_info or {}).get(int(i), {})
+        reason[i] = (f"the refit without it did not converge (R-hat of log p(y_i | theta) "
+                     f"{rec.get('rhat_loglik', float('nan')):.3f}, largest parameter R-hat "
+                     f"{rec.get('rhat_max', float('nan')):.3f}, above {RHAT_VOUCH}); more refit draws "
+                     "(refit_kwargs) may settle it")
+    for i in np.flatnonzero(pw.doubtful & ~pw.refit):
+        k = pw.k[i]
+        if unconverged:
+            text = f"the posterior draws have not converged (R-hat {max_rhat:.3f} for {rhat_where})"
+        elif pw.transform[i] == "mixture":
+            text = "only mixture importance sampling passed its checks, and nothing independent confirms it"
+        elif pw.identity_failed[i]:
+            text = "the draws fail the change-of-variables check of the adapted proposals"
+        elif not np.isfinite(pw.elpd[i]):
+            text = "elpd_i is not finite"
+        elif np.isnan(k) or k == np.inf:
+            text = plain_reason[i] or f"k-hat {k} could not be estimated"
+        elif pw.transform[i] == "failed":
+            text = (f"no proposal reached k-hat {k_threshold:.2f} (best {k:.2f}; plain PSIS "
+                    f"{plain.k[i]:.2f})")
+        else:
+            text = (f"no adapted proposal was independently confirmed (k-hat {k:.2f}; plain PSIS "
+                    f"{plain.k[i]:.2f})")
+        if plain_reason[i] and plain_reason[i] not in text and "could not be estimated" in plain_reason[i]:
+            text += f"; plain PSIS: {plain_reason[i]}"
+        if notes is not None and notes[i]:
+            text += f"; {notes[i]}"
+        reason[i] = text
+    return reason.astype(str)
+
+
+def approximation_transforms(draws, transforms, names):
+    """The proposals of the approximation the draws come from, added to ``transforms="all"``: the
+    Laplace cavity (any Gaussian ``q``) and the projective LOO update (mean-field ``q``, QNVB)."""
+    if draws.gauss is None or not (isinstance(transforms, str) and transforms == "all"):
+        return []
+    extra = ["cavity"] + (["projective"] if isinstance(draws.gauss, MeanField) else [])
+    return [t for t in extra if t not in names]
+
+
+def approx_summary(draws, plain, k_threshold):
+    """``approximation``, ``pareto_k_q`` (k-hat of p/q over the draws) and, per observation,
+    ``approx_ok`` (plain Eq. 13 k-hat at most the threshold); empty for MCMC draws."""
+    if not draws.approx:
+        return {}
+    log_r = np.asarray(draws.logp0, dtype=np.float64) - np.asarray(draws.log_q0, dtype=np.float64)
+    k_q = float(np.asarray(psislw(log_r, 1.0)[1]).ravel()[0])
+    if np.ptp(log_r) <= 1e-8 * (1.0 + np.max(np.abs(log_r))):  # q = p up to a constant: constant weights
+        k_q = -np.inf
+    elif not np.isfinite(k_q):  # the tail underflows: one draw carries (nearly) all the weight
+        k_q = np.inf
+    return {"approximation": draws.approx_method, "pareto_k_q": k_q,
+            "approx_ok_values": np.asarray(plain.k) <= k_threshold}
+
+
+def _check_var_name(var_name):
+    if var_name is not None and not isinstance(var_name, str):
+        raise TypeError(f"var_name={var_name!r}: give the name of the log-likelihood variable as a string "
+                        "(e.g. var_name='y'), or None when there is one.")
+
+
+def _check_transform_names(transforms):
+    if not (isinstance(transforms, str) or (np.iterable(transforms) and all(isinstance(t, str) for t in transforms))):
+        raise ValueError(f"transforms={transforms!r}: give 'all' or a sequence of transformation names, e.g. "
+                         "('pmm1', 'kl', 'newton').")
+    return check_transforms(transforms, DEFAULT_TRANSFORMS)
+
+
+def check_hbar(hbar):
+    """``hbar`` as a tuple of finite non-negative floats (default :data:`DEFAULT_HBAR`), or a ValueError naming it."""
+    try:
+        hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"hbar={hbar!r}: give the step-size grid as a sequence of non-negative numbers (default "
+                         "4.0 ** -np.arange(11)).") from err
+    if not hbar or any((not np.isfinite(h)) or h < 0 for h in hbar):
+        raise ValueError(f"hbar must be finite and non-negative; got {hbar}.")
+    return hbar
+
+
+def _which(data, var_name, model, mask, reason, limit=5):
+    """``"y[i=3]: reason; ..."`` for the first ``limit`` observations of ``mask``."""
+    idx = np.flatnonzero(mask)
+    if not idx.size:
+        return ""
+    ref0 = with_stan_labels(pointwise_factory(data, var_name, model, mask.size)(np.zeros(mask.size), var_name),
+                            stan_labelled(data, model))
+    text = "; ".join(f"{obs_labels(ref0, [i])}: {reason[i]}" for i in idx[:limit])
+    return text + (f"; and {idx.size - limit} more" if idx.size > limit else "")
+
+
+def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched, which=""):
+    n_doubtful = int(np.sum(pw.doubtful))
+    if unconverged and n_doubtful:
+        warn_unconverged(max_rhat, rhat_where, n_doubtful, which)
+    elif n_doubtful:
+        warn_doubtful(pw, k_threshold, which)
+    n_identity = int(np.sum(pw.identity_failed > 0))
+    if n_identity:
+        warn_identity(n_identity, n_searched, float(np.nanmax(cands.table["max_log_ratio"])))
+
+
+def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason, evidence, approx_ok_values=None,
+            lpd=None, **extra):
+    """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
+    candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
+    S, n = draws.ll.shape
+    da = pointwise_factory(data, draws.var_name, model, n)
+    p_loo_i = (logmeanexp(draws.ll) if lpd is None else lpd) - pw.elpd  # lpd: from the chunks (out of core)
+    used = pw.use_adapted[obs_idx]
+    arrays = {"elpd_i": pw.elpd, "pareto_k": pw.k, "p_loo_i": p_loo_i, "influence_pareto_k": plain.k,
+              "n_eff_i": pw.n_eff, "pareto_k_psis": plain.k, "transform": pw.transform.astype(str),
+              "hbar_used": pw.hbar, "mcse_elpd_i": pw.mcse, "influence": plain.influence, "doubtful": pw.doubtful,
+              "refit": pw.refit, "searched": flagged, "reason": reason, "evidence": evidence}
+    if approx_ok_values is not None:
+        arrays["approx_ok"] = approx_ok_values
+    return LooResult(
+        elpd=stable_sum(pw.elpd), se=stable_se(pw.elpd),
+        p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),
+        approx_posterior=draws.approx, refit_info=refit_info, candidates=cands.as_dict(), var_name=draws.var_name,
+        stan_labels=stan_labelled(data, model), n_params=int(draws.theta.shape[1]),
+        log_weights=plain.lw if isinstance(plain.lw, xr.DataArray) else draws_array(data, plain.lw.T, da(plain.k, None),
+                                                                                   "log_weights"),
+        adapted_log_weights=adapted_weights_array(obs_idx[used], [cands.labels[b] for b in cands.best[used]],
+                                                  cands.lw[used]),
+        log_q=draws_array(data, np.asarray(draws.log_q0), None, "log_q") if draws.approx else None,
+        engine_config=config_to_plain(cfg, not draws.approx), **{k: da(v, k) for k, v in arrays.items()}, **extra,
+    )
+
+
+def pointwise_factory(data, var_name, model, n):
+    """``make(values, name)``: a DataArray over the observation dims of the log-likelihood variable
+    (the stored group's where it fits, else the model's dims and coordinates)."""
+    try:
+        ref = get_log_likelihood(data, var_name)
+    except ValueError:
+        ref = None
+    if ref is not None and int(np.prod([ref.sizes[d] for d in ref.dims if d not in SAMPLE_DIMS])) == n:
+        ref = align_obs_dims(ref, model.obs_dims, f"log_likelihood[{ref.name!r}]")
+        ref0 = ref.isel(chain=0, draw=0, drop=True)
+        dims, shape, coords = ref0.dims, ref0.shape, {k: v for k, v in ref0.coords.items()}
+    else:
+        shape = tuple(model.obs_shape) if model.obs_shape else (n,)
+        dims = tuple(model.obs_dims)[: len(shape)] if len(model.obs_dims) >= len(shape) else tuple(
+            f"{var_name}_dim_{j}" for j in range(len(shape)))
+        # the model's coordinate values of those dims (PyMC coords), where their lengths fit
+        mc = model.coords or {}
+        coords = {d: np.asarray(mc[d]) for d, k in zip(dims, shape) if d in mc and len(mc[d]) == k}
+
+    def make(values, name):
+        return xr.DataArray(np.asarray(values).reshape(shape), dims=dims, coords=coords, name=name)
+
+    return make

@@ -1,0 +1,300 @@
+"""Plain PSIS-LOO: on every observation before the search, and the whole answer without a model
+(``pl.loo(data)``, as ``arviz_stats.loo``)."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from scipy.special import logsumexp
+
+from ppl_loo.numerics.loo import psis_identity
+from ppl_loo.numerics.psis import khat_threshold, psis_tail_length
+from ppl_loo.workflow.loo.inputs import (MIN_DRAWS, check_finite, get_log_likelihood, r_eff_of, stack_draws, stan_labelled,
+                                     with_stan_labels)
+from ppl_loo.workflow.loo.messages import warn_plain
+from ppl_loo.workflow.loo.result import LooResult
+
+__all__ = ["ADAPT_K", "ADAPT_ALL_N", "Plain", "plain_psis", "flag_observations", "plain_psis_loo", "logmeanexp",
+           "psis_mcse", "chain_se_psis", "stable_se", "stable_sum", "explain_k", "pointwise_reasons",
+           "check_k_threshold", "check_reff", "psis_columns", "plain_log_likelihood", "plain_loo_checks",
+           "posterior_chains", "plain_loo_result", "NON_FINITE_FIX"]
+
+#: plain PSIS is adapted from this k-hat on (its variance is infinite above 1/2)
+ADAPT_K = 0.5
+#: ``adapt="auto"`` examines every observation of data sets up to this size
+ADAPT_ALL_N = 100
+#: what to do about NaN or infinite values of a stored log-likelihood
+NON_FINITE_FIX = "Recompute the log-likelihood; NaN/inf are not allowed."
+
+
+class Plain(NamedTuple):
+    """Plain PSIS-LOO of every observation (``n`` entries each; ``lw`` is ``(n, S)``)."""
+
+    log_ratios: np.ndarray  # (n, S) log p(theta_s | y_-i) / q(theta_s) up to a constant
+    elpd: np.ndarray
+    k: np.ndarray
+    lw: np.ndarray  # smoothed log weights
+    mcse: np.ndarray
+    n_eff: np.ndarray
+    influence: np.ndarray  # posterior variance of log p(y_i | theta)
+
+
+def psis_columns(ll, log_ratios, r_eff, n_chains):
+    """``(elpd, k, lw, mcse, n_eff)`` of plain PSIS for the columns of ``ll`` ``(S, m)`` with log ratios
+    ``(m, S)``; one column's values do not depend on the others (the chunked path,
+    :mod:`ppl_loo.workflow.loo.chunked`, gives the same numbers)."""
+    elpd, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(log_ratios), jnp.asarray(ll.T), r_eff))
+    mcse = np.maximum(np.asarray(psis_mcse(lw, ll.T, r_eff)), chain_se_psis(log_ratios, ll, n_chains))
+    n_eff = r_eff / np.sum(np.exp(2 * lw), axis=1)
+    return elpd, k, lw, mcse, n_eff
+
+
+def plain_psis(draws) -> Plain:
+    """:class:`Plain` of :class:`~ppl_loo.workflow.loo.draws.LooDraws` (Eq. 10 with the identity map;
+    Eq. 13 for draws from an approximation)."""
+    ll, r_eff = draws.ll, draws.r_eff
+    log_ratios = (-ll + (np.asarray(draws.logp0) - np.asarray(draws.log_q0))[:, None]).T  # (n, S)
+    elpd, k, lw, mcse, n_eff = psis_columns(ll, log_ratios, r_eff, draws.n_chains)
+    return Plain(log_ratios, elpd, k, lw, mcse, n_eff, np.var(ll, axis=0, ddof=1))
+
+
+def flag_observations(plain: Plain, n_draws, k_threshold, adapt="auto", influence_threshold=None):
+    """The observations the adaptive search examines (a boolean mask).
+
+    A k-hat below the threshold is necessary, not sufficient: plain PSIS is adapted (and checked)
+    from k = 0.5 on, where its variance is already infinite, and wherever the log-likelihood varies
+    so much over the posterior (influence above ``log(S / 100)`` by default) that the plain weights
+    can miss the LOO posterior. ``adapt="all"`` (or ``"auto"`` with at most :data:`ADAPT_ALL_N`
+    observations) examines every one.
+    """
+    if adapt not in ("auto", "all", "flagged"):
+        raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
+    n = plain.k.shape[0]
+    if adapt == "all" or (adapt == "auto" and n <= ADAPT_ALL_N):
+        return np.ones(n, bool)
+    if influence_threshold is None:
+        influence_threshold = math.log(max(n_draws / 100.0, 1.0 + 1e-9))
+    return (plain.k > min(ADAPT_K, k_threshold)) | (plain.influence > influence_threshold) | ~np.isfinite(plain.k)
+
+
+def logmeanexp(ll):
+    """``log mean_s exp(ll[s, i])`` for every column ``i`` (the in-sample ``lpd_i``)."""
+    m = np.max(ll, axis=0)
+    return m + np.log(np.mean(np.exp(ll - m), axis=0))
+
+
+def psis_mcse(lw, ll, r_eff):
+    """Delta-method Monte Carlo SE of self-normalized importance sampling of ``log E[l_i]``, ``(n,)``."""
+    w = np.exp(lw)
+    m = np.max(ll, axis=1, keepdims=True)
+    lik = np.exp(ll - m)
+    est = np.sum(w * lik, axis=1)
+    var = np.sum(w**2 * (lik - est[:, None]) ** 2, axis=1) / r_eff
+    with np.errstate(divide="ignore", invalid="ignore"):  # est underflows: one draw holds all the weight
+        out = np.sqrt(var) / est
+    return np.where(np.isnan(out), np.inf, out)
+
+
+def chain_se_psis(log_ratios, ll, n_chains):
+    """Standard error of plain importance sampling from the spread of its per-chain estimates, ``(n,)``.
+
+    The delta-method MCSE sees the weights of these draws only; the spread over chains of the raw
+    (unsmoothed) estimates also sees the Monte Carlo error of the draws themselves: a chain that
+    visited the tail of ``1 / p(y_i | theta)`` and one that did not. 0 with one chain.
+    """
+    n, S = log_ratios.shape
+    if n_chains < 2 or S % n_chains:
+        return np.zeros(n)
+    lr = log_ratios.reshape(n, n_chains, -1)
+    per = logsumexp(lr + ll.T.reshape(n, n_chains, -1), axis=-1) - logsumexp(lr, axis=-1)
+    sd = np.std(per, axis=1, ddof=1)
+    return np.where(np.isfinite(sd), sd, 0.0) / np.sqrt(n_chains)
+
+
+def stable_se(elpd_i):
+    """``sqrt(n var(elpd_i))`` computed on scaled values, finite for any finite ``elpd_i`` (even near 1e308)."""
+    x = np.asarray(elpd_i, dtype=np.float64).ravel()
+    n = x.size
+    if n < 2:
+        return 0.0
+    scale = float(np.max(np.abs(x)))
+    if not np.isfinite(scale):
+        return float("nan")
+    if scale == 0.0:
+        return 0.0
+    return float(scale * np.sqrt(n) * np.std(x / scale, ddof=1))
+
+
+def stable_sum(x):
+    """``sum(x)`` of finite values, scaled so that partial sums do not overflow where the total does not."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    scale = float(np.max(np.abs(x))) if x.size else 0.0
+    if scale == 0.0 or not np.isfinite(scale):
+        return float(np.sum(x))
+    return float(scale * np.sum(x / scale))
+
+
+def explain_k(log_ratios, k):
+    """Why k-hat is NaN or infinite for one observation's log ratios ``(S,)`` (a sentence)."""
+    r = np.asarray(log_ratios, dtype=np.float64)
+    _, counts = np.unique(r, return_counts=True)
+    tie = counts.max() / r.size
+    head = f"k-hat {k} could not be estimated"
+    if tie >= 0.5:
+        return (f"{head}: {100 * tie:.0f}% of the draws tie at the same log-likelihood (a saturated or clipped "
+                "likelihood), so the tail of the importance ratios has no Pareto shape")
+    top = np.sort(r)[::-1]
+    m = max(5, min(r.size - 1, int(3 * np.sqrt(r.size))))
+    if top[0] - top[m] > 700:
+        return (f"{head}: the largest importance ratios differ by more than a factor exp(700) (a very heavy tail or "
+                "a log-likelihood of very large magnitude): one draw carries nearly all the weight")
+    return f"{head}: the largest importance ratios are not Pareto-like (ties or a degenerate tail)"
+
+
+def pointwise_reasons(k, k_threshold, log_ratios, elpd_i=None):
+    """``(doubtful, reason)`` of plain PSIS per observation: k-hat above the threshold, NaN or ``+inf``
+    (explained by :func:`explain_k`), or a non-finite ``elpd_i``. ``k = -inf`` (exactly uniform weights: a
+    constant log-likelihood, whose LOO density is that constant) is not doubtful."""
+    k = np.asarray(k, dtype=np.float64)
+    reason = np.full(k.shape, "", dtype=object)
+    high = np.isfinite(k) & (k > k_threshold)
+    for i in np.flatnonzero(high):
+        reason[i] = f"k-hat {k[i]:.2f} above {k_threshold:.2f}: plain importance sampling is unreliable"
+    odd = np.isnan(k) | (k == np.inf)
+    for i in np.flatnonzero(odd):
+        reason[i] = explain_k(log_ratios[i], k[i])
+    bad_elpd = np.zeros(k.shape, bool) if elpd_i is None else ~np.isfinite(np.asarray(elpd_i, dtype=np.float64))
+    for i in np.flatnonzero(bad_elpd & ~odd & ~high):
+        reason[i] = "elpd_i is not finite"
+    return high | odd | bad_elpd, reason
+
+
+def check_k_threshold(k_threshold):
+    """``k_threshold`` as a float of at most 1 (``-inf`` allowed: adapt every observation), or a ValueError
+    naming it."""
+    if k_threshold is None:
+        return None
+    try:
+        value = float(k_threshold)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(k_threshold, (bool, str)) or not value <= 1:
+        raise ValueError(f"k_threshold={k_threshold!r}: use a number of at most 1 (a Pareto k-hat: 0.7 is the usual "
+                         "limit, lower values adapt more observations) or None for the default "
+                         "min(1 - 1/log10(S), 0.7).")
+    return value
+
+
+def check_reff(reff):
+    """``reff`` as a positive finite float, or None."""
+    if reff is None:
+        return None
+    try:
+        value = float(reff)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(reff, bool) or not (np.isfinite(value) and value > 0):
+        raise ValueError(f"reff={reff!r}: use a positive number (the relative efficiency ESS / S of the draws, as in "
+                         "arviz_stats.loo), or None to compute it from the posterior.")
+    return value
+
+
+def plain_log_likelihood(data, var_name):
+    """The log-likelihood DataArray of ``pl.loo(data)`` (no model), or a ValueError saying how to get one."""
+    da = get_log_likelihood(data, var_name)
+    if da is None:
+        raise ValueError(
+            "`data` has no 'log_likelihood' group and no model was given. Either pass model=... "
+            "(ppl_loo computes the log-likelihood), or add it with pm.compute_log_likelihood."
+        )
+    return da
+
+
+def plain_loo_checks(data, da, reff):
+    """The relative efficiency of plain PSIS-LOO on ``da``, or a ValueError naming what is missing (too few
+    draws for the Pareto tail, an ESS that cannot be computed); reads no log-likelihood values."""
+    what = f"log_likelihood[{da.name!r}]"
+    S = int(da.sizes["chain"]) * int(da.sizes["draw"])
+    if S < MIN_DRAWS:
+        raise ValueError(f"{what} has {S} draws ({da.sizes['chain']} chain(s) x {da.sizes['draw']} draw(s)): PSIS "
+                         f"needs at least {MIN_DRAWS} draws to fit the Pareto tail (use hundreds). Sample more draws.")
+    r_eff = check_reff(reff)
+    if r_eff is None:
+        r_eff = r_eff_of(data, S)
+        if not (np.isfinite(r_eff) and r_eff > 0):
+            raise ValueError(f"the relative efficiency r_eff of the posterior draws is {r_eff} (the ESS could not be "
+                             "computed: too few draws per chain or constant variables). Pass reff=1.0 (or your "
+                             "estimate) to pl.loo, or sample more draws per chain.")
+    if psis_tail_length(S, r_eff) < 5:
+        raise ValueError(f"{what}: {S} draws with reff={r_eff:.3g} leave fewer than 5 draws for the Pareto tail. "
+                         "Sample more draws.")
+    return r_eff
+
+
+def posterior_chains(data):
+    """The number of chains of the posterior (1 without a posterior group)."""
+    return int(data["posterior"].sizes.get("chain", 1)) if "posterior" in data.children else 1
+
+
+def plain_psis_loo(data, var_name, k_threshold, reff=None):
+    """``model=None``: plain PSIS-LOO from the log_likelihood group (as ``arviz_stats.loo``).
+
+    Computed with the engine's own PSIS, not by calling ``arviz_stats.loo``: a doubtful observation of an
+    adaptive result keeps exactly this plain value (to 1e-12, ``tests/test_engine_selection.py``), and
+    arviz_stats' PSIS differs from it by about 1e-10 relative; the two agree to 1e-8
+    (``tests/test_jax_settings.py``, ``tests/test_ovarian_benchmark.py``).
+
+    ``reff``: the relative efficiency (``arviz_stats.loo``'s ``reff``); None computes it from the posterior's
+    mean ESS. Observations with k-hat above ``k_threshold``, NaN or ``+inf`` are ``doubtful`` with a
+    ``reason`` and a warning; a constant log-likelihood has k-hat ``-inf`` and its exact LOO density.
+    The whole ``(S, n)`` array is loaded: :func:`ppl_loo.workflow.loo.chunked.psis_loo` reads a dask-backed
+    one in chunks of observations, with the same numbers.
+    """
+    da = plain_log_likelihood(data, var_name)
+    what = f"log_likelihood[{da.name!r}]"
+    ll = stack_draws(da)
+    check_finite(ll, what, NON_FINITE_FIX)
+    r_eff = plain_loo_checks(data, da, reff)
+    elpd_i, k, _, mcse, _ = psis_columns(ll, -ll.T, r_eff, posterior_chains(data))
+    return plain_loo_result(da, k_threshold, ll.shape[0], elpd_i, k, mcse, logmeanexp(ll), -ll.T,
+                            lambda: np.max(np.abs(ll)), stan=stan_labelled(data))
+
+
+def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs, stan=False):
+    """The :class:`LooResult` of plain PSIS-LOO from its pointwise values over the observations of ``da``.
+
+    ``lpd``: ``log mean_s p(y_i | theta_s)`` per observation; ``log_ratios[i]``: the ``(S,)`` log ratios of
+    observation ``i`` (read only to explain a NaN or infinite k-hat); ``max_abs()``: the largest magnitude
+    of the log-likelihood (read only for the overflow message); ``stan``: label observations as Stan does
+    (:func:`~ppl_loo.workflow.loo.inputs.obs_labels`).
+    """
+    what = f"log_likelihood[{da.name!r}]"
+    n = k.shape[0]
+    k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
+    ref0 = da.isel(chain=0, draw=0, drop=True)
+
+    def make(values, name):
+        return xr.DataArray(np.asarray(values).reshape(ref0.shape), dims=ref0.dims, coords=ref0.coords, name=name)
+
+    p_loo_i = lpd - elpd_i
+    doubtful, reason = pointwise_reasons(k, k_threshold, log_ratios, elpd_i)
+    elpd, se = stable_sum(elpd_i), stable_se(elpd_i)
+    if not (np.isfinite(elpd) and np.isfinite(se)):
+        raise ValueError(f"{what} holds values up to {max_abs():.3g} in magnitude: the sum or the standard "
+                         "error of elpd_loo overflows float64. Check the units of the log-likelihood.")
+    if doubtful.any():
+        warn_plain(with_stan_labels(ref0.rename(da.name), stan), k, doubtful, reason, k_threshold)
+    return LooResult(
+        elpd=elpd, se=se,
+        p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(doubtful.any()),
+        good_k=k_threshold, elpd_i=make(elpd_i, "elpd_i"), pareto_k=make(k, "pareto_k"),
+        p_loo_i=make(p_loo_i, "p_loo_i"), pareto_k_psis=make(k, "pareto_k_psis"),
+        transform=make(np.where(doubtful, "failed", "psis"), "transform"),
+        hbar_used=make(np.full(n, np.nan), "hbar_used"), mcse_elpd_i=make(mcse, "mcse_elpd_i"),
+        doubtful=make(doubtful, "doubtful"), reason=make(reason.astype(str), "reason"), var_name=da.name,
+        stan_labels=bool(stan),
+    )

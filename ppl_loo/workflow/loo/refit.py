@@ -1,0 +1,278 @@
+"""Exact LOO by refitting the observations the engine cannot vouch for (``pl.loo(..., refit=...)``).
+
+This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For each target observation ``i``
+the model's own sampler runs on the posterior without ``i`` (:meth:`PosteriorModel.refit_draws`:
+``pm.sample`` for PyMC, Stan's NUTS on the data without ``i`` for Stan, NumPyro's NUTS for JAX
+models) with the original fit's settings, and
+
+    elpd_i = log p(y_i | y_-i) = log E_{p(theta | y_-i)}[p(y_i | theta)]
+
+is estimated by bridge sampling between the refit's draws and the full-data draws
+(:func:`ppl_loo.numerics.bridge.bridge_log_ratio`, Meng & Wong 1996): more accurate than the mean of
+``p(y_i | theta)`` over the refit draws alone, which is biased low when ``p(y_i | theta)`` spans
+orders of magnitude over them. The Monte Carlo SE comes with it.
+
+Resuming: with ``refit_kwargs={"checkpoint": path}`` each finished refit is written to ``path`` (a
+JSON file, written to a temporary name and renamed, so it is never half-written) as soon as it is
+done. A rerun of the same ``pl.loo`` call (same draws, log-likelihood, model, settings and
+``random_seed``) after an interruption (Ctrl-C, a crash, a time limit) reads it and refits only the
+observations not finished yet; each observation's refit has its own seed (from ``random_seed`` and
+its place in the list of targets), so the results equal those of an uninterrupted run. A checkpoint
+written for other draws or settings is not used (a warning says so) and is replaced.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ppl_loo.numerics.bridge import bridge_log_ratio, mean_log_ratio
+from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, rank_rhat
+from ppl_loo.workflow.loo.interrupt import run_interruptible
+from ppl_loo.workflow.loo.messages import warn_refit_budget, warn_refits_not_converged
+
+#: ``posterior.attrs["method"]`` of draws from an approximation (no sampler settings to reuse)
+APPROXIMATE_METHODS = ("laplace", "qnvb", "pvi", "vi")
+
+__all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "apply_refits", "refit_converged"]
+
+
+def refit_targets(refit, *, doubtful, flagged, k_final, n):
+    """The observations to refit, most doubtful first, and the time budget in seconds (or None).
+
+    ``refit``: ``"doubtful"``, ``"flagged"`` (every observation the engine adapted), a sequence of
+    flat observation indices, or a number of seconds (the doubtful observations, worst first, until
+    the budget is spent).
+    """
+    order = np.argsort(-np.where(np.isfinite(k_final), k_final, np.inf), kind="stable")
+    if isinstance(refit, str):
+        if refit not in ("doubtful", "flagged"):
+            raise ValueError(f"refit={refit!r}: use 'doubtful', 'flagged', a list of observation indices, or a "
+                             "time budget in seconds (a number).")
+        mask = doubtful if refit == "doubtful" else flagged
+        return [int(i) for i in order if mask[i]], None
+    if isinstance(refit, bool):
+        raise ValueError("refit=True is ambiguous: use refit='doubtful' (or 'flagged', indices, or seconds).")
+    if isinstance(refit, (int, float, np.integer, np.floating)) and np.ndim(refit) == 0:
+        budget = float(refit)
+        if not math.isfinite(budget) or budget <= 0:
+            raise ValueError(f"refit={refit!r}: a time budget must be a positive number of seconds.")
+        return [int(i) for i in order if doubtful[i]], budget
+    try:
+        idx = np.asarray(refit)
+    except Exception:  # noqa: BLE001
+        idx = None
+    if idx is None or idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+        raise ValueError(f"refit={refit!r}: pass 'doubtful', 'flagged', a 1-D sequence of integer observation "
+                         "indices (flat, as in res.elpd_i.values.ravel()), or a time budget in seconds.")
+    bad = idx[(idx < 0) | (idx >= n)]
+    if bad.size:
+        raise ValueError(f"refit: observation indices {bad.tolist()} are out of range (0 to {n - 1}).")
+    return [int(i) for i in dict.fromkeys(idx.tolist())], None
+
+
+def refit_settings(data, overrides=None):
+    """The original fit's sampler settings (chains, draws, warmup, target acceptance, tree depth).
+
+    Read from the posterior group (and its attrs, as NumPyro through ``ppl_loo.sampling``, CmdStan
+    CSV files and ``pm.sample`` record them); ``overrides`` (``refit_kwargs``) wins. Draws of an
+    approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the refits then
+    run NUTS with 4 chains of 1,000 warmup and 1,000 draws.
+    """
+    post = data["posterior"]
+    attrs = dict(post.attrs)
+    chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
+    if attrs.get("method") in APPROXIMATE_METHODS:
+        chains, draws = 4, 1000
+        attrs = {"num_warmup": 1000}
+    warmup = attrs.get("num_warmup", attrs.get("tuning_steps", draws))
+    target = attrs.get("target_accept", attrs.get("adapt_delta", 0.8))
+    depth = attrs.get("max_tree_depth", attrs.get("max_depth", 10))
+    out = {"chains": chains, "draws": draws, "warmup": int(np.asarray(warmup).ravel()[0]),
+           "target_accept": float(np.asarray(target).ravel()[0]), "max_tree_depth": int(np.asarray(depth).ravel()[0])}
+    allowed = set(out) | {"checkpoint"}
+    for key, value in dict(overrides or {}).items():
+        if key == "checkpoint":
+            continue
+        if key not in allowed:
+            raise ValueError(f"refit_kwargs: unknown setting {key!r}; allowed: {sorted(allowed)}.")
+        out[key] = type(out[key])(value)
+    checkpoint = dict(overrides or {}).get("checkpoint")
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise ValueError(f"refit_kwargs: checkpoint={checkpoint!r} must be a file path (str or pathlib.Path).")
+    if out["chains"] < 2 or out["draws"] < 10:
+        raise ValueError(f"refit needs at least 2 chains of 10 draws; the settings are {out} (refit_kwargs= "
+                         "overrides them).")
+    return out
+
+
+def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=None, progressbar=True,
+               posterior_draws=True, checkpoint=None):
+    """Refit each target observation; return ``{i: record}`` and the targets skipped for the budget.
+
+    ``theta`` ``(S, d)`` and ``ll`` ``(S, n)`` are the full-data draws (chain-major) and their
+    log-likelihood; the bridge pairs the refit's ``log p(y_i | theta)`` with ``ll[:, i]``. For draws
+    of an approximation (``posterior_draws=False``) there are no full-data posterior draws to bridge
+    with: ``elpd_i`` is the mean of ``p(y_i | theta)`` over the refit's draws. ``checkpoint``: a file
+    that keeps the finished refits (see the module docstring); those found there are not redone.
+    """
+    if random_seed is None:
+        raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
+    ss = np.random.SeedSequence(int(random_seed) if np.ndim(random_seed) == 0 else random_seed)
+    seeds = ss.generate_state(len(targets) + 1, dtype=np.uint32)
+    S = theta.shape[0]
+    C = settings["chains"]
+    full_chains = C if S % C == 0 else 1
+    records, skipped = {}, []
+    fingerprint = _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) if checkpoint else None
+    done = _read_checkpoint(checkpoint, fingerprint) if checkpoint else {}
+    t0 = time.perf_counter()
+    n_new = 0
+    bar = tqdm(total=len(targets), desc="refit", disable=not progressbar, unit="obs")
+    for j, i in enumerate(targets):
+        if i in done:  # finished before an interruption: not redone
+            records[i] = done[i]
+            bar.update(1)
+            continue
+        if budget_s is not None and n_new > 0 and time.perf_counter() - t0 >= budget_s:
+            skipped = [t for t in targets[j:] if t not in done]
+            break
+        n_new += 1
+        rng = np.random.default_rng(int(seeds[j]))
+        init = theta[rng.choice(S, size=C, replace=False)]
+        t1 = time.perf_counter()
+        call = functools.partial(model.refit_draws, i, chains=C, warmup=settings["warmup"], draws=settings["draws"],
+                                 random_seed=int(seeds[j]), init=init, target_accept=settings["target_accept"],
+                                 max_tree_depth=settings["max_tree_depth"])
+        # NumPyro's refits (JAX models) in a worker thread: Ctrl-C stops the run at once although the sampler
+        # is in XLA (that refit is abandoned; the finished ones are in the checkpoint). Stan's sampler crashes
+        # outside the main thread and pm.sample installs signal handlers: those run here, and Ctrl-C is
+        # seen when the current refit returns.
+        draws, info = run_interruptible(call) if getattr(model, "kind", None) == "JAX" else call()
+        d = draws.shape[-1]
+        ll_i = np.asarray(model.log_lik(draws.reshape(-1, d), obs=[i]))[:, 0].reshape(draws.shape[0], -1)
+        if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):
+            raise ValueError(f"refit of observation {i}: log p(y_{i} | theta) is NaN at some refit draws.")
+        est = (bridge_log_ratio(ll_i, ll[:, i].reshape(full_chains, -1)) if posterior_draws else
+               mean_log_ratio(ll_i))
+        rhat = float(rank_rhat(ll_i[:, :, None])[0])
+        rhat_d = rank_rhat(np.asarray(draws, dtype=float))
+        rhat_max = float(np.nanmax(rhat_d)) if np.any(np.isfinite(rhat_d)) else float("nan")
+        records[i] = {"elpd_i": est.log_ratio, "mcse": est.mcse, "rhat_loglik": rhat, "rhat_max": rhat_max,
+                      "seconds": time.perf_counter() - t1, **info}
+        if checkpoint:
+            done[i] = records[i]
+            _write_checkpoint(checkpoint, fingerprint, done)
+        bar.update(1)
+    bar.close()
+    return records, skipped
+
+
+def _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) -> str:
+    """What a checkpoint's refits depend on: the draws, their log-likelihood, the model, the settings and
+    the seed."""
+    h = hashlib.sha256()
+    for arr in (theta, ll):
+        a = np.ascontiguousarray(np.asarray(arr, dtype=np.float64))
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    code = getattr(model, "code", None)
+    parts = [type(model).__module__, type(model).__qualname__, code if isinstance(code, str) else "",
+             json.dumps(settings, sort_keys=True), repr(np.asarray(random_seed).tolist()), str(bool(posterior_draws))]
+    h.update("\0".join(parts).encode())
+    return h.hexdigest()
+
+
+def _jsonable(value):
+    if isinstance(value, (np.generic, np.ndarray)):
+        return np.asarray(value).tolist()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _read_checkpoint(path, fingerprint) -> dict:
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        content = json.loads(path.read_text())
+        if content.get("fingerprint") != fingerprint:
+            warnings.warn(f"refit checkpoint {path}: it holds refits of other draws, model or settings, so it is not "
+                          "used; it is replaced as this run's refits finish (give another checkpoint path to keep "
+                          "it).", UserWarning, stacklevel=4)
+            return {}
+        return {int(i): rec for i, rec in content["records"].items()}
+    except (ValueError, KeyError, AttributeError, TypeError) as exc:
+        raise ValueError(f"refit checkpoint {path} is not a checkpoint written by pl.loo ({exc}): delete it or "
+                         "give another path in refit_kwargs={'checkpoint': ...}.") from exc
+
+
+def _write_checkpoint(path, fingerprint, done) -> None:
+    """Write to a temporary file next to ``path`` and rename it: the checkpoint is never half-written."""
+    path = Path(path)
+    text = json.dumps({"fingerprint": fingerprint, "records": {str(i): _jsonable(r) for i, r in done.items()}})
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_refit_args(refit, refit_kwargs, random_seed, data, n):
+    """Bad refit arguments fail before the search, not after it."""
+    if refit is None:
+        return
+    refit_targets(refit, doubtful=np.zeros(n, bool), flagged=np.zeros(n, bool), k_final=np.zeros(n), n=n)
+    refit_settings(data, refit_kwargs)
+    if random_seed is None:
+        raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
+
+
+def refit_converged(rec):
+    """A refit is vouched for when its draws converged: R-hat of every unconstrained parameter and of
+    ``log p(y_i | theta)`` at most :data:`~ppl_loo.workflow.loo.inputs.RHAT_VOUCH`, as the main fit's draws."""
+    return bool(rec["rhat_loglik"] <= RHAT_VOUCH and rec.get("rhat_max", 1.0) <= RHAT_VOUCH)
+
+
+def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar):
+    """Run the requested refits and put their exact ``elpd_i`` into ``pw`` (a
+    :class:`~ppl_loo.workflow.loo.adapt.Pointwise`); returns the refit records (``res.refit_info``)."""
+    if refit is None:
+        return {}
+    targets, budget = refit_targets(refit, doubtful=pw.doubtful, flagged=flagged, k_final=pw.k, n=draws.ll.shape[1])
+    if not targets:
+        return {}
+    records, skipped = run_refits(model, draws.theta, draws.ll, targets, refit_settings(data, refit_kwargs),
+                                  random_seed=random_seed, budget_s=budget, progressbar=progressbar,
+                                  posterior_draws=not draws.approx,
+                                  checkpoint=dict(refit_kwargs or {}).get("checkpoint"))
+    bad = [i for i, r in records.items() if not refit_converged(r)]
+    if bad:
+        worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))
+        warn_refits_not_converged(bad, worst)
+    for i, rec in records.items():
+        pw.elpd[i], pw.mcse[i] = rec["elpd_i"], rec["mcse"]
+        pw.transform[i], pw.hbar[i], pw.k[i] = "refit", np.nan, np.nan  # no importance sampling: no k-hat
+        pw.refit[i] = True
+        pw.doubtful[i] = not refit_converged(rec)
+    if skipped:
+        warn_refit_budget(skipped)
+    return records

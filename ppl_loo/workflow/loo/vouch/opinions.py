@@ -1,0 +1,111 @@
+"""Which second opinions ``pl.loo`` runs, and when (``mixture=``, ``smc=``), before the rule settles each
+observation (:func:`ppl_loo.workflow.loo.vouch.rule.settle`)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+
+from ppl_loo.numerics.loo import PLAIN_VOUCH_K
+from ppl_loo.workflow.loo.refit import refit_settings
+from ppl_loo.workflow.loo.vouch.mixture import default_seed, mixture_run_ok, mixture_settings, run_mixture
+from ppl_loo.workflow.loo.vouch.rule import Opinion, settle
+from ppl_loo.workflow.loo.vouch.smc import run_smc
+
+__all__ = ["second_opinions", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS", "SMC_AUTO_MAX_DIM"]
+
+#: a mixture run whose own checks fail (divergences, its weights' R-hat or ESS) runs once more with twice the draws
+#: and at least this target acceptance (leverage_wide_pymc: weights R-hat 1.0515 at 4 x 1,000 draws)
+RETRY_TARGET_ACCEPT = 0.95
+#: smc="auto" runs tempered SMC only for models of at most this many unconstrained parameters
+SMC_AUTO_MAX_DIM = 100
+#: the mixture run's settings where the fit has none to reuse (one chain, or too few draws)
+DEFAULT_SETTINGS = {"chains": 4, "draws": 1000, "warmup": 1000, "target_accept": 0.8, "max_tree_depth": 10}
+
+
+def check_opinion_args(mixture, smc, mixture_kwargs):
+    """Bad ``mixture=`` / ``smc=`` / ``mixture_kwargs=`` fail before the search."""
+    for name, value in (("mixture", mixture), ("smc", smc)):
+        if not (value is True or value is False or value == "auto"):
+            raise ValueError(f"{name}={value!r}: use 'auto' (when an observation is doubtful after the search), True "
+                             "or False.")
+    if mixture_kwargs is not None and not isinstance(mixture_kwargs, dict):
+        raise ValueError(f"mixture_kwargs={mixture_kwargs!r}: give a dict of settings, e.g. {{'draws': 500}}.")
+    mixture_settings(DEFAULT_SETTINGS, mixture_kwargs)
+
+
+def mixture_run_settings(data, overrides=None):
+    """The mixture run's settings: the fit's (as ``refit=`` reads them; :data:`DEFAULT_SETTINGS` where it has
+    none to reuse), with at least :data:`DEFAULT_SETTINGS`' warmup and draws per chain, then ``overrides``.
+
+    The floor: each estimate must reach an effective sample size of 100 of its own (MCMC and importance
+    sampling), which a short fit's settings cannot give (the CmdStan eight-schools CSVs of ``../shared/data``:
+    4 x 100 draws; a mixture run of that length passed its checks for 5 of 8 observations)."""
+    try:
+        base = refit_settings(data)
+    except ValueError:  # one chain or few draws: nothing to reuse
+        base = dict(DEFAULT_SETTINGS)
+    for key in ("warmup", "draws"):
+        base[key] = max(int(base[key]), DEFAULT_SETTINGS[key])
+    return mixture_settings(base, overrides)
+
+
+def _mixture(model, data, draws, mixture_kwargs, random_seed):
+    """The mixture opinion and the run's info (with the error where it could not run)."""
+    settings = mixture_run_settings(data, mixture_kwargs)
+    try:
+        run = run_mixture(model, draws.theta, settings, random_seed)
+        if not mixture_run_ok(run.info):  # once more, twice as long, more careful steps
+            retry = {**settings, "draws": 2 * settings["draws"],
+                     "target_accept": max(float(settings["target_accept"]), RETRY_TARGET_ACCEPT)}
+            seed = (default_seed(draws.theta) if random_seed is None else int(random_seed)) + 1
+            again = run_mixture(model, draws.theta, retry, seed)
+            first = {k: run.info[k] for k in ("divergences", "rhat_mixture_weights", "ess_posterior_weights",
+                                               "seconds", "draws")}
+            if mixture_run_ok(again.info) or again.ok.sum() > run.ok.sum():  # the second run counts
+                run = again._replace(info={**again.info, "seconds": again.info["seconds"] + first["seconds"],
+                                           "first_run": first})
+            else:  # the first counts; the second did no better
+                run.info["second_run"] = {k: again.info[k] for k in first}
+    except (ValueError, RuntimeError, TypeError) as err:
+        warnings.warn(f"pl.loo: the mixture importance-sampling run failed ({err}); the observations it was to "
+                      "check are judged without it.", UserWarning, stacklevel=4)
+        return None, {"error": str(err)}
+    info = {**run.info, "elpd_i": run.elpd.tolist(), "mcse_i": run.mcse.tolist(), "ok_i": run.ok.tolist(),
+            "n_ok": int(run.ok.sum())}
+    return Opinion("mixture", run.elpd, run.mcse, run.ok), info
+
+
+def second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged, mixture, mixture_kwargs, smc,
+                    random_seed):
+    """Run the second opinions asked for, settle every observation (``pw`` in place).
+
+    Returns ``(evidence, notes, extras)`` (:func:`~ppl_loo.workflow.loo.vouch.rule.settle`; ``extras``: the result's
+    ``mixture_info`` and ``smc_info``, None for what did not run).
+    """
+    opinions, info, smc_info = [], None, None
+    if mixture is True or (mixture == "auto" and pw.doubtful.any()):
+        op, info = _mixture(model, data, draws, mixture_kwargs, random_seed)
+        opinions += [op] if op is not None else []
+    if smc is not False and not unconverged and not draws.approx:
+        if smc is True:
+            targets = np.asarray(obs_idx, dtype=int)
+        else:  # what is still doubtful, and what only maps of the posterior draws vouch for where plain PSIS failed
+            trial = copy.deepcopy(pw)
+            evidence, _ = settle(trial, plain, k_threshold, opinions, converged=True)
+            checked = opinions[0].ok if opinions else np.zeros(pw.elpd.shape[0], bool)
+            risky = (evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
+            targets = np.flatnonzero(trial.doubtful | risky)
+        d = int(np.asarray(draws.theta).shape[1])
+        if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
+            smc_info = {"skipped": f"{d} parameters, above smc='auto''s {SMC_AUTO_MAX_DIM} (tempered SMC's moves "
+                                   "cost minutes per observation there: on the ovarian horseshoe regression, d = 3,075, "
+                                   "13 observations did not finish in 12 minutes on two busy cores); smc=True runs it",
+                        "observations": [], "particles": 0, "n_ok": 0, "seconds": 0.0}
+        elif targets.size:
+            op, smc_info = run_smc(model, draws, targets, random_seed)
+            opinions.append(op)
+    evidence, notes = settle(pw, plain, k_threshold, opinions, converged=not unconverged)
+    return evidence, notes, {"mixture_info": info, "smc_info": smc_info}

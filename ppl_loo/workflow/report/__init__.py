@@ -1,0 +1,1 @@
+"""``pl.report``: the self-contained HTML page and its figures."""
