@@ -118,6 +118,8 @@ def interrupted():
         return 130
     try:
         os.write(saved, b"ppl-loo: interrupted\n")
+    except OSError:  # the terminal or pipe is gone: nobody left to tell
+        pass
     finally:
         os.close(saved)
     return 130
