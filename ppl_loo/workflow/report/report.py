@@ -153,8 +153,7 @@ def observation_categories(res):
     ``"adapted"`` (``res.transform`` is an adapted proposal of the search), else ``"psis"`` (plain PSIS).
     """
     n = int(np.asarray(res.elpd_i.values).size)
-    tr = _strings(getattr(res, "transform", None), n, "psis")
-    ev = _strings(getattr(res, "evidence", None), n, "")
+    tr, ev = _transforms(res), _evidence(res)
     doubtful = (tr == "failed") if getattr(res, "doubtful", None) is None else _bools(res.doubtful, n)
     refit = _bools(getattr(res, "refit", None), n) | (tr == "refit")
     second = (np.char.find(ev, "mixture") >= 0) | (np.char.find(ev, "smc") >= 0) | np.isin(tr, ("mixture", "smc"))
@@ -335,8 +334,7 @@ def _trust_lines(res, cats):
     """What the result says of itself (:meth:`LooResult.trust_lines`), its counts replaced by the categories'."""
     if getattr(res, "transform", None) is None:
         return []
-    n = cats.size
-    elpd_i, ev = _flat(res.elpd_i), _strings(getattr(res, "evidence", None), n, "")
+    elpd_i, ev = _flat(res.elpd_i), _evidence(res)
     lines = []
     for cat in ("second_opinion", "refit", "doubtful"):
         mask = cats == cat
@@ -357,7 +355,7 @@ def _obs_table(name, res, cats):
     if not order:
         return ""
     labels = res.obs_labels(order[:TOP_OBS])
-    tr, ev = _strings(res.transform, n, "psis"), _strings(getattr(res, "evidence", None), n, "")
+    tr, ev = _transforms(res), _evidence(res)
     reason, k1 = _strings(getattr(res, "reason", None), n, ""), _flat(res.pareto_k)
     se = _flat(res.mcse_elpd_i) if getattr(res, "mcse_elpd_i", None) is not None else np.full(n, np.nan)
     elpd, rows = _flat(res.elpd_i), []
@@ -421,11 +419,12 @@ def _diff_html(named, best, cats):
 
 
 def _transforms(res):
-    n = np.asarray(res.elpd_i.values).size
-    return _strings(getattr(res, "transform", None), n, "psis")
+    """``res.transform`` flat as strings ("psis" for a result without it)."""
+    return _strings(getattr(res, "transform", None), np.asarray(res.elpd_i.values).size, "psis")
 
 
 def _evidence(res):
+    """``res.evidence`` flat as strings ("" for a result without it)."""
     return _strings(getattr(res, "evidence", None), np.asarray(res.elpd_i.values).size, "")
 
 
