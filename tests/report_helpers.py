@@ -224,7 +224,7 @@ def same_value(text, value):
 
 def hand_categories(res):
     """Each observation's category by an explicit loop over the result's fields (the rule of
-    ``ppl_loo.workflow.report.report.observation_categories``, written out once more)."""
+    ``ppl_loo.workflow.loo.categories.observation_categories``, written out once more)."""
     n = res.elpd_i.size
     tr = [str(t) for t in np.asarray(res.transform.values).ravel()]
     ev = [str(t) for t in np.asarray(res.evidence.values).ravel()] if res.evidence is not None else [""] * n

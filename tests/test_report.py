@@ -53,23 +53,20 @@ def logit():
 
 
 def _hand_flag_columns(named):
-    """n_adapted, n_doubtful, n_refit and diff_flagged by explicit loops over the observations."""
+    """The count columns (by category, :func:`hand_categories`) and diff_flagged by explicit loops over the
+    observations."""
     best = max(named, key=lambda k: named[k].elpd)
+    cats_best = hand_categories(named[best])
     out = {}
     for name, res in named.items():
-        tr = [str(t) for t in np.asarray(res.transform.values).ravel()]
-        dbt = [bool(v) for v in np.asarray(res.doubtful.values).ravel()]
-        rft = [False] * len(tr) if res.refit is None else [bool(v) for v in np.asarray(res.refit.values).ravel()]
-        b = named[best]
-        btr = [str(t) for t in np.asarray(b.transform.values).ravel()]
-        bd = [bool(v) for v in np.asarray(b.doubtful.values).ravel()]
-        br = [False] * len(btr) if b.refit is None else [bool(v) for v in np.asarray(b.refit.values).ravel()]
-        e, eb = np.asarray(res.elpd_i.values).ravel(), np.asarray(b.elpd_i.values).ravel()
+        cats = hand_categories(res)
+        e, eb = np.asarray(res.elpd_i.values).ravel(), np.asarray(named[best].elpd_i.values).ravel()
         total = 0.0
-        for i in range(len(tr)):
-            if tr[i] != "psis" or dbt[i] or rft[i] or btr[i] != "psis" or bd[i] or br[i]:
+        for i in range(len(cats)):
+            if cats[i] != "psis" or cats_best[i] != "psis":
                 total += e[i] - eb[i]
-        out[name] = (sum(t != "psis" for t in tr), sum(dbt), sum(rft), 0.0 if name == best else total)
+        out[name] = ({f"n_{k}": cats.count(k) for k in ("adapted", "second_opinion", "doubtful", "refit")},
+                     0.0 if name == best else total)
     return best, out
 
 
@@ -79,15 +76,16 @@ def test_compare_is_arviz_stats_compare_plus_flag_counts(logit):
         got = pl.compare(named, **kwargs)
         ref = azs.compare(named, **{"round_to": "none", **kwargs})  # pl.compare's numbers are never rounded
         pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
-        assert list(got.columns) == list(ref.columns) + ["n_adapted", "n_doubtful", "n_refit", "diff_flagged"]
+        assert list(got.columns) == list(ref.columns) + ["n_adapted", "n_second_opinion", "n_doubtful", "n_refit",
+                                                         "diff_flagged"]
     got = pl.compare(named, round_to="none")
     best, hand = _hand_flag_columns(named)
     assert got.index[0] == best and got.loc[best, "diff_flagged"] == 0.0
-    for name, (n_adapted, n_doubtful, n_refit, diff) in hand.items():
-        assert (got.loc[name, "n_adapted"], got.loc[name, "n_doubtful"], got.loc[name, "n_refit"]) == (
-            n_adapted, n_doubtful, n_refit)
+    for name, (counts, diff) in hand.items():
+        assert {col: got.loc[name, col] for col in counts} == counts
         assert got.loc[name, "diff_flagged"] == pytest.approx(diff, rel=1e-12, abs=1e-12)
-    assert got.loc["adaptive", "n_adapted"] > 0 and got.loc["psis", "n_adapted"] == 0
+    assert got.loc["adaptive", "n_adapted"] + got.loc["adaptive", "n_second_opinion"] > 0
+    assert got.loc["psis", "n_adapted"] == got.loc["psis", "n_second_opinion"] == 0
     # the PVI result (best) has every observation doubtful: the flagged part is all of elpd_diff
     assert got.index[0] == "pvi" and got.loc["pvi", "n_doubtful"] == 40
     for name in ("psis", "adaptive"):
@@ -116,8 +114,10 @@ def test_diff_flagged_is_the_adapted_part_of_elpd_diff(leverage):
     best, hand = _hand_flag_columns({"adaptive": res, "plain": plain})
     other = "plain" if best == "adaptive" else "adaptive"
     adapted = np.asarray(res.transform.values) != "psis"
-    assert 0 < adapted.sum() < adapted.size and got.loc["adaptive", "n_adapted"] == adapted.sum()
-    assert got.loc[other, "diff_flagged"] == pytest.approx(hand[other][3], rel=1e-12)
+    cats = np.array(hand_categories(res))
+    assert 0 < adapted.sum() < adapted.size and got.loc["adaptive", "n_adapted"] == (cats == "adapted").sum()
+    assert sum(got.loc["adaptive", c] for c in FLAG_COLUMNS[:-1]) == (cats != "psis").sum() >= adapted.sum()
+    assert got.loc[other, "diff_flagged"] == pytest.approx(hand[other][1], rel=1e-12)
     diff = np.asarray(plain.elpd_i.values) - np.asarray(res.elpd_i.values)
     np.testing.assert_allclose(diff[~adapted & ~np.asarray(res.doubtful.values)], 0.0, atol=1e-10)
     assert got.loc[other, "diff_flagged"] == pytest.approx(got.loc[other, "elpd_diff"], abs=1e-9)
@@ -337,6 +337,10 @@ def test_categories_are_counted_once_everywhere(outlier_report):
         assert {k: int(attrs[f"data-{k.replace('_', '-')}"]) for k in CATEGORIES} == want
         assert line == _counts_line(name, len(cats), want)
         assert {k: int(cells[name][f"n_{k}"]) for k in CATEGORIES} == want
+        # pl.compare (and ppl-loo compare) count the same way
+        table = pl.compare(res, round_to="none")
+        assert {k: int(table.loc[name, f"n_{k}"]) for k in CATEGORIES if k != "psis"} == {
+            k: v for k, v in want.items() if k != "psis"}
         rows = page.row_categories.get(f"obs-{name}", [])
         assert [rows.count(k) for k in CATEGORIES] == [0] + [want[k] for k in list(CATEGORIES)[1:]]
         legend = json.loads(next(i for i in page.images if i["alt"] == f"Pareto k of {name}")["data-legend"])

@@ -19,6 +19,7 @@ from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, check_p
 from ppl_loo.stan import StanDataError, StanEvaluationError
 from ppl_loo.stan.compile import cache_dir, cached_build
 from ppl_loo.stan.sampler import SAMPLER_FLAG, sample_cmdstan_csv
+from ppl_loo.workflow.loo.categories import category_counts, observation_categories
 from ppl_loo.workflow.loo.draws import LogLikMismatchError
 
 __all__ = ["add_loo_parser", "add_sample_parser", "json_summary", "run_loo", "run_sample"]
@@ -176,7 +177,7 @@ def _mismatch_error(args, tree, model, err):
     extra = [v for v in tree["posterior"].to_dataset().data_vars if v not in declared]
     if extra:
         what += f"; the CSV files have columns {program} does not declare ({', '.join(map(str, extra[:5]))})"
-    column = "" if err.var_name == "log_lik" else f" and --log-lik the column with the pointwise log-likelihood"
+    column = "" if err.var_name == "log_lik" else " and --log-lik the column with the pointwise log-likelihood"
     fix = (f"give the program and the data file the CSV files were written with{column}, or --no-check-log-lik "
            f"to use {program}'s log-likelihood anyway")
     return CliError(where, what, fix)
@@ -246,9 +247,7 @@ def json_summary(res, *, stan_file=None, data_file=None, csv_files=(), out=None,
     return {
         "elpd_loo": _finite(res.elpd), "se": _finite(res.se), "p_loo": _finite(res.p),
         "n_obs": int(res.n_data_points), "n_draws": int(res.n_samples), "k_threshold": _finite(res.good_k),
-        "n_adapted": int(np.sum((tr != "psis") & (tr != "failed") & (tr != "refit"))),
-        "n_doubtful": int(np.sum(res.doubtful.values)) if res.doubtful is not None else 0,
-        "n_refit": int(np.sum(res.refit.values)) if res.refit is not None else 0,
+        **{f"n_{key}": count for key, count in category_counts(observation_categories(res)).items() if key != "psis"},
         "max_rhat": _finite(res.max_rhat), "var_name": res.var_name,
         "approximation": getattr(res, "approximation", None),  # draws of an approximation (CmdStan variational, ...)
         "elpd_i": _values(res.elpd_i, _finite), "mcse_elpd_i": _values(res.mcse_elpd_i, _finite),

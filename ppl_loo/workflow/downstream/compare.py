@@ -2,7 +2,8 @@
 
 The table is exactly ``arviz_stats.compare`` (unrounded) on the :class:`~ppl_loo.LooResult` objects
 (and any plain ``arviz_stats`` ``ELPDData``), plus per model how many observations were adapted,
-doubtful or refit, and how much of ``elpd_diff`` those observations carry. The numbers keep full
+vouched for by a second opinion, doubtful or refit (:mod:`ppl_loo.workflow.loo.categories`, the counts the HTML
+report shows), and how much of ``elpd_diff`` those observations carry. The numbers keep full
 precision; only the printed table rounds, every numeric column to the same number of decimals.
 """
 
@@ -17,13 +18,15 @@ import pandas as pd
 import xarray as xr
 from arviz_stats.utils import ELPDData, ELPDDataLOOSubsample
 
+from ppl_loo.workflow.loo.categories import observation_categories
 from ppl_loo.workflow.loo.result import LooResult
 
 __all__ = ["compare", "CompareTable", "display_decimals", "named_results", "flag_masks", "FLAG_COLUMNS",
            "DEFAULT_DECIMALS"]
 
 #: the columns :func:`compare` adds to ``arviz_stats.compare``'s table
-FLAG_COLUMNS = ("n_adapted", "n_doubtful", "n_refit", "diff_flagged")
+#: (the counts are those of :func:`~ppl_loo.workflow.loo.categories.observation_categories`, the report's too)
+FLAG_COLUMNS = ("n_adapted", "n_second_opinion", "n_doubtful", "n_refit", "diff_flagged")
 
 #: decimals of every numeric column of the printed table (R's ``loo_compare`` prints 1 or 2)
 DEFAULT_DECIMALS = 2
@@ -97,8 +100,8 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
         ``{name: item}``, or a list (named ``"model_0"``, ``"model_1"``, ...); each item is a
         :class:`~ppl_loo.LooResult`, an ``xarray.DataTree`` with a ``loo`` group (``pl.add_loo``),
         the path (``str`` / ``Path``) of a netCDF file holding such a tree, or a plain
-        ``arviz_stats`` ``ELPDData`` with pointwise values (``azs.loo(tree)``; its ``n_adapted``,
-        ``n_doubtful``, ``n_refit`` and ``diff_flagged`` are NA: it carries no adaptation).
+        ``arviz_stats`` ``ELPDData`` with pointwise values (``azs.loo(tree)``; its count columns
+        and ``diff_flagged`` are NA: it carries no adaptation).
     method : {"stacking", "BB-pseudo-BMA", "pseudo-BMA"}
         How ``arviz_stats.compare`` weighs the models.
     scale : {"log"}
@@ -117,13 +120,16 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
         elpd_diff, dse, p_worse, diag_diff, diag_elpd, p, elpd, se, weight; best model first) and,
         per model:
 
-        - ``n_adapted``: observations whose ``transform`` is not ``"psis"``;
-        - ``n_doubtful``, ``n_refit``: observations flagged ``doubtful`` / ``refit``;
+        - ``n_adapted``, ``n_second_opinion``, ``n_doubtful``, ``n_refit``: the observations in each
+          category of :func:`~ppl_loo.workflow.loo.categories.observation_categories` (each observation
+          in one; the rest are plain PSIS): an adapted proposal of the search, vouched for by mixture
+          importance sampling or tempered SMC, nothing vouches for it, exact LOO by refitting; the HTML
+          report counts the same way;
         - ``diff_flagged``: the part of ``elpd_diff`` (this model minus the top-ranked one, the sign
-          of ``elpd_diff``) carried by the observations adapted, doubtful or refit in either model:
+          of ``elpd_diff``) carried by the observations not plain PSIS in either model:
           ``sum_i (elpd_i[model] - elpd_i[best])`` over those ``i``; 0 for the best model.
 
-        The counts are nullable integers (``Int64``); all four are NA for a plain ``ELPDData``, which
+        The counts are nullable integers (``Int64``); all five columns are NA for a plain ``ELPDData``, which
         counts as flagging no observation in the ``diff_flagged`` of the other models.
 
     Raises
@@ -157,9 +163,8 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
                 counts[col].append(pd.NA if col != "diff_flagged" else np.nan)
             continue
         either = masks[name]["any"] | masks[best]["any"]
-        counts["n_adapted"].append(int(masks[name]["adapted"].sum()))
-        counts["n_doubtful"].append(int(masks[name]["doubtful"].sum()))
-        counts["n_refit"].append(int(masks[name]["refit"].sum()))
+        for col in FLAG_COLUMNS[:-1]:
+            counts[col].append(int(masks[name][col[2:]].sum()))
         counts["diff_flagged"].append(0.0 if name == best else float(np.sum(elpd[name][either] - elpd[best][either])))
     extra = pd.DataFrame({col: pd.array(vals, dtype="Int64" if col != "diff_flagged" else "float64")
                           for col, vals in counts.items()}, index=table.index)
@@ -190,16 +195,12 @@ def named_results(results, plain=False):
 
 
 def flag_masks(res):
-    """Boolean masks over the flattened observations: ``adapted`` (transform not ``"psis"``),
-    ``doubtful``, ``refit`` and ``any`` of them (all False for a plain ``ELPDData``)."""
-    n = _flat(res.elpd_i, float).size
-    transform = getattr(res, "transform", None)
-    adapted = np.zeros(n, bool) if transform is None else _flat(transform, str) != "psis"
-    out = {"adapted": adapted}
-    for name in ("doubtful", "refit"):
-        val = getattr(res, name, None)
-        out[name] = np.zeros(n, bool) if val is None else _flat(val, bool)
-    out["any"] = out["adapted"] | out["doubtful"] | out["refit"]
+    """Boolean masks over the flattened observations, one per category of
+    :func:`~ppl_loo.workflow.loo.categories.observation_categories` (``adapted``, ``second_opinion``, ``refit``,
+    ``doubtful``; each observation in at most one) and ``any`` of them (all False for a plain ``ELPDData``)."""
+    cats = observation_categories(res)
+    out = {key: cats == key for key in ("adapted", "second_opinion", "refit", "doubtful")}
+    out["any"] = cats != "psis"
     return out
 
 

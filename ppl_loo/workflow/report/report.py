@@ -1,7 +1,7 @@
 """``pl.report``: one self-contained HTML page comparing adaptive LOO results.
 
 This module owns the page: which sections it shows (only those with content for at least one model), the
-category of each observation (:func:`observation_categories`: not adapted, adapted, vouched by a second
+category of each observation (:func:`~ppl_loo.workflow.loo.categories.observation_categories`: not adapted, adapted, vouched by a second
 opinion, refit, doubtful), which is the one source of every count on the page (headers, prose, tables and the
 figures' legends), and the provenance it names (the Stan program, data and CSV files ``ppl-loo loo`` stores
 in the netCDF file). The figures are drawn by :mod:`ppl_loo.workflow.report.figures`.
@@ -30,6 +30,9 @@ from arviz_base import rcParams
 
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS, compare, named_results
 from ppl_loo.workflow.downstream.predictive import loo_roc
+from ppl_loo.workflow.loo.categories import CATEGORIES, SHORT, category_counts, observation_categories
+from ppl_loo.workflow.loo.categories import evidence as _evidence
+from ppl_loo.workflow.loo.categories import transforms as _transforms
 from ppl_loo.workflow.report.figures import elpd_diff_figure, khat_figure, loo_pit_figure, roc_figure
 
 __all__ = ["report", "observation_categories", "category_counts", "CATEGORIES", "PROVENANCE", "SECTIONS",
@@ -40,15 +43,6 @@ SECTIONS = (("source", "Source"), ("compare", "Model comparison"),
             ("pareto-k", "Pareto k before and after adaptation"), ("elpd-diff", "Pointwise elpd differences"),
             ("loo-pit", "LOO-PIT calibration"), ("roc", "ROC and PR curves"), ("pvi", "PVI heterogeneity"),
             ("settings", "Settings and versions"))
-#: what happened to an observation (key: its text), in the order of the figures' legends
-CATEGORIES = {"psis": "not adapted (plain PSIS)", "adapted": "adapted (search)",
-              "second_opinion": "vouched by a second opinion (mixture, SMC)", "refit": "refit (exact LOO)",
-              "doubtful": "doubtful"}
-#: the categories' names in table headers and cells
-SHORT = {"psis": "not adapted", "adapted": "adapted", "second_opinion": "second opinion", "refit": "refit",
-         "doubtful": "doubtful"}
-#: ``transform`` values that are no adapted proposal
-NOT_ADAPTED = ("psis", "failed", "refit", "mixture", "smc")
 #: the order of the observation tables' rows
 SEVERITY = ("doubtful", "refit", "second_opinion", "adapted")
 #: root attributes of a ``ppl-loo loo --out`` file naming its inputs: (attribute, what it names)
@@ -143,39 +137,8 @@ def report(results, path, *, data=None, models=None, title="LOO model comparison
     return path
 
 
-def observation_categories(res):
-    """What happened to each observation: one key of :data:`CATEGORIES` per observation (flat, in the order of
-    ``res.elpd_i.values.ravel()``), the one source of every count the report shows.
-
-    In order of precedence: ``"doubtful"`` (``res.doubtful``: nothing vouches for ``elpd_i``, a refit that did
-    not converge included; without that field, a ``"failed"`` transform), ``"refit"`` (``res.refit``: exact LOO
-    by refitting), ``"second_opinion"`` (``res.evidence`` names mixture importance sampling or tempered SMC),
-    ``"adapted"`` (``res.transform`` is an adapted proposal of the search), else ``"psis"`` (plain PSIS).
-    """
-    n = int(np.asarray(res.elpd_i.values).size)
-    tr, ev = _transforms(res), _evidence(res)
-    doubtful = (tr == "failed") if getattr(res, "doubtful", None) is None else _bools(res.doubtful, n)
-    refit = _bools(getattr(res, "refit", None), n) | (tr == "refit")
-    second = (np.char.find(ev, "mixture") >= 0) | (np.char.find(ev, "smc") >= 0) | np.isin(tr, ("mixture", "smc"))
-    out = np.where(np.isin(tr, NOT_ADAPTED), "psis", "adapted").astype("<U16")
-    out[second] = "second_opinion"
-    out[refit] = "refit"
-    out[doubtful] = "doubtful"
-    return out
-
-
-def category_counts(categories):
-    """``{category: number of observations}`` over every key of :data:`CATEGORIES` (zeros included)."""
-    categories = np.asarray(categories)
-    return {key: int(np.sum(categories == key)) for key in CATEGORIES}
-
-
 def _strings(da, n, default):
     return np.full(n, default, dtype="<U32") if da is None else np.asarray(da.values).astype(str).reshape(-1)
-
-
-def _bools(da, n):
-    return np.zeros(n, bool) if da is None else np.asarray(da.values).astype(bool).reshape(-1)
 
 
 def _flat(da):
@@ -416,16 +379,6 @@ def _diff_html(named, best, cats):
                      f'data-legend-outside="{str(drawn.legend_outside).lower()}">\n'
                      + _table(header, rows, table_id=f"diff-{name}"))
     return "\n".join(parts)
-
-
-def _transforms(res):
-    """``res.transform`` flat as strings ("psis" for a result without it)."""
-    return _strings(getattr(res, "transform", None), np.asarray(res.elpd_i.values).size, "psis")
-
-
-def _evidence(res):
-    """``res.evidence`` flat as strings ("" for a result without it)."""
-    return _strings(getattr(res, "evidence", None), np.asarray(res.elpd_i.values).size, "")
 
 
 def _var_name(res, tree):

@@ -1,0 +1,72 @@
+"""What happened to each observation of a LOO result: one category per observation, the one source of every
+count ``ppl_loo`` prints about a result (``pl.compare``'s count columns, the HTML report's tables, prose and
+legends, ``ppl-loo loo --json``).
+
+The categories, in order of precedence: ``"doubtful"`` (nothing vouches for ``elpd_i``), ``"refit"`` (exact
+LOO by refitting), ``"second_opinion"`` (vouched for by mixture importance sampling or tempered SMC),
+``"adapted"`` (an adapted proposal of the search), ``"psis"`` (plain PSIS). Each observation is in exactly one,
+so the counts add up to the number of observations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["CATEGORIES", "SHORT", "NOT_ADAPTED", "observation_categories", "category_counts", "transforms",
+           "evidence"]
+
+#: what happened to an observation (key: its text), in the order of the report's legends
+CATEGORIES = {"psis": "not adapted (plain PSIS)", "adapted": "adapted (search)",
+              "second_opinion": "vouched by a second opinion (mixture, SMC)", "refit": "refit (exact LOO)",
+              "doubtful": "doubtful"}
+#: the categories' names in table headers and cells
+SHORT = {"psis": "not adapted", "adapted": "adapted", "second_opinion": "second opinion", "refit": "refit",
+         "doubtful": "doubtful"}
+#: ``transform`` values that are no adapted proposal
+NOT_ADAPTED = ("psis", "failed", "refit", "mixture", "smc")
+
+
+def observation_categories(res):
+    """One key of :data:`CATEGORIES` per observation of ``res`` (flat, in the order of
+    ``res.elpd_i.values.ravel()``).
+
+    ``"doubtful"``: ``res.doubtful`` (a refit that did not converge included; for a result without that field, a
+    ``"failed"`` transform); ``"refit"``: ``res.refit`` or a ``"refit"`` transform; ``"second_opinion"``:
+    ``res.evidence`` names mixture importance sampling or tempered SMC, or the transform is one of them;
+    ``"adapted"``: any other transform than :data:`NOT_ADAPTED`; else ``"psis"``. A plain ``arviz_stats``
+    ``ELPDData`` is all ``"psis"``.
+    """
+    n = int(np.asarray(res.elpd_i.values).size)
+    tr, ev = transforms(res), evidence(res)
+    doubtful = (tr == "failed") if getattr(res, "doubtful", None) is None else _bools(res.doubtful, n)
+    refit = _bools(getattr(res, "refit", None), n) | (tr == "refit")
+    second = (np.char.find(ev, "mixture") >= 0) | (np.char.find(ev, "smc") >= 0) | np.isin(tr, ("mixture", "smc"))
+    out = np.where(np.isin(tr, NOT_ADAPTED), "psis", "adapted").astype("<U16")
+    out[second] = "second_opinion"
+    out[refit] = "refit"
+    out[doubtful] = "doubtful"
+    return out
+
+
+def category_counts(categories):
+    """``{category: number of observations}`` over every key of :data:`CATEGORIES` (zeros included)."""
+    categories = np.asarray(categories)
+    return {key: int(np.sum(categories == key)) for key in CATEGORIES}
+
+
+def transforms(res):
+    """``res.transform`` flat as strings (``"psis"`` for a result without it)."""
+    return _strings(getattr(res, "transform", None), np.asarray(res.elpd_i.values).size, "psis")
+
+
+def evidence(res):
+    """``res.evidence`` flat as strings (``""`` for a result without it)."""
+    return _strings(getattr(res, "evidence", None), np.asarray(res.elpd_i.values).size, "")
+
+
+def _strings(da, n, default):
+    return np.full(n, default, dtype="<U32") if da is None else np.asarray(da.values).astype(str).reshape(-1)
+
+
+def _bools(da, n):
+    return np.zeros(n, bool) if da is None else np.asarray(da.values).astype(bool).reshape(-1)
