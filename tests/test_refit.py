@@ -120,6 +120,8 @@ def test_refit_bad_inputs(jax_fit):
         _loo(data, model, refit=-3.0, random_seed=1)
     with pytest.raises(ValueError, match="unknown setting 'thin'"):
         _loo(data, model, refit=[0], random_seed=1, refit_kwargs={"thin": 2})
+    with pytest.raises(ValueError, match=r"batched='yes' must be True .* or False"):
+        _loo(data, model, refit=[0], random_seed=1, refit_kwargs={"batched": "yes"})
     with pytest.raises(ValueError, match="needs the model"):
         pl.loo(data, None, refit="doubtful")
 
@@ -132,9 +134,40 @@ def test_pymc_refit_matches_closed_form():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(draws=500, tune=300, chains=4, cores=1, random_seed=2, progressbar=False)
-    res = _loo(idata, m, refit=[OUTLIER], random_seed=7)
+    res = _loo(idata, m, refit=[OUTLIER], random_seed=7)  # batched (the default): BlackJAX on PyMC's JAX logp
+    _check_refits(res, [OUTLIER])
+    assert res.refit_info[OUTLIER]["sampler"] == "BlackJAX NUTS, one vectorized run of 1 refit"
+    res = _loo(idata, m, refit=[OUTLIER], random_seed=7, refit_kwargs={"batched": False})
     _check_refits(res, [OUTLIER])
     assert res.refit_info[OUTLIER]["sampler"] == "pm.sample without the observation"
+
+
+def test_batched_refits_match_closed_form_and_the_sequential_ones():
+    """Ten refits of the leverage regression (p = 15, two high-leverage outliers, exact LOO in closed form) in
+    vectorized runs of 8 targets (two batches, the second padded): each within 4 MCSEs of the exact elpd_i, and
+    within 4 combined MCSEs of the same refit run one after the other with NumPyro's NUTS."""
+    from gaussian_models import leverage_problem
+
+    m = leverage_problem()
+    data = m.exact_draws(n_chains=4, n_draws=500, seed=3)
+    targets = list(range(10))
+    kw = {"warmup": 300, "draws": 500}
+    res = _loo(data, m, refit=targets, random_seed=11, refit_kwargs=kw, mixture=False, smc=False)
+    seq = _loo(data, m, refit=targets, random_seed=11, refit_kwargs={**kw, "batched": False}, mixture=False, smc=False)
+    exact = m.exact_elpd_i()
+    for i in targets:
+        info = res.refit_info[i]
+        assert info["sampler"] == "BlackJAX NUTS, one vectorized run of 8 refits" if i < 8 else \
+            info["sampler"] == "BlackJAX NUTS, one vectorized run of 2 refits"
+        assert seq.refit_info[i]["sampler"].startswith("NumPyro NUTS")
+        e, s = float(res.elpd_i.values[i]), float(res.mcse_elpd_i.values[i])
+        assert abs(e - exact[i]) <= 4 * s + 0.01, (i, e, s, exact[i])
+        e2, s2 = float(seq.elpd_i.values[i]), float(seq.mcse_elpd_i.values[i])
+        assert abs(e - e2) <= 4 * np.hypot(s, s2) + 0.01, (i, e, e2)
+        assert info["rhat_loglik"] <= 1.01 and info["rhat_max"] <= 1.01
+    # the outliers are where plain PSIS is off by more than a nat: the refits are not the plain values
+    plain = pl.loo(data)
+    assert max(abs(plain.elpd_i.values[i] - exact[i]) for i in (0, 1)) > 1.0
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler for the Stan bridge")

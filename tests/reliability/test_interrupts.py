@@ -261,6 +261,7 @@ print("DONE", flush=True)
 
 
 def test_sigint_during_refits():
+    """The JAX model's refits run batched (one vectorized BlackJAX run in a worker thread): Ctrl-C stops it."""
     r = interrupt_when(REFIT_SCRIPT, printed("refit:"), after_s=3.0, timeout_s=600)
     assert "DONE" not in r["output"]
     _stopped(r)
@@ -279,7 +280,7 @@ with pm.Model() as model:
                       idata_kwargs={"log_likelihood": True})
 warnings.simplefilter("ignore")
 res = pl.loo(idata, model, progressbar=True, refit=list(range(12)), random_seed=1,
-             refit_kwargs={"draws": 20000, "warmup": 500})
+             refit_kwargs={"draws": 20000, "warmup": 500, "batched": False})  # pm.sample, one refit at a time
 print("DONE", flush=True)
 """
 
@@ -361,7 +362,7 @@ def test_refits_resume_from_checkpoint(normal_fit, tmp_path, monkeypatch):
     targets = [10, 0, 5]
     ckpt = tmp_path / "refits.json"
     kw = dict(progressbar=False, refit=targets, random_seed=4)
-    settings = {"chains": 2, "draws": 300, "warmup": 300}
+    settings = {"chains": 2, "draws": 300, "warmup": 300, "batched": False}  # the model's own sampler, per refit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         calls = _counting(monkeypatch, model, fail_at=2)  # Ctrl-C during the second refit
@@ -385,6 +386,31 @@ def test_refits_resume_from_checkpoint(normal_fit, tmp_path, monkeypatch):
                refit_kwargs={**settings, "checkpoint": str(ckpt)})
     assert calls == [0]
     vars(model).pop("protocol_model", None)
+
+
+def test_batched_refits_resume_from_checkpoint(normal_fit, tmp_path):
+    """Batched refits write the checkpoint after each batch; a rerun with one more target reads the finished ones
+    (the same records, not redone) and refits only the new one, which agrees with the same target refit in an
+    uninterrupted run within Monte Carlo error."""
+    model, data = normal_fit
+    ckpt = tmp_path / "refits.json"
+    settings = {"chains": 2, "draws": 300, "warmup": 300}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = pl.loo(data, model, progressbar=False, refit=[10, 0], random_seed=4,
+                       refit_kwargs={**settings, "checkpoint": str(ckpt)})
+        more = pl.loo(data, model, progressbar=False, refit=[10, 0, 5], random_seed=4,
+                      refit_kwargs={**settings, "checkpoint": str(ckpt)})
+        whole = pl.loo(data, model, progressbar=False, refit=[10, 0, 5], random_seed=4, refit_kwargs=settings)
+    for i in (10, 0):
+        assert more.refit_info[i] == first.refit_info[i]  # read back, not redone (its "seconds" too)
+        assert more.elpd_i.values[i] == first.elpd_i.values[i]
+    assert more.refit_info[5]["sampler"] == "BlackJAX NUTS, one vectorized run of 1 refit"
+    assert whole.refit_info[5]["sampler"] == "BlackJAX NUTS, one vectorized run of 3 refits"
+    e, s = more.elpd_i.values[5], more.mcse_elpd_i.values[5]
+    e2, s2 = whole.elpd_i.values[5], whole.mcse_elpd_i.values[5]
+    assert abs(e - e2) <= 4 * np.hypot(s, s2) + 1e-3
+    assert list(tmp_path.iterdir()) == [ckpt]
 
 
 def test_refit_checkpoint_must_be_a_path(normal_fit):

@@ -401,6 +401,11 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         return theta, {"sampler": "NumPyro NUTS, non-centered horseshoe without the observation",
                        "divergences": int(div.sum())}
 
+    def batched_refit_density(self):
+        """The log density the batched refits sample (``pl.loo(..., refit=...)``): :meth:`loo_logp`; None for the
+        horseshoe, whose refits sample its non-centered parameterization one after the other (:meth:`refit_draws`)."""
+        return None if self.prior == "horseshoe" else self.loo_logp
+
     def mixture_draws(self, *, chains, warmup, draws, random_seed, init=None, target_accept=0.8, max_tree_depth=10):
         """Draws of the mixture of all LOO posteriors, ``q_mix ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
         (:mod:`ppl_loo.workflow.loo.vouch.mixture`), in the sampler-friendly parameterization of

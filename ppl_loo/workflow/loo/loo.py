@@ -110,9 +110,10 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         Monte Carlo SE; ``res.refit`` flags those observations. Needs ``random_seed``.
     refit_kwargs : dict, optional
         Overrides of the refit sampler settings read from the fit: ``chains``, ``draws``,
-        ``warmup``, ``target_accept``, ``max_tree_depth``; and ``checkpoint``, a file path where each
-        finished refit is kept, so that a rerun after an interruption does not redo it
-        (:mod:`ppl_loo.workflow.loo.refit`).
+        ``warmup``, ``target_accept``, ``max_tree_depth``; ``checkpoint``, a file path where each
+        finished refit is kept, so that a rerun after an interruption does not redo it; ``batched``
+        (default True: PyMC and JAX models refit every target in one vectorized NUTS run; False: the
+        model's own sampler, one refit after the other) (:mod:`ppl_loo.workflow.loo.refit`).
     adapt : {"auto", "all", "flagged"}
         Which observations the adaptive search examines. ``"flagged"``: plain-PSIS k above 0.5, or
         influence above ``influence_threshold``. ``"all"``: every observation (a k-hat below 0.5 is

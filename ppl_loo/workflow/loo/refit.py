@@ -1,9 +1,11 @@
 """Exact LOO by refitting the observations the engine cannot vouch for (``pl.loo(..., refit=...)``).
 
-This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For each target observation ``i``
-the model's own sampler runs on the posterior without ``i`` (:meth:`PosteriorModel.refit_draws`:
-``pm.sample`` for PyMC, Stan's NUTS on the data without ``i`` for Stan, NumPyro's NUTS for JAX
-models) with the original fit's settings, and
+This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For PyMC and JAX models all target
+observations are refit at once, one vectorized NUTS run over targets x chains
+(:func:`ppl_loo.numerics.batched_nuts.batched_nuts`, :func:`batched_refit_density`); otherwise (Stan,
+``refit_kwargs={"batched": False}``) for each target observation ``i`` the model's own sampler runs on the
+posterior without ``i`` (:meth:`PosteriorModel.refit_draws`: ``pm.sample`` for PyMC, Stan's NUTS on the data
+without ``i`` for Stan, NumPyro's NUTS for JAX models). Both use the original fit's settings, and
 
     elpd_i = log p(y_i | y_-i) = log E_{p(theta | y_-i)}[p(y_i | theta)]
 
@@ -85,7 +87,8 @@ def refit_settings(data, overrides=None):
     """The original fit's sampler settings (chains, draws, warmup, target acceptance, tree depth).
 
     Read from the posterior group (and its attrs, as NumPyro through ``ppl_loo.sampling``, CmdStan
-    CSV files and ``pm.sample`` record them); ``overrides`` (``refit_kwargs``) wins. Draws of an
+    CSV files and ``pm.sample`` record them); ``overrides`` (``refit_kwargs``) wins; ``batched`` (default
+    True): all refits in one vectorized NUTS run where the model allows it (:func:`batched_refit_density`). Draws of an
     approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the refits then
     run NUTS with 4 chains of 1,000 warmup and 1,000 draws.
     """
@@ -100,10 +103,15 @@ def refit_settings(data, overrides=None):
     depth = attrs.get("max_tree_depth", attrs.get("max_depth", 10))
     out = {"chains": chains, "draws": draws, "warmup": int(np.asarray(warmup).ravel()[0]),
            "target_accept": float(np.asarray(target).ravel()[0]), "max_tree_depth": int(np.asarray(depth).ravel()[0])}
+    out["batched"] = True
     allowed = set(out) | {"checkpoint"}
     for key, value in dict(overrides or {}).items():
         if key == "checkpoint":
             continue
+        if key == "batched" and not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"refit_kwargs: batched={value!r} must be True (every refit in one vectorized NUTS run "
+                             "where the model allows it) or False (one refit after the other, by the model's own "
+                             "sampler).")
         if key not in allowed:
             raise ValueError(f"refit_kwargs: unknown setting {key!r}; allowed: {sorted(allowed)}.")
         out[key] = type(out[key])(value)
@@ -139,6 +147,14 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
     t0 = time.perf_counter()
     n_new = 0
     bar = tqdm(total=len(targets), desc="refit", disable=not progressbar, unit="obs")
+    density = batched_refit_density(model) if settings.get("batched", True) else None
+    if density is not None:
+        try:
+            skipped = _run_batched(model, density, theta, ll, targets, seeds, settings, records, done, budget_s,
+                                   posterior_draws, full_chains, checkpoint, fingerprint, bar)
+        finally:
+            bar.close()
+        return records, skipped
     for j, i in enumerate(targets):
         if i in done:  # finished before an interruption: not redone
             records[i] = done[i]
@@ -159,16 +175,7 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         # outside the main thread and pm.sample installs signal handlers: those run here, and Ctrl-C is
         # seen when the current refit returns.
         draws, info = run_interruptible(call) if getattr(model, "kind", None) == "JAX" else call()
-        d = draws.shape[-1]
-        ll_i = np.asarray(model.log_lik(draws.reshape(-1, d), obs=[i]))[:, 0].reshape(draws.shape[0], -1)
-        if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):
-            raise ValueError(f"refit of observation {i}: log p(y_{i} | theta) is NaN at some refit draws.")
-        est = (bridge_log_ratio(ll_i, ll[:, i].reshape(full_chains, -1)) if posterior_draws else
-               mean_log_ratio(ll_i))
-        rhat = float(rank_rhat(ll_i[:, :, None])[0])
-        rhat_d = rank_rhat(np.asarray(draws, dtype=float))
-        rhat_max = float(np.nanmax(rhat_d)) if np.any(np.isfinite(rhat_d)) else float("nan")
-        records[i] = {"elpd_i": est.log_ratio, "mcse": est.mcse, "rhat_loglik": rhat, "rhat_max": rhat_max,
+        records[i] = {**_refit_record(model, i, draws, ll, posterior_draws, full_chains),
                       "seconds": time.perf_counter() - t1, **info}
         if checkpoint:
             done[i] = records[i]
@@ -176,6 +183,95 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         bar.update(1)
     bar.close()
     return records, skipped
+
+
+def _refit_record(model, i, draws, ll, posterior_draws, full_chains):
+    """``elpd_i`` by bridge sampling between one refit's draws ``(chains, draws, d)`` and the full-data draws
+    (the mean over the refit's draws for draws of an approximation), its MCSE, and the refit's R-hats."""
+    d = draws.shape[-1]
+    ll_i = np.asarray(model.log_lik(draws.reshape(-1, d), obs=[i]))[:, 0].reshape(draws.shape[0], -1)
+    if not np.all(np.isfinite(ll_i) | np.isneginf(ll_i)):
+        raise ValueError(f"refit of observation {i}: log p(y_{i} | theta) is NaN at some refit draws.")
+    est = bridge_log_ratio(ll_i, ll[:, i].reshape(full_chains, -1)) if posterior_draws else mean_log_ratio(ll_i)
+    rhat = float(rank_rhat(ll_i[:, :, None])[0])
+    rhat_d = rank_rhat(np.asarray(draws, dtype=float))
+    rhat_max = float(np.nanmax(rhat_d)) if np.any(np.isfinite(rhat_d)) else float("nan")
+    return {"elpd_i": est.log_ratio, "mcse": est.mcse, "rhat_loglik": rhat, "rhat_max": rhat_max}
+
+
+def batched_refit_density(model):
+    """``log_density(theta, i)`` of the posterior without observation ``i`` for the batched refits, or None where
+    they run one after the other with the model's own sampler.
+
+    Batched: models whose log density is a JAX function (PyMC through PyTensor's JAX backend, JAX models) with a
+    ``loo_logp``; the model's adapter may say otherwise through ``batched_refit_density()`` (returning None: the
+    horseshoe logistic regression, whose refits sample a non-centered parameterization). Not batched: Stan
+    programs (their sampler is Stan's own NUTS on the data without the observation).
+    """
+    if getattr(model, "kind", None) not in ("JAX", "PyMC") or not getattr(model, "is_jax", False):
+        return None
+    own = getattr(getattr(model, "source", None), "batched_refit_density", None)
+    if own is not None:
+        return own()
+    return getattr(model, "loo_logp", None)
+
+
+#: targets per batched refit run on a CPU (lanes under one ``vmap`` wait for the longest NUTS trajectory of the
+#: batch, so on a CPU small batches waste less), and on an accelerator
+CPU_BATCH, ACCELERATOR_BATCH = 8, 128
+
+
+def _run_batched(model, density, theta, ll, targets, seeds, settings, records, done, budget_s, posterior_draws,
+                 full_chains, checkpoint, fingerprint, bar):
+    """The refits of ``targets`` in vectorized NUTS runs (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`) of
+    equal-sized batches (one compilation; the last batch is padded with its last target, whose copy is dropped;
+    with a time budget the first batch is the worst target alone, and the budget is checked between batches).
+    Each chain starts at a full-data draw (the sequential path's choice), with the full-data posterior's variances
+    as the starting inverse mass matrix. Fills ``records`` (and ``done`` / the checkpoint); returns the targets
+    skipped for the budget."""
+    import jax
+
+    from ppl_loo.numerics.batched_nuts import batched_nuts, lanes_per_batch
+
+    S, C = theta.shape[0], settings["chains"]
+    position = {i: j for j, i in enumerate(targets)}
+    todo = [i for i in targets if i not in done]
+    for i in targets:
+        if i in done:
+            records[i] = done[i]
+            bar.update(1)
+    cap = CPU_BATCH if jax.default_backend() == "cpu" else ACCELERATOR_BATCH
+    size = max(1, min(len(todo), cap, lanes_per_batch(C, settings["draws"], theta.shape[1])))
+    imm = np.var(np.asarray(theta, dtype=np.float64), axis=0)
+    imm = np.where(np.isfinite(imm) & (imm > 0), imm, 1.0)
+    # with a time budget the first batch is the worst target alone (the budget is checked between batches)
+    first = 1 if budget_s is not None else size
+    batches = [todo[:first]] + [todo[k:k + size] for k in range(first, len(todo), size)] if todo else []
+    t0 = time.perf_counter()
+    for b_no, batch in enumerate(batches):
+        if budget_s is not None and b_no > 0 and time.perf_counter() - t0 >= budget_s:
+            return [i for rest in batches[b_no:] for i in rest]
+        width = first if b_no == 0 else size
+        padded = batch + [batch[-1]] * (width - len(batch))
+        inits = np.stack([theta[np.random.default_rng(int(seeds[position[i]])).choice(S, size=C, replace=False)]
+                          for i in padded])
+        t1 = time.perf_counter()
+        call = functools.partial(batched_nuts, density, inits, np.asarray(padded), num_warmup=settings["warmup"],
+                                 num_samples=settings["draws"], random_seeds=[int(seeds[position[i]]) for i in padded],
+                                 target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
+                                 inverse_mass_matrix=imm)
+        draws, div, eps = run_interruptible(call, getattr(model, "source", None))
+        seconds = (time.perf_counter() - t1) / len(batch)
+        for b, i in enumerate(batch):
+            records[i] = {**_refit_record(model, i, draws[b], ll, posterior_draws, full_chains), "seconds": seconds,
+                          "sampler": f"BlackJAX NUTS, one vectorized run of {len(batch)} refit{'s' if len(batch) != 1 else ''}",
+                          "divergences": int(div[b].sum()), "step_size": float(np.mean(eps[b]))}
+            if checkpoint:
+                done[i] = records[i]
+            bar.update(1)
+        if checkpoint:
+            _write_checkpoint(checkpoint, fingerprint, done)
+    return []
 
 
 def _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) -> str:

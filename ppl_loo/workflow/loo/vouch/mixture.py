@@ -97,6 +97,7 @@ def mixture_settings(settings, overrides=None):
     check_mixture_values(overrides)
     out = dict(settings)
     out.pop("checkpoint", None)
+    out.pop("batched", None)  # a refit setting
     for key, value in dict(overrides or {}).items():
         if key not in out:
             raise ValueError(f"mixture_kwargs: unknown setting {key!r}; allowed: {sorted(out)}.")
