@@ -13,6 +13,8 @@ batches that fit its budget, :func:`lanes_per_batch`); the warmup keeps no per-s
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +22,17 @@ import numpy as np
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.random import prng_key
 
-__all__ = ["batched_nuts", "lanes_per_batch"]
+__all__ = ["batched_nuts", "lanes_per_batch", "BatchedTarget"]
+
+
+class BatchedTarget(NamedTuple):
+    """What the batched refits sample: ``log_density(u, i)`` in coordinates ``u`` of the sampler's choice, and the
+    maps between them and the model's unconstrained ``theta`` (one draw ``(d,)`` each; None: ``u`` is ``theta``).
+    A reparameterization (e.g. a non-centered horseshoe) must include its log-Jacobian in ``log_density``."""
+
+    log_density: Callable
+    to_model: Callable | None = None
+    from_model: Callable | None = None
 
 
 def lanes_per_batch(chains, num_samples, dim, budget_bytes=2 * 1024**3):

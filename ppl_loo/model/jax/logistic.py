@@ -402,9 +402,29 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
                        "divergences": int(div.sum())}
 
     def batched_refit_density(self):
-        """The log density the batched refits sample (``pl.loo(..., refit=...)``): :meth:`loo_logp`; None for the
-        horseshoe, whose refits sample its non-centered parameterization one after the other (:meth:`refit_draws`)."""
-        return None if self.prior == "horseshoe" else self.loo_logp
+        """What the batched refits sample (``pl.loo(..., refit=...)``): :meth:`loo_logp`; for the horseshoe, its
+        non-centered parameterization (as :meth:`refit_draws` and :meth:`numpyro_model`): ``u`` is ``theta`` with
+        ``z = beta / sd`` in place of ``beta`` (``sd`` the coefficients' prior scales given the hyperparameters,
+        which ``u`` and ``theta`` share), and the density carries the log-Jacobian ``sum(log sd)``."""
+        from ppl_loo.numerics.batched_nuts import BatchedTarget
+
+        if self.prior != "horseshoe":
+            return BatchedTarget(self.loo_logp)
+        lo, hi = (1 if self.intercept else 0), self.q
+
+        def log_sd(u):
+            return self._log_sd(u)[lo:]
+
+        def to_model(u):
+            return u.at[lo:hi].set(u[lo:hi] * jnp.exp(log_sd(u)))
+
+        def from_model(theta):
+            return theta.at[lo:hi].set(theta[lo:hi] * jnp.exp(-log_sd(theta)))
+
+        def log_density(u, i):
+            return self.loo_logp(to_model(u), i) + jnp.sum(log_sd(u))
+
+        return BatchedTarget(log_density, to_model, from_model)
 
     def mixture_draws(self, *, chains, warmup, draws, random_seed, init=None, target_accept=0.8, max_tree_depth=10):
         """Draws of the mixture of all LOO posteriors, ``q_mix ∝ p(theta | y) sum_j 1 / p(y_j | theta)``

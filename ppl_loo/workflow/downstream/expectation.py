@@ -1,29 +1,34 @@
-"""``ppl_loo.loo_expectation``: LOO expectations of pointwise quantities with the adapted weights."""
+"""``ppl_loo.loo_expectation``: LOO expectations, variances, sds and quantiles of pointwise quantities with the
+adapted weights, and each estimate's own Pareto k-hat."""
 
 from __future__ import annotations
+
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
-from scipy.special import logsumexp
 
 from ppl_loo.model import as_model
 from ppl_loo.workflow.loo.engine import proposal_points
 from ppl_loo.workflow.approx.stored_q import pvi_log_q, stored_gaussian
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
 
-__all__ = ["loo_expectation", "checked_model"]
+__all__ = ["loo_expectation", "expectation", "checked_model"]
 
 
 @uses_x64
-def loo_expectation(data, res, values, *, model=None):
-    """LOO expectation ``E_{-i}[f_i]`` of a pointwise quantity for every observation.
+def loo_expectation(data, res, values, *, model=None, kind="mean", probs=None):
+    """LOO expectation ``E_{-i}[f_i]`` (or variance, sd, median, quantiles) of a pointwise quantity for every
+    observation, with each estimate's own Pareto k-hat (R ``loo``'s ``E_loo``, ``arviz_stats.loo_expectations``).
 
     Observations that plain PSIS handled use the PSIS weights on the posterior draws; adapted ones
     use the weights of their chosen proposal on its transformed draws (Eq. 10 with ``f`` evaluated
     at ``phi``, not ``theta``), so the expectation is as reliable as the elpd. The result stores
     the weights, not the transformed draws: they are rebuilt from ``data``'s posterior draws with
-    ``model``.
+    ``model``. Where nothing is adapted the numbers are ``arviz_stats.loo_expectations``' on the same draws
+    (its formulas: :mod:`ppl_loo.numerics.weighted`).
 
     Parameters
     ----------
@@ -39,14 +44,35 @@ def loo_expectation(data, res, values, *, model=None):
         curves and AUC (paper Eq. 8).
     model : pymc.Model, StanModel or PosteriorModel
         The model the result was computed with (as passed to :func:`ppl_loo.loo`).
+    kind : {"mean", "var", "sd", "median", "quantile"}
+        The summary (``"var"``: with the ``ESS / (ESS - 1)`` correction of ``arviz_stats``).
+    probs : float or sequence of float
+        The quantile levels in [0, 1], for ``kind="quantile"`` (required there).
 
     Returns
     -------
-    DataArray over the observation dims of the result.
+    DataArray
+        Over the observation dims of the result (after ``quantile``, the levels, for ``kind="quantile"``, as
+        ``arviz_stats``), named
+        ``loo_expectation``, with the coordinates ``pareto_k`` (each estimate's k-hat: the larger of the
+        weights' right-tail k-hat and the two-tailed k-hat of ``h`` times the weights, ``h`` the quantity for the
+        mean and its square for the variance and sd; the weights' alone for quantiles; computed from the raw
+        ratios ``1 / p(y_i | theta)`` for plain PSIS, from the smoothed weights for adapted proposals, which
+        makes it slightly optimistic there) and ``weights`` (``"psis"`` or ``"adapted"``: which weights each
+        estimate used). An observation whose ``elpd_i`` came from a refit, mixture importance sampling or SMC
+        (their draws are not kept) gets the plain PSIS weights, and a warning names it; its ``pareto_k`` says
+        whether those can be trusted.
     """
+    return expectation(data, res, values, model, kind, probs)
+
+
+def expectation(data, res, values, model, kind="mean", probs=None, with_khat=True):
+    """:func:`loo_expectation` (``model`` not yet checked); ``with_khat=False`` leaves ``pareto_k`` NaN (the
+    k-hats cost one tail fit per observation: :func:`ppl_loo.loo_roc` needs only the means)."""
     model = checked_model(data, res, model, "loo_expectation")
     if not callable(values):
         raise TypeError("`values` must be a callable values(params) -> array (M, *obs_shape).")
+    probs = _checked_kind(kind, probs)
     theta, ll = _draws(data, res, model)
     S, n = ll.shape
     f0 = np.asarray(values(model.constrain(theta)), dtype=float).reshape(S, -1)
@@ -55,23 +81,72 @@ def loo_expectation(data, res, values, *, model=None):
     if not np.all(np.isfinite(f0)):
         raise ValueError("`values` returned non-finite values at the posterior draws.")
     lw_psis = np.asarray(res.log_weights.transpose("chain", "draw", ...).values).reshape(S, n).T
-    out = np.sum(np.exp(lw_psis) * f0.T, axis=1)
-    adapted = res.adapted_log_weights
-    if adapted.sizes["adapted"]:
-        stored = stored_gaussian(data)
-        points = proposal_points(model, theta, res.engine_config,
-                                 None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
-                                 None if stored is None else stored[1], pvi_log_q(data, theta))
-        for j, i in enumerate(np.asarray(adapted["adapted"].values)):
-            pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
-            fi = np.asarray(values(model.constrain(pts)), dtype=float).reshape(pts.shape[0], -1)[:, i]
-            lw = np.asarray(adapted.values[j])
-            keep = np.isfinite(lw)
-            w = np.exp(lw[keep] - logsumexp(lw[keep]))
-            out[i] = float(np.sum(w * fi[keep]))
+    sets = [(f0[:, i], lw_psis[i], -ll[:, i]) for i in range(n)]  # (values, weights, weights for k-hat)
+    used = np.full(n, "psis", dtype=object)
+    for i, fi, lw in _adapted_points(data, res, model, values, theta, ll):
+        sets[i], used[i] = (fi, lw, lw), "adapted"
+    _warn_unkept(res, used)
+    out = np.array([weighted_summary(x, lw, kind, probs) for x, lw, _ in sets])
+    khat = np.array([function_khat(x, raw, kind) if with_khat else np.nan for x, _, raw in sets])
     template = res.elpd_i
-    return xr.DataArray(out.reshape(template.shape), dims=template.dims, coords=template.coords,
-                        name="loo_expectation")
+    coords = dict(template.coords)
+    coords["pareto_k"] = (template.dims, khat.reshape(template.shape))
+    coords["weights"] = (template.dims, used.astype(str).reshape(template.shape))
+    if kind == "quantile":
+        coords["quantile"] = probs
+        # the levels first, as arviz_stats.loo_expectations
+        return xr.DataArray(np.moveaxis(out, -1, 0).reshape((probs.size,) + template.shape),
+                            dims=("quantile",) + template.dims, coords=coords, name="loo_expectation",
+                            attrs={"kind": kind})
+    return xr.DataArray(out.reshape(template.shape), dims=template.dims, coords=coords, name="loo_expectation",
+                        attrs={"kind": kind})
+
+
+def _checked_kind(kind, probs):
+    """The quantile levels as a 1-D array (None unless ``kind="quantile"``), or a ValueError naming the input."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}: use one of {', '.join(map(repr, KINDS))}.")
+    if kind != "quantile":
+        if probs is not None:
+            raise ValueError(f"probs= is for kind='quantile'; kind={kind!r} takes none.")
+        return None
+    if probs is None:
+        raise ValueError("kind='quantile' needs probs=, the quantile levels in [0, 1] (e.g. probs=[0.05, 0.95]).")
+    p = np.atleast_1d(np.asarray(probs, dtype=float))
+    if p.ndim != 1 or p.size == 0 or not np.all((p >= 0) & (p <= 1)):
+        raise ValueError(f"probs={probs!r}: quantile levels must be numbers in [0, 1], e.g. probs=[0.05, 0.95].")
+    return p
+
+
+def _adapted_points(data, res, model, values, theta, ll):
+    """``(i, values at the points, log weights)`` of every observation whose ``elpd_i`` uses an adapted proposal:
+    its transformed draws rebuilt with ``model`` (``-inf`` weights dropped)."""
+    adapted = res.adapted_log_weights
+    if not adapted.sizes["adapted"]:
+        return
+    stored = stored_gaussian(data)
+    points = proposal_points(model, theta, res.engine_config,
+                             None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
+                             None if stored is None else stored[1], pvi_log_q(data, theta))
+    for j, i in enumerate(np.asarray(adapted["adapted"].values)):
+        pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
+        fi = np.asarray(values(model.constrain(pts)), dtype=float).reshape(pts.shape[0], -1)[:, i]
+        lw = np.asarray(adapted.values[j])
+        keep = np.isfinite(lw)
+        yield int(i), fi[keep], lw[keep]
+
+
+def _warn_unkept(res, used):
+    """A warning naming the observations whose ``elpd_i`` came from draws the result does not keep (a refit,
+    mixture importance sampling, SMC): their expectations use the plain PSIS weights."""
+    transform = np.asarray(res.transform.values).astype(str).ravel()
+    other = np.flatnonzero(np.isin(transform, ("refit", "mixture", "smc")) & (used == "psis"))
+    if other.size:
+        names = res.obs_labels(other, limit=10)
+        warnings.warn(f"{other.size} observation(s) ({', '.join(names)}{' and more' if other.size > 10 else ''}) have "
+                      "an elpd_i from a refit, mixture importance sampling or SMC, whose draws the result does not "
+                      "keep: their LOO expectations use the plain PSIS weights (see the coordinate pareto_k: above "
+                      "0.7 they are not reliable).", UserWarning, stacklevel=3)
 
 
 def checked_model(data, res, model, caller):

@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 from scipy.stats import rankdata
 
-from ppl_loo.workflow.downstream.expectation import checked_model, loo_expectation
+from ppl_loo.workflow.downstream.expectation import checked_model, expectation
 from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["loo_roc", "LooROC", "roc_curve", "roc_auc", "precision_recall_curve", "average_precision"]
@@ -173,7 +173,7 @@ def loo_roc(data, res, probability=None, *, y=None, model=None) -> LooROC:
                 f"the model ({type(model).__name__}) does not define predicted_probability; pass "
                 "probability=callable(params) -> array (M, *obs_shape) of p(y_i = 1 | theta)."
             )
-    prob = loo_expectation(data, res, probability, model=model)
+    prob = expectation(data, res, probability, model, with_khat=False)
     p = np.asarray(prob.values, dtype=np.float64).reshape(-1)
     if np.any((p < 0) | (p > 1)):
         raise ValueError("the LOO expectations of `probability` are not in [0, 1]: is it a probability?")

@@ -203,17 +203,20 @@ def batched_refit_density(model):
     """``log_density(theta, i)`` of the posterior without observation ``i`` for the batched refits, or None where
     they run one after the other with the model's own sampler.
 
-    Batched: models whose log density is a JAX function (PyMC through PyTensor's JAX backend, JAX models) with a
-    ``loo_logp``; the model's adapter may say otherwise through ``batched_refit_density()`` (returning None: the
-    horseshoe logistic regression, whose refits sample a non-centered parameterization). Not batched: Stan
-    programs (their sampler is Stan's own NUTS on the data without the observation).
+    Returns a :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget`. Batched: models whose log density is a JAX
+    function (PyMC through PyTensor's JAX backend, JAX models) with a ``loo_logp``; the model's adapter may give
+    its own through ``batched_refit_density()`` (the horseshoe logistic regression: its non-centered
+    parameterization; None: not batched). Not batched: Stan programs (their sampler is Stan's own NUTS on the
+    data without the observation).
     """
+    from ppl_loo.numerics.batched_nuts import BatchedTarget
+
     if getattr(model, "kind", None) not in ("JAX", "PyMC") or not getattr(model, "is_jax", False):
         return None
     own = getattr(getattr(model, "source", None), "batched_refit_density", None)
     if own is not None:
         return own()
-    return getattr(model, "loo_logp", None)
+    return None if getattr(model, "loo_logp", None) is None else BatchedTarget(model.loo_logp)
 
 
 #: targets per batched refit run on a CPU (lanes under one ``vmap`` wait for the longest NUTS trajectory of the
@@ -242,7 +245,10 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
             bar.update(1)
     cap = CPU_BATCH if jax.default_backend() == "cpu" else ACCELERATOR_BATCH
     size = max(1, min(len(todo), cap, lanes_per_batch(C, settings["draws"], theta.shape[1])))
-    imm = np.var(np.asarray(theta, dtype=np.float64), axis=0)
+    to_u = jax.jit(jax.vmap(density.from_model)) if density.from_model is not None else np.asarray
+    to_theta = jax.jit(jax.vmap(density.to_model)) if density.to_model is not None else np.asarray
+    u_draws = np.asarray(to_u(np.asarray(theta, dtype=np.float64)), dtype=np.float64)  # the sampler's coordinates
+    imm = np.var(u_draws, axis=0)
     imm = np.where(np.isfinite(imm) & (imm > 0), imm, 1.0)
     # with a time budget the first batch is the worst target alone (the budget is checked between batches)
     first = 1 if budget_s is not None else size
@@ -253,17 +259,18 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
             return [i for rest in batches[b_no:] for i in rest]
         width = first if b_no == 0 else size
         padded = batch + [batch[-1]] * (width - len(batch))
-        inits = np.stack([theta[np.random.default_rng(int(seeds[position[i]])).choice(S, size=C, replace=False)]
+        inits = np.stack([u_draws[np.random.default_rng(int(seeds[position[i]])).choice(S, size=C, replace=False)]
                           for i in padded])
         t1 = time.perf_counter()
-        call = functools.partial(batched_nuts, density, inits, np.asarray(padded), num_warmup=settings["warmup"],
+        call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(padded), num_warmup=settings["warmup"],
                                  num_samples=settings["draws"], random_seeds=[int(seeds[position[i]]) for i in padded],
                                  target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
                                  inverse_mass_matrix=imm)
         draws, div, eps = run_interruptible(call, getattr(model, "source", None))
         seconds = (time.perf_counter() - t1) / len(batch)
         for b, i in enumerate(batch):
-            records[i] = {**_refit_record(model, i, draws[b], ll, posterior_draws, full_chains), "seconds": seconds,
+            drawn = np.asarray(to_theta(draws[b].reshape(-1, draws.shape[-1])), dtype=np.float64).reshape(draws[b].shape)
+            records[i] = {**_refit_record(model, i, drawn, ll, posterior_draws, full_chains), "seconds": seconds,
                           "sampler": f"BlackJAX NUTS, one vectorized run of {len(batch)} refit{'s' if len(batch) != 1 else ''}",
                           "divergences": int(div[b].sum()), "step_size": float(np.mean(eps[b]))}
             if checkpoint:

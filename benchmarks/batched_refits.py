@@ -1,0 +1,131 @@
+"""Batched refits (``pl.loo(..., refit=...)``, all refits in one vectorized NUTS run) against one fit of the model
+and against the refit truth.
+
+Full mode: the ovarian horseshoe logistic regression (the demo's model, n = 54, d = 3,075). One NUTS fit of the model
+(4 chains x (1000 + 1000), the truth suite's main-fit settings) is timed; then the batched refits of the first
+``--obs`` observations (default 8; ``--obs 54`` for all) with the truth suite's refit settings (4 x (500 + 500)),
+each scored against the truth suite's committed truth (``benchmarks/results/truth/ovarian_lr.json``: bridge
+sampling over sequential NumPyro refits): ``z = (elpd_i - truth) / sqrt(mcse^2 + truth_mcse^2)``.
+
+Reduced mode (CI, ``tests/test_batched_refits_benchmark.py``): the leverage regression of ``tests/test_refit.py``
+(p = 15, exact LOO in closed form), 8 refits batched and one after the other.
+
+    .venv/bin/python benchmarks/batched_refits.py              # ovarian, 8 refits (minutes)
+    .venv/bin/python benchmarks/batched_refits.py --obs 54     # ovarian, all 54
+    .venv/bin/python benchmarks/batched_refits.py --reduced
+
+Writes ``benchmarks/results/batched_refits.json`` (``--out`` elsewhere) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+# benchmarks/pymc.py would shadow the pymc package: import from the repository root
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(HERE.parent))
+
+
+def _loo_refits(data, model, targets, kw, seed):
+    import ppl_loo as pl
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        res = pl.loo(data, model, progressbar=False, refit=targets, refit_kwargs=kw, random_seed=seed,
+                     mixture=False, smc=False, adapt="flagged", transforms=["pmm1"])
+        return res, time.perf_counter() - t0
+
+
+def _refit_seconds(res, targets):
+    """Wall time of the refits alone: each record's seconds (a batch's wall shared among its targets)."""
+    return float(sum(res.refit_info[i]["seconds"] for i in targets))
+
+
+def ovarian(n_obs, warmup, draws, seed=1):
+    from ppl_loo.datasets import load_ovarian
+    from ppl_loo.models import LogisticRegression
+    from ppl_loo.sampling import sample_nuts
+
+    X, y = load_ovarian()
+    model = LogisticRegression(X, y, prior="horseshoe")
+    t0 = time.perf_counter()
+    data = sample_nuts(model, num_chains=4, num_warmup=1000, num_samples=1000, random_seed=seed,
+                       numpyro_model=model.numpyro_model(), target_accept=0.95)
+    fit_s = time.perf_counter() - t0
+    rep = json.loads((HERE / "results" / "truth" / "ovarian_lr.json").read_text())
+    targets = list(range(n_obs))
+    res, loo_s = _loo_refits(data, model, targets, {"warmup": warmup, "draws": draws, "target_accept": 0.95}, 20261126)
+    rows = []
+    for i in targets:
+        t = rep["truth"][str(i)]
+        e, s = float(res.elpd_i.values[i]), float(res.mcse_elpd_i.values[i])
+        info = res.refit_info[i]
+        rows.append({"obs": i, "elpd_i": e, "mcse": s, "truth": t["bridge"], "truth_mcse": t["bridge_mcse"],
+                     "z": (e - t["bridge"]) / float(np.hypot(s, t["bridge_mcse"])), "rhat_loglik": info["rhat_loglik"],
+                     "rhat_max": info["rhat_max"], "divergences": info["divergences"]})
+    refit_s = _refit_seconds(res, targets)
+    return {"model": "ovarian horseshoe LR (n=54, d=3075)", "fit": "4 x (1000 + 1000)", "fit_s": fit_s,
+            "refits": n_obs, "refit_settings": f"4 x ({warmup} + {draws})", "refits_s": refit_s,
+            "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s,
+            "within_3se": int(sum(abs(r["z"]) <= 3 for r in rows)), "max_abs_z": float(max(abs(r["z"]) for r in rows)),
+            "max_rhat_loglik": float(max(r["rhat_loglik"] for r in rows)),
+            "max_rhat_params": float(max(r["rhat_max"] for r in rows)),
+            "sampler": res.refit_info[targets[0]]["sampler"], "per_observation": rows}
+
+
+def leverage(seed=3):
+    from tests.gaussian_models import leverage_problem
+
+    m = leverage_problem()
+    data = m.exact_draws(n_chains=4, n_draws=500, seed=seed)
+    targets = list(range(8))
+    kw = {"warmup": 300, "draws": 500}
+    res, loo_b = _loo_refits(data, m, targets, kw, 11)
+    seq, loo_s = _loo_refits(data, m, targets, {**kw, "batched": False}, 11)
+    exact = m.exact_elpd_i()
+    z = [(float(res.elpd_i.values[i]) - exact[i]) / float(res.mcse_elpd_i.values[i]) for i in targets]
+    z_seq = [(float(seq.elpd_i.values[i]) - exact[i]) / float(seq.mcse_elpd_i.values[i]) for i in targets]
+    return {"model": "leverage regression (JAX, n=40, d=15; exact LOO)", "refits": len(targets),
+            "refit_settings": "4 x (300 + 500)", "batched_refits_s": _refit_seconds(res, targets),
+            "sequential_refits_s": _refit_seconds(seq, targets), "max_abs_z_batched": float(np.max(np.abs(z))),
+            "max_abs_z_sequential": float(np.max(np.abs(z_seq))), "sampler": res.refit_info[0]["sampler"]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reduced", action="store_true")
+    ap.add_argument("--obs", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--draws", type=int, default=500)
+    ap.add_argument("--out", default=str(HERE / "results" / "batched_refits.json"))
+    args = ap.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    row = leverage() if args.reduced else ovarian(args.obs, args.warmup, args.draws)
+    for key, value in row.items():
+        if key != "per_observation":
+            print(f"{key:>22}: {value:.3f}" if isinstance(value, float) else f"{key:>22}: {value}")
+    for r in row.get("per_observation", []):
+        print(f"  obs {r['obs']:2d}: {r['elpd_i']:8.3f} ± {r['mcse']:.3f}  truth {r['truth']:8.3f} ± {r['truth_mcse']:.3f}"
+              f"  z {r['z']:+.2f}  R-hat {r['rhat_loglik']:.3f} / {r['rhat_max']:.3f}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"row": row, "reduced": bool(args.reduced), "device": jax.default_backend(), "cpu_count": os.cpu_count(),
+           "load_average_1min": os.getloadavg()[0]}
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
