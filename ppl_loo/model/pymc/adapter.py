@@ -302,6 +302,48 @@ class PyMCModel(PosteriorModel):
         arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
         return np.asarray(self._prob_batched(*arrays))
 
+    @cached_property
+    def _cdf_fn(self):
+        """``log P(y_rep <= y | theta)`` at the observed ``y`` (and, for a discrete outcome, ``log P(y_rep <= y - 1
+        | theta)``) as a JAX function of the constrained free variables, from PyMC's ``logcdf`` of the observed
+        distribution; None where PyMC has none for it."""
+        import pymc as pm
+        import pytensor.tensor as pt
+        from pytensor.graph.replace import graph_replace
+
+        y = self.model.rvs_to_values[self._obs_rv]
+        try:
+            graphs = [pm.logcdf(self._obs_rv, y)]
+            if self.discrete_outcome:
+                graphs.append(pm.logcdf(self._obs_rv, y - 1))
+        except NotImplementedError:
+            return None
+        holders = constrained_placeholders(self.free_rvs, self.shapes, "_value")
+        graphs = [pt.broadcast_to(g, self.obs_shape) for g in graphs]
+        graphs = graph_replace(graphs, dict(holders), strict=False)
+        return jaxify([holders[rv] for rv in self.free_rvs], graphs)
+
+    @property
+    def discrete_outcome(self) -> bool:
+        """Whether the observed variable is discrete (integer-valued)."""
+        return str(self._obs_rv.type.dtype).startswith(("int", "uint", "bool"))
+
+    @cached_property
+    def _cdf_batched(self):
+        fn = self._cdf_fn
+        return jax.jit(jax.vmap(lambda *a: tuple(fn(*a))))
+
+    def pit_cdf(self, params):
+        """The predictive CDF at the observed value, ``P(y_rep_i <= y_i | theta)``, shape ``(M, *obs_shape)``, and
+        for a discrete outcome the tuple ``(P(y_rep_i <= y_i | theta), P(y_rep_i < y_i | theta))``; ``params`` as
+        in :meth:`predicted_probability`. For :func:`ppl_loo.loo_pit`."""
+        if self._cdf_fn is None:
+            raise ValueError(f"PyMC has no logcdf for the distribution of {self.var_name!r}; pass loo_pit your own "
+                             "cdf=callable(params) -> P(y_rep_i <= y_i | theta).")
+        arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
+        out = [np.exp(np.asarray(v, dtype=np.float64)) for v in self._cdf_batched(*arrays)]
+        return (out[0], out[1]) if self.discrete_outcome else out[0]
+
     # ------------------------------------------------------------------ line evaluations
     #: rows of ``X`` per block of the GLM line evaluations: None decides by memory
     #: (:func:`ppl_loo.numerics.glm_lines.line_block_rows`), 0 never blocks, a positive int forces blocks

@@ -1,0 +1,90 @@
+"""``ppl_loo.loo_pit``: LOO probability integral transforms (calibration) with the adapted weights.
+
+``PIT_i = P(y_rep_i <= y_i | y_-i) = E_{-i}[F_i(y_i | theta)]``, the LOO expectation of the observation model's CDF
+at the observed value, with the weights ``elpd_i`` was computed with (:func:`ppl_loo.loo_expectation`: the adapted
+proposal's on its transformed draws where one was used, plain PSIS elsewhere). The CDF is evaluated exactly at
+each weighted point (PyMC's ``logcdf`` of the observed distribution, or the user's ``cdf=``), not by counting
+posterior predictive draws below ``y_i`` as ``arviz_stats.loo_pit`` does: at transformed draws there are no
+predictive draws to count. For a discrete outcome the PIT is randomized (Czado et al. 2009; as
+``arviz_stats.loo_pit``): ``P(y_rep < y) + U P(y_rep = y)``, ``U`` uniform from ``random_seed``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ppl_loo.jax_settings import uses_x64
+from ppl_loo.workflow.downstream.expectation import checked_model, expectation
+
+__all__ = ["loo_pit"]
+
+
+@uses_x64
+def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
+    """LOO-PIT values of every observation, with the weights of ``res`` (adapted where it adapted).
+
+    Parameters
+    ----------
+    data : DataTree
+        The data the result was computed from (its ``posterior`` group gives the draws).
+    res : LooResult
+        From :func:`ppl_loo.loo` with a model.
+    model : pymc.Model, StanModel or PosteriorModel
+        The model the result was computed with.
+    cdf : callable, optional
+        ``cdf(params) -> array (M, *obs_shape)``: ``P(y_rep_i <= y_i | theta)`` at ``M`` parameter points
+        (``params`` as in :func:`ppl_loo.loo_expectation`), or for a discrete outcome the tuple
+        ``(P(y_rep_i <= y_i | theta), P(y_rep_i < y_i | theta))``. Default: the model's own (a PyMC model's
+        ``logcdf`` of the observed distribution; ``model.pit_cdf`` of a JAX model that defines it).
+    random_seed : int or numpy.random.Generator
+        The uniform draws of the randomized PIT (discrete outcomes; required there).
+
+    Returns
+    -------
+    DataArray
+        ``loo_pit`` over the observation dims, in [0, 1], with the coordinate ``weights`` (``"psis"`` or
+        ``"adapted"``) and ``pareto_k`` (the k-hat of the mean of the CDF under those weights).
+    """
+    model = checked_model(data, res, model, "loo_pit")
+    if cdf is None:
+        cdf = getattr(model.source, "pit_cdf", None)
+        if cdf is None:
+            raise ValueError(f"the model ({type(model.source).__name__}) has no predictive CDF; pass "
+                             "cdf=callable(params) -> P(y_rep_i <= y_i | theta) (a tuple with P(y_rep_i < y_i | theta) "
+                             "for a discrete outcome).")
+    elif not callable(cdf):
+        raise TypeError("`cdf` must be a callable cdf(params) -> array (M, *obs_shape) or a tuple of two.")
+    theta0 = np.asarray(model.unconstrain(data["posterior"].to_dataset()))[:1]
+    discrete = isinstance(cdf(model.constrain(theta0)), tuple)
+    if discrete and random_seed is None:
+        raise ValueError("the outcome is discrete: its LOO-PIT is randomized; pass random_seed=<int> to pl.loo_pit.")
+
+    def part(j):
+        def values(params):
+            out = cdf(params)
+            if isinstance(out, tuple) != discrete or (discrete and len(out) != 2):
+                raise ValueError("cdf must return one array for a continuous outcome, or the tuple "
+                                 "(P(y_rep <= y), P(y_rep < y)) for a discrete one, at every call.")
+            return _probability(out[j] if discrete else out)
+        return values
+
+    upper = expectation(data, res, part(0), model)
+    if not discrete:
+        return _named(upper.clip(0.0, 1.0), upper)
+    lower = expectation(data, res, part(1), model, with_khat=False)
+    rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
+    pit = lower + rng.uniform(size=upper.shape) * (upper - lower)
+    return _named(pit.clip(0.0, 1.0), upper)
+
+
+def _probability(values):
+    v = np.asarray(values, dtype=np.float64)
+    if np.any(~np.isfinite(v)) or np.any((v < -1e-12) | (v > 1 + 1e-12)):
+        raise ValueError("cdf returned values outside [0, 1] (or non-finite): it must return P(y_rep_i <= y_i | theta).")
+    return v
+
+
+def _named(pit, upper):
+    out = pit.rename("loo_pit")
+    out.attrs = {}
+    return out.assign_coords(pareto_k=upper.pareto_k, weights=upper.weights)

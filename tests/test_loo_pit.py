@@ -1,0 +1,133 @@
+"""``pl.loo_pit``: LOO-PIT with the adapted weights and the exact predictive CDF (issue 28).
+
+Known answers: identical to ``arviz_stats.loo_pit`` (to 1e-12) where nothing is adapted, when the CDF given is the
+indicator of the same posterior predictive draws that ``arviz_stats`` counts; the closed form
+``Phi((y_i - x_i' m_-i) / sqrt(sigma^2 + x_i' C_-i x_i))`` of a Gaussian regression with two high-leverage
+outliers, where the adapted weights get it and plain PSIS weights are measurably off; a PyMC model's own
+``logcdf`` (a conjugate normal mean, closed form); the randomized PIT of a discrete PyMC outcome within its exact
+bounds, reproducible from its seed.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz_stats as azs
+import jax.scipy.stats as jst
+import numpy as np
+import pytest
+import xarray as xr
+from scipy import stats
+
+import ppl_loo as pl
+from gaussian_models import leverage_regression
+from ppl_loo.numerics.weighted import weighted_summary
+from ppl_loo.sampling import sample_nuts
+
+Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 0.7, -0.5])
+
+
+def _quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **kw)
+
+
+def test_identical_to_arviz_stats_with_the_indicator_of_the_same_predictive_draws():
+    model = pl.JaxModel({"mu": ((), None)}, lambda v: jst.norm.logpdf(v["mu"], 0.0, 10.0),
+                        lambda v: jst.norm.logpdf(Y, v["mu"], 1.0), obs_dims=("obs",), observed=Y)
+    data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False, adapt="flagged")
+    assert np.all(np.asarray(res.transform.values) == "psis")
+    mu = np.asarray(data["posterior"]["mu"].values).reshape(-1)
+
+    def replicate(m):  # a predictive draw per draw of mu, a deterministic function of it (NUTS repeats draws)
+        m = np.asarray(m, dtype=float).reshape(-1, 1)
+        return m + 1.3 * np.sin(1e3 * m + 7.0 * np.arange(Y.size))
+
+    y_rep = replicate(mu)
+
+    def indicator(params):  # 1[y_rep <= y] at the points given, as arviz_stats counts them at the draws
+        return (replicate(params["mu"]) <= Y).astype(float)
+
+    got = pl.loo_pit(data, res, model=model, cdf=indicator)
+    tree = data.copy()
+    tree["posterior_predictive"] = xr.Dataset({"y": (("chain", "draw", "obs"), y_rep.reshape(4, 500, -1))},
+                                              coords={"obs": data["log_likelihood"]["y"].coords["obs"]})
+    tree["observed_data"] = xr.Dataset({"y": (("obs",), Y)}, coords={"obs": tree["posterior_predictive"]["obs"]})
+    ref = azs.loo_pit(tree, var_names="y")["y"]
+    np.testing.assert_allclose(got.values, ref.values, rtol=0, atol=1e-12)
+    assert got.name == "loo_pit" and set(got.weights.values) == {"psis"}
+
+
+def test_leverage_points_against_the_closed_form():
+    model = leverage_regression(seed=1, n=40)
+    data = model.exact_draws(n_chains=4, n_draws=1000, seed=11)
+    res = _quiet(pl.loo, data, model, progressbar=False)
+
+    def cdf(params):
+        return stats.norm.cdf((model.y - np.asarray(params["beta"]) @ model.X.T) / model.sigma)
+
+    got = pl.loo_pit(data, res, model=model, cdf=cdf)
+    exact = np.empty(model.n_obs)
+    for i in range(model.n_obs):
+        m, C = model.posterior(drop=i)
+        x = model.X[i]
+        exact[i] = stats.norm.cdf((model.y[i] - x @ m) / np.sqrt(model.sigma**2 + x @ C @ x))
+    # the two outliers sit far in the tails of their LOO predictive (PIT 3e-15 and 1 - 2e-7): compared on the
+    # normal-quantile scale there, where a PIT's error in the tail shows
+    assert exact[0] < 1e-10 and exact[1] > 1 - 1e-6
+    assert np.max(np.abs(got.values - exact)) < 0.02, np.abs(got.values - exact)
+    assert got.weights.values[0] == got.weights.values[1] == "adapted"
+    z = stats.norm.ppf
+    lw = np.asarray(res.log_weights.transpose("chain", "draw", ...).values).reshape(-1, model.n_obs)
+    beta = np.asarray(data["posterior"]["beta"].values).reshape(-1, model.dim)
+    for i in (0, 1):
+        assert abs(z(got.values[i]) - z(exact[i])) < 0.3, (i, got.values[i], exact[i])
+        plain = weighted_summary(cdf({"beta": beta})[:, i], lw[:, i], "mean")
+        assert abs(z(plain) - z(exact[i])) > 1.0, (i, plain, exact[i])  # plain PSIS weights: measurably off
+
+
+def test_pymc_logcdf_normal_and_randomized_poisson():
+    pm = pytest.importorskip("pymc")
+    y = np.append(Y, 6.0)  # one outlier
+    with pm.Model() as m:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+        idata = _quiet(pm.sample, draws=1000, tune=500, chains=4, cores=1, random_seed=2, progressbar=False)
+    res = _quiet(pl.loo, idata, m, progressbar=False)
+    got = pl.loo_pit(idata, res, model=m)
+    exact = []
+    for i in range(y.size):
+        rest = np.delete(y, i)
+        prec = 1 / 100 + rest.size
+        exact.append(stats.norm.cdf((y[i] - rest.sum() / prec) / np.sqrt(1 + 1 / prec)))
+    np.testing.assert_allclose(got.values, exact, atol=0.02)
+
+    counts = np.array([2, 3, 1, 4, 2, 3, 2, 15])  # Poisson with a Gamma(2, 1) prior: the LOO predictive is NB
+    with pm.Model() as mp:
+        lam = pm.Gamma("lam", 2.0, 1.0)
+        pm.Poisson("c", lam, observed=counts)
+        idp = _quiet(pm.sample, draws=1000, tune=500, chains=4, cores=1, random_seed=3, progressbar=False)
+    rp = _quiet(pl.loo, idp, mp, progressbar=False)
+    with pytest.raises(ValueError, match="discrete: its LOO-PIT is randomized; pass random_seed"):
+        pl.loo_pit(idp, rp, model=mp)
+    a = pl.loo_pit(idp, rp, model=mp, random_seed=5)
+    b = pl.loo_pit(idp, rp, model=mp, random_seed=5)
+    np.testing.assert_array_equal(a.values, b.values)
+    for i in range(counts.size):
+        rest = np.delete(counts, i)
+        shape, rate = 2.0 + rest.sum(), 1.0 + rest.size
+        nb = stats.nbinom(shape, rate / (rate + 1.0))
+        lo, hi = nb.cdf(counts[i] - 1), nb.cdf(counts[i])
+        assert lo - 0.02 <= a.values[i] <= hi + 0.02, (i, lo, a.values[i], hi)
+
+
+def test_bad_cdf_is_named():
+    model = leverage_regression(seed=1, n=40)
+    data = model.exact_draws(n_chains=2, n_draws=200, seed=11)
+    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False, adapt="flagged")
+    with pytest.raises(ValueError, match="has no predictive CDF; pass cdf="):
+        pl.loo_pit(data, res, model=model)
+    with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
+        pl.loo_pit(data, res, model=model, cdf=lambda p: 2.0 + np.zeros((np.asarray(p["beta"]).shape[0], 40)))
