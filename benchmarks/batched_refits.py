@@ -1,4 +1,4 @@
-"""Batched refits (``pl.loo(..., refit=...)``, all refits in one vectorized NUTS run) against one fit of the model
+"""Batched refits (``pl.loo(..., refit=...)``, all refits in one batched NUTS run) against one fit of the model
 and against the refit truth.
 
 Full mode: the ovarian horseshoe logistic regression (the demo's model, n = 54, d = 3,075). One NUTS fit of the model

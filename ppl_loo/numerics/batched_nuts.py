@@ -1,8 +1,9 @@
-"""NUTS on many targets at once: every refit of one ``pl.loo(..., refit=...)`` call in one vectorized run.
+"""NUTS on many targets at once: every refit of one ``pl.loo(..., refit=...)`` call in one compiled run.
 
 Target ``b`` is ``log_density(theta, obs[b])`` (the posterior without observation ``obs[b]``); each of its chains
-is one lane of a ``jax.vmap`` over ``targets x chains``, so one compiled program runs them all, and on a GPU many
-lanes cost little more than one. Each lane runs BlackJAX's window adaptation (step size by dual averaging, a
+is one lane of ``targets x chains``, and one compiled program runs them all: under ``jax.vmap`` on an accelerator
+(many lanes cost little more than one), under ``jax.lax.map`` on a CPU (one lane after the other, so no lane waits
+for another's longer NUTS trajectory). Each lane runs BlackJAX's window adaptation (step size by dual averaging, a
 diagonal mass matrix from the warmup draws), warm-started: it starts at a draw of the full-data posterior, with
 the full-data posterior's variances as the initial inverse mass matrix and a step size to match, since a LOO
 posterior is close to the full one. Then BlackJAX's NUTS draws ``num_samples`` per lane.
@@ -43,8 +44,8 @@ def lanes_per_batch(chains, num_samples, dim, budget_bytes=2 * 1024**3):
 
 @uses_x64
 def batched_nuts(log_density, init, obs, *, num_warmup, num_samples, random_seeds, target_accept=0.8,
-                 max_tree_depth=10, inverse_mass_matrix=None, step_size=None):
-    """NUTS on ``B`` targets with ``C`` chains each, all lanes in one vectorized run.
+                 max_tree_depth=10, inverse_mass_matrix=None, step_size=None, vectorize=None):
+    """NUTS on ``B`` targets with ``C`` chains each, all lanes in one compiled run.
 
     Parameters
     ----------
@@ -64,7 +65,13 @@ def batched_nuts(log_density, init, obs, *, num_warmup, num_samples, random_seed
     inverse_mass_matrix : array (d,), optional
         The starting diagonal inverse mass matrix (default: ones), e.g. the full-data posterior's variances.
     step_size : float, optional
-        The starting step size (default: ``d ** -0.25`` times the mean scale of the mass matrix).
+        The starting step size (default: ``d ** -0.25``).
+    vectorize : bool, optional
+        True: the lanes under ``jax.vmap`` (an accelerator runs them at once; every lane of a NUTS iteration waits
+        for the longest trajectory among them); False: one after the other under ``jax.lax.map`` in the same
+        compiled program (no waiting: on a CPU, whose cores XLA does not spread vmapped lanes over, this is
+        faster when trajectory lengths differ between lanes). None (default): True on an accelerator, False on a
+        CPU. The draws are the same either way, up to floating-point rounding.
 
     Returns
     -------
@@ -101,7 +108,12 @@ def batched_nuts(log_density, init, obs, *, num_warmup, num_samples, random_seed
         _, (pos, div) = jax.lax.scan(one, state, jax.random.split(k_draw, int(num_samples)))
         return pos, div, params["step_size"]
 
-    flat = jax.jit(jax.vmap(lane))
-    pos, div, eps = flat(keys.reshape(B * C, -1), init.reshape(B * C, d), idx.reshape(B * C))
+    if vectorize is None:
+        vectorize = jax.default_backend() != "cpu"
+    args = (keys.reshape(B * C, -1), init.reshape(B * C, d), idx.reshape(B * C))
+    if vectorize:
+        pos, div, eps = jax.jit(jax.vmap(lane))(*args)
+    else:
+        pos, div, eps = jax.jit(lambda a: jax.lax.map(lambda x: lane(*x), a))(args)
     return (np.asarray(pos, dtype=np.float64).reshape(B, C, int(num_samples), d),
             np.asarray(div, dtype=bool).reshape(B, C, int(num_samples)), np.asarray(eps).reshape(B, C))

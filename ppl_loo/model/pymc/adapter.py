@@ -303,6 +303,36 @@ class PyMCModel(PosteriorModel):
         return np.asarray(self._prob_batched(*arrays))
 
     @cached_property
+    def _mean_fn(self):
+        """``E[y_rep | theta]`` of the observed variable (PyMC's ``moments.mean`` of its distribution) as a JAX
+        function of the constrained free variables; None where PyMC has no mean for it."""
+        import pytensor.tensor as pt
+        from pymc.distributions.moments import mean
+        from pytensor.graph.replace import graph_replace
+
+        try:
+            graph = pt.broadcast_to(mean(self._obs_rv), self.obs_shape)
+        except NotImplementedError:
+            return None
+        holders = constrained_placeholders(self.free_rvs, self.shapes, "_value")
+        graph = graph_replace(graph, dict(holders), strict=False)
+        return jaxify([holders[rv] for rv in self.free_rvs], [graph])
+
+    @cached_property
+    def _mean_batched(self):
+        fn = self._mean_fn
+        return jax.jit(jax.vmap(lambda *a: fn(*a)[0]))
+
+    def predicted_mean(self, params) -> np.ndarray:
+        """``E[y_rep_i | theta]``, shape ``(M, *obs_shape)``; ``params`` as in :meth:`predicted_probability`. For
+        :func:`ppl_loo.loo_r2` and :func:`ppl_loo.loo_metrics`."""
+        if self._mean_fn is None:
+            raise ValueError(f"PyMC has no mean for the distribution of {self.var_name!r}; pass your own "
+                             "mean=callable(params) -> E[y_rep_i | theta].")
+        arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
+        return np.asarray(self._mean_batched(*arrays))
+
+    @cached_property
     def _cdf_fn(self):
         """``log P(y_rep <= y | theta)`` at the observed ``y`` (and, for a discrete outcome, ``log P(y_rep <= y - 1
         | theta)``) as a JAX function of the constrained free variables, from PyMC's ``logcdf`` of the observed

@@ -112,7 +112,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         Overrides of the refit sampler settings read from the fit: ``chains``, ``draws``,
         ``warmup``, ``target_accept``, ``max_tree_depth``; ``checkpoint``, a file path where each
         finished refit is kept, so that a rerun after an interruption does not redo it; ``batched``
-        (default True: PyMC and JAX models refit every target in one vectorized NUTS run; False: the
+        (default True: PyMC and JAX models refit every target in one batched NUTS run; False: the
         model's own sampler, one refit after the other) (:mod:`ppl_loo.workflow.loo.refit`).
     adapt : {"auto", "all", "flagged"}
         Which observations the adaptive search examines. ``"flagged"``: plain-PSIS k above 0.5, or

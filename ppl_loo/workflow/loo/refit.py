@@ -1,7 +1,7 @@
 """Exact LOO by refitting the observations the engine cannot vouch for (``pl.loo(..., refit=...)``).
 
 This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For PyMC and JAX models all target
-observations are refit at once, one vectorized NUTS run over targets x chains
+observations are refit at once, one batched NUTS run over targets x chains
 (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`, :func:`batched_refit_density`); otherwise (Stan,
 ``refit_kwargs={"batched": False}``) for each target observation ``i`` the model's own sampler runs on the
 posterior without ``i`` (:meth:`PosteriorModel.refit_draws`: ``pm.sample`` for PyMC, Stan's NUTS on the data
@@ -88,7 +88,7 @@ def refit_settings(data, overrides=None):
 
     Read from the posterior group (and its attrs, as NumPyro through ``ppl_loo.sampling``, CmdStan
     CSV files and ``pm.sample`` record them); ``overrides`` (``refit_kwargs``) wins; ``batched`` (default
-    True): all refits in one vectorized NUTS run where the model allows it (:func:`batched_refit_density`). Draws of an
+    True): all refits in one batched NUTS run where the model allows it (:func:`batched_refit_density`). Draws of an
     approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the refits then
     run NUTS with 4 chains of 1,000 warmup and 1,000 draws.
     """
@@ -109,7 +109,7 @@ def refit_settings(data, overrides=None):
         if key == "checkpoint":
             continue
         if key == "batched" and not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"refit_kwargs: batched={value!r} must be True (every refit in one vectorized NUTS run "
+            raise ValueError(f"refit_kwargs: batched={value!r} must be True (every refit in one batched NUTS run "
                              "where the model allows it) or False (one refit after the other, by the model's own "
                              "sampler).")
         if key not in allowed:
@@ -219,14 +219,14 @@ def batched_refit_density(model):
     return None if getattr(model, "loo_logp", None) is None else BatchedTarget(model.loo_logp)
 
 
-#: targets per batched refit run on a CPU (lanes under one ``vmap`` wait for the longest NUTS trajectory of the
-#: batch, so on a CPU small batches waste less), and on an accelerator
+#: targets per batched refit run on a CPU (its lanes run one after the other in one compiled program: the batch
+#: sets how often the checkpoint is written), and on an accelerator (its lanes run at once under ``vmap``)
 CPU_BATCH, ACCELERATOR_BATCH = 8, 128
 
 
 def _run_batched(model, density, theta, ll, targets, seeds, settings, records, done, budget_s, posterior_draws,
                  full_chains, checkpoint, fingerprint, bar):
-    """The refits of ``targets`` in vectorized NUTS runs (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`) of
+    """The refits of ``targets`` in batched NUTS runs (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`) of
     equal-sized batches (one compilation; the last batch is padded with its last target, whose copy is dropped;
     with a time budget the first batch is the worst target alone, and the budget is checked between batches).
     Each chain starts at a full-data draw (the sequential path's choice), with the full-data posterior's variances
@@ -271,7 +271,7 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
         for b, i in enumerate(batch):
             drawn = np.asarray(to_theta(draws[b].reshape(-1, draws.shape[-1])), dtype=np.float64).reshape(draws[b].shape)
             records[i] = {**_refit_record(model, i, drawn, ll, posterior_draws, full_chains), "seconds": seconds,
-                          "sampler": f"BlackJAX NUTS, one vectorized run of {len(batch)} refit{'s' if len(batch) != 1 else ''}",
+                          "sampler": f"BlackJAX NUTS, one batched run of {len(batch)} refit{'s' if len(batch) != 1 else ''}",
                           "divergences": int(div[b].sum()), "step_size": float(np.mean(eps[b]))}
             if checkpoint:
                 done[i] = records[i]

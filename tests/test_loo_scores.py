@@ -1,0 +1,106 @@
+"""``pl.loo_r2`` and ``pl.loo_metrics`` with the adapted weights (issue 28).
+
+Known answers: identical to ``arviz_stats.loo_r2`` / ``loo_metrics`` (to 1e-10) where nothing is adapted (the
+posterior predictive group holding the predictive means arviz_stats averages); on a Gaussian regression with two
+high-leverage outliers, the LOO predictive means are the closed form ``x_i' m_-i`` up to a fraction of their sd,
+so the metrics equal those of the closed-form predictions, and plain PSIS weights give measurably different ones;
+a PyMC model's own predictive mean (``moments.mean``), against the conjugate closed form.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz_stats as azs
+import jax.scipy.stats as jst
+import numpy as np
+import pytest
+import xarray as xr
+
+import ppl_loo as pl
+from gaussian_models import leverage_regression
+from ppl_loo.sampling import sample_nuts
+
+Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 0.7, -0.5])
+
+
+def _quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **kw)
+
+
+@pytest.fixture(scope="module")
+def normal():
+    x = np.linspace(-1, 1, 40)
+    yy = 2.0 * x + np.random.default_rng(1).normal(size=40)
+    model = pl.JaxModel({"a": ((), None), "b": ((), None)},
+                        lambda v: jst.norm.logpdf(v["a"], 0.0, 10.0) + jst.norm.logpdf(v["b"], 0.0, 10.0),
+                        lambda v: jst.norm.logpdf(yy, v["a"] + v["b"] * x, 1.0), obs_dims=("obs",), observed=yy)
+    data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False, adapt="flagged")
+    return model, data, res, x, yy
+
+
+def test_identical_to_arviz_stats_where_nothing_is_adapted(normal):
+    model, data, res, x, yy = normal
+    assert np.all(np.asarray(res.transform.values) == "psis")
+
+    def mean(p):
+        return np.asarray(p["a"]).reshape(-1, 1) + np.asarray(p["b"]).reshape(-1, 1) * x
+
+    post = data["posterior"]
+    mu = mean({"a": post["a"].values.reshape(-1), "b": post["b"].values.reshape(-1)}).reshape(4, 500, -1)
+    tree = data.copy()
+    obs = data["log_likelihood"]["y"].coords["obs"]
+    tree["posterior_predictive"] = xr.Dataset({"y": (("chain", "draw", "obs"), mu)}, coords={"obs": obs})
+    tree["observed_data"] = xr.Dataset({"y": (("obs",), yy)}, coords={"obs": obs})
+    got = pl.loo_r2(data, res, model=model, mean=mean)
+    ref = azs.loo_r2(tree, var_name="y", summary=False)
+    np.testing.assert_allclose(got.values, np.asarray(ref).ravel(), rtol=0, atol=1e-10)
+    for kind in ("mae", "mse", "rmse"):
+        m = pl.loo_metrics(data, res, model=model, kind=kind, mean=mean)
+        r = azs.loo_metrics(tree, kind=kind, round_to="none")
+        assert m.kind == kind and m.mean == pytest.approx(r.mean, abs=1e-10) and m.se == pytest.approx(r.se, abs=1e-10)
+
+
+def test_leverage_points_against_the_closed_form():
+    model = leverage_regression(seed=1, n=40)
+    data = model.exact_draws(n_chains=4, n_draws=1000, seed=11)
+    res = _quiet(pl.loo, data, model, progressbar=False)
+
+    def mean(p):
+        return np.asarray(p["beta"]) @ model.X.T
+
+    exact = np.array([model.X[i] @ model.posterior(drop=i)[0] for i in range(model.n_obs)])
+    got = pl.loo_r2(data, res, model=model, mean=mean, y=model.y)
+    np.testing.assert_allclose(got.attrs["ypred_loo"][:2], exact[:2], atol=0.3)
+    want = xr.DataArray(model.y, dims=["obs"]).azstats.loo_r2(ypred_loo=xr.DataArray(exact, dims=["obs"]))
+    assert abs(float(got.mean()) - float(np.mean(want))) < 0.01
+    rmse = pl.loo_metrics(data, res, model=model, kind="rmse", mean=mean, y=model.y)
+    assert rmse.mean == pytest.approx(np.sqrt(np.mean((model.y - exact) ** 2)), rel=0.01)
+    # plain PSIS weights' predictive means of the two outliers are far from the closed form: another rmse
+    lw = np.asarray(res.log_weights.transpose("chain", "draw", ...).values).reshape(-1, model.n_obs)
+    beta = np.asarray(data["posterior"]["beta"].values).reshape(-1, model.dim)
+    w = np.exp(lw - lw.max(axis=0))
+    plain = np.sum(w * (beta @ model.X.T), axis=0) / w.sum(axis=0)
+    assert np.max(np.abs(plain[:2] - exact[:2])) > 1.0
+    plain_rmse = np.sqrt(np.mean((model.y - plain) ** 2))
+    assert abs(plain_rmse - rmse.mean) > 0.05
+
+
+def test_pymc_predictive_mean_and_bad_inputs():
+    pm = pytest.importorskip("pymc")
+    y = np.append(Y, 6.0)
+    with pm.Model() as m:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+        idata = _quiet(pm.sample, draws=1000, tune=500, chains=4, cores=1, random_seed=2, progressbar=False)
+    res = _quiet(pl.loo, idata, m, progressbar=False)
+    mae = pl.loo_metrics(idata, res, model=m, kind="mae")
+    exact = np.array([np.delete(y, i).sum() / (1 / 100 + y.size - 1) for i in range(y.size)])
+    assert mae.mean == pytest.approx(np.mean(np.abs(y - exact)), abs=0.01)
+    with pytest.raises(ValueError, match=r"kind='r2': use one of 'mae', 'mse', 'rmse', 'acc', 'acc_balanced'"):
+        pl.loo_metrics(idata, res, model=m, kind="r2")
+    with pytest.raises(ValueError, match=r"y has 3 values but the LOO result has 13 observations"):
+        pl.loo_r2(idata, res, model=m, y=[1.0, 2.0, 3.0])
