@@ -196,3 +196,26 @@ def test_refit_row_has_nan_pareto_k(refit_fit, tmp_path, monkeypatch):
     assert points.shape[0] == Y.size - 1 and OUTLIER not in points[:, 0]
     ticks = [line for line in ax_after.lines if line.get_label().startswith("no k-hat")]
     assert len(ticks) == 1 and list(ticks[0].get_xdata()) == [OUTLIER]
+
+
+def test_pareto_k_table_before_and_after(leverage, refit_fit):
+    """R loo's pareto_k_table: counts of plain PSIS's k-hats (identical to arviz_stats.loo's own k-hats of the same
+    draws) and of the reported estimates' (a refit counted as having none)."""
+    import arviz_stats as azs
+
+    model, res = leverage
+    before = res.pareto_k_table()
+    k = _flat(res.pareto_k_psis)
+    g = res.good_k
+    assert list(before["count"]) == [int(np.sum(k <= g)), int(np.sum((k > g) & (k <= 1))), int(np.sum(k > 1))]
+    assert before["count"].sum() == k.size and before["pct"].sum() == pytest.approx(100.0)
+    assert before.index[0] == f"(-Inf, {g:.2f}] (good)" and before["count"].iloc[1:].sum() > 0  # the outliers
+    after = res.pareto_k_table(after=True)
+    assert after["count"].iloc[1:3].sum() == len(res.pareto_k_ids(after=True))
+    _, data, refit_res = refit_fit
+    ref = azs.loo(data, pointwise=True)
+    kz = np.asarray(ref.pareto_k.values).ravel()
+    np.testing.assert_allclose(_flat(refit_res.pareto_k_psis), kz, rtol=1e-10)
+    t = refit_res.pareto_k_table(after=True)
+    assert t.loc["no k-hat (refit, mixture, SMC)", "count"] == 1 and t["count"].sum() == Y.size
+    assert refit_res.pareto_k_table()["count"].iloc[1:].sum() == int(np.sum(kz > refit_res.good_k))

@@ -203,6 +203,27 @@ class LooResult(ELPDDataLOO):
         with np.errstate(invalid="ignore"):
             return np.flatnonzero(kv > thr)
 
+    def pareto_k_table(self, after=False):
+        """R ``loo``'s ``pareto_k_table``: how many observations (and what share) have a Pareto k-hat in
+        ``(-Inf, good_k]`` (good), ``(good_k, 1]`` (bad) and ``(1, Inf)`` (very bad), as a pandas DataFrame with the
+        columns ``count`` and ``pct``; plain PSIS's k-hat (``after=False``) or the reported estimate's
+        (``after=True``), where a fourth row counts the estimates without one (a refit, mixture importance sampling
+        or SMC: NaN k-hat)."""
+        import pandas as pd
+
+        k = self.pareto_k if after else (self.pareto_k_psis if self.pareto_k_psis is not None else self.pareto_k)
+        kv = np.asarray(k.values, dtype=float).ravel()
+        g = float(self.good_k)
+        with np.errstate(invalid="ignore"):
+            counts = {f"(-Inf, {g:.2f}] (good)": int(np.sum(kv <= g)),
+                      f"({g:.2f}, 1] (bad)": int(np.sum((kv > g) & (kv <= 1))),
+                      "(1, Inf) (very bad)": int(np.sum(kv > 1))}
+        if after:
+            counts["no k-hat (refit, mixture, SMC)"] = int(np.sum(np.isnan(kv)))
+        table = pd.DataFrame({"count": list(counts.values())}, index=list(counts))
+        table["pct"] = 100.0 * table["count"] / max(kv.size, 1)
+        return table
+
     def problem_lines(self, limit=10):
         """Which observations had a Pareto k-hat above the threshold before (plain PSIS), named as the user
         names them, and what became of each (the estimate reported, its SE and what vouches for it)."""
