@@ -14,6 +14,7 @@ import arviz_stats as azs
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 from arviz_base import load_arviz_data
 
 import ppl_loo as pl
@@ -179,8 +180,9 @@ def test_report_sections_table_and_images(logit_report, logit):
         res = pl.LooResult.from_datatree(results[name]) if name != "psis" else results[name]
         hand = hand_categories(res)
         assert {k: int(cells[name][f"n_{k}"]) for k in CATEGORIES} == {k: hand.count(k) for k in CATEGORIES}
-    # Pareto k (3) + elpd differences (2) + LOO-PIT (2: the PVI tree has no posterior_predictive) + ROC/PR (2)
-    assert len(page.images) == 3 + 2 + 2 + 2
+    # Pareto k (3) + elpd differences (2) + LOO-PIT (3: the PVI tree has no posterior_predictive, but its model is
+    # given: pl.loo_pit with the adapted weights needs none) + ROC/PR (2)
+    assert len(page.images) == 3 + 2 + 3 + 2
     srcs = [img["src"] for img in page.images]
     for src in srcs:
         h, w = png_shape(src)[:2]
@@ -188,9 +190,17 @@ def test_report_sections_table_and_images(logit_report, logit):
     alts = [img["alt"] for img in page.images]
     assert sum(a.startswith("Pareto k of ") for a in alts) == 3
     assert sum(a.startswith("elpd differences of ") for a in alts) == 2
-    assert [a for a in alts if a.startswith("LOO-PIT")] == ["LOO-PIT of adaptive (y)", "LOO-PIT of psis (y)"]
-    assert "No LOO-PIT for pvi: the data has no posterior_predictive group." in text
-    assert "it uses plain PSIS weights" in text
+    assert [a for a in alts if a.startswith("LOO-PIT")] == ["LOO-PIT of adaptive (y)", "LOO-PIT of psis (y)",
+                                                             "LOO-PIT of pvi (y)"]
+    # the models given in models= (a Bernoulli outcome: PyMC's logcdf, randomized with seed 0) use the adapted
+    # weights, pl.loo_pit's values; the other, plain PSIS weights
+    tests = [a for tag, a, t in page.paragraphs if a.get("class") == "pit-test"]
+    assert [a["data-weights"] for a in tests] == ["adapted", "plain", "adapted"]
+    res = pl.LooResult.from_datatree(results["adaptive"])
+    pit = pl.loo_pit(results["adaptive"], res, model=logit["model"], random_seed=0)
+    p = float(xr.Dataset({"y": pit}).azstats.uniformity_test(dim=list(pit.dims), method="pot_c")[0]["y"])
+    assert float(tests[0]["data-p-value"]) == p
+    assert "for the others arviz_plots.plot_loo_pit, with plain PSIS weights" in text
     assert not any(tag in ("script", "link", "iframe") for tag, _ in page.elements)
     assert "http://" not in text and "https://" not in text
 
@@ -419,11 +429,13 @@ def test_loo_pit_axes_labelled_and_uniformity_in_words(outlier_report, tmp_path)
         if name == "normal":
             assert p >= alpha and sentence == (
                 f"The LOO-PIT values of y are consistent with a uniform distribution (uniformity test p-value "
-                f"{p:.2f}, not below 0.01): no sign that the LOO predictive distributions are miscalibrated.")
+                f"{p:.2f}, not below 0.01): no sign that the LOO predictive distributions are miscalibrated. "
+                "Computed with plain PSIS weights.")
         else:  # sigma 0.3 for data of sd 2.8: far too narrow
             assert p < 0.001 and sentence == (
                 f"The LOO-PIT values of y are not uniform (uniformity test p-value {p:.2g} < 0.01): the LOO "
-                "predictive distributions are miscalibrated for these observations.")
+                "predictive distributions are miscalibrated for these observations. Computed with plain PSIS "
+                "weights.")
         assert "α=" not in page_text and "p=0." not in page_text
         img = next(i for i in page.images if i["alt"] == f"LOO-PIT of {name} (y)")
         assert json.loads(img["data-axes"]) == [["LOO-PIT value", "ECDF difference (ECDF - uniform CDF)"]]

@@ -157,6 +157,30 @@ def roc_figure(roc, title):
     return png_uri(fig)
 
 
+def pit_values_figure(pit, var_name):
+    """``arviz_plots.plot_ecdf_pit`` of LOO-PIT values already computed (:func:`ppl_loo.loo_pit`, the adapted
+    weights), labelled and without the annotation as :func:`loo_pit_figure`. Returns ``(uri, labels)``."""
+    import arviz_plots as azp
+    import matplotlib.pyplot as plt
+    import xarray as xr
+
+    visuals = {"xlabel": {"text": PIT_XLABEL}, "ylabel": {"text": PIT_YLABEL}}
+    dt = xr.DataTree.from_dict({"loo_pit": xr.Dataset({var_name: pit})})
+    pc = azp.plot_ecdf_pit(dt, group="loo_pit", sample_dims=list(pit.dims), backend="matplotlib", visuals=visuals)
+    fig = pc.viz["figure"].item() if hasattr(pc.viz["figure"], "item") else pc.viz["figure"]
+    try:
+        for ax in fig.axes:
+            for text in list(ax.texts):
+                if text.get_text().startswith("p="):
+                    text.remove()
+        fig.set_size_inches(5.5, 3.4)
+        fig.set_layout_engine("constrained")
+        labels = tuple((ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes)
+        return png_uri(fig), labels
+    finally:
+        plt.close(fig)
+
+
 def loo_pit_figure(tree, var_name):
     """``arviz_plots.plot_loo_pit`` (plain PSIS weights) for one variable, its axes labelled
     (:data:`PIT_XLABEL`, :data:`PIT_YLABEL`) and without its ``p=...(α=...)`` annotation: the report says

@@ -33,7 +33,9 @@ from ppl_loo.workflow.downstream.predictive import loo_roc
 from ppl_loo.workflow.loo.categories import CATEGORIES, SHORT, category_counts, observation_categories
 from ppl_loo.workflow.loo.categories import evidence as _evidence
 from ppl_loo.workflow.loo.categories import transforms as _transforms
-from ppl_loo.workflow.report.figures import elpd_diff_figure, khat_figure, loo_pit_figure, roc_figure
+from ppl_loo.workflow.downstream.pit import loo_pit
+from ppl_loo.workflow.report.figures import (elpd_diff_figure, khat_figure, loo_pit_figure, pit_values_figure,
+                                             roc_figure)
 
 __all__ = ["report", "observation_categories", "category_counts", "CATEGORIES", "PROVENANCE", "SECTIONS",
            "VERSIONED"]
@@ -86,7 +88,8 @@ def report(results, path, *, data=None, models=None, title="LOO model comparison
         ``log_likelihood``, ``pvi``), used instead of the tree the result came in.
     models : dict, optional
         ``{name: model}`` as accepted by :func:`ppl_loo.loo`; used for the LOO ROC / PR curves of
-        binary outcomes (:func:`ppl_loo.loo_roc`).
+        binary outcomes (:func:`ppl_loo.loo_roc`) and the LOO-PIT with the adapted weights
+        (:func:`ppl_loo.loo_pit`, where the observation model has a CDF).
     title : str
     overwrite : bool, default False
         Replace an existing file; without it an existing ``path`` raises ``FileExistsError``.
@@ -102,7 +105,8 @@ def report(results, path, *, data=None, models=None, title="LOO model comparison
     the comparison table (:func:`ppl_loo.compare`'s ``arviz_stats`` columns, raw numbers, with each model's
     observations counted by category and what the stacking weights mean), Pareto k of plain PSIS and of the
     estimate reported with each observation drawn by its category (:func:`observation_categories`), pointwise
-    elpd differences to the best model (two models or more), LOO-PIT (plain PSIS weights; needs
+    elpd differences to the best model (two models or more), LOO-PIT (the adapted weights, :func:`ppl_loo.loo_pit`,
+    for a model given in ``models`` with a predictive CDF; else plain PSIS weights, which need
     ``posterior_predictive``, ``observed_data`` and ``log_likelihood``) with its uniformity test in words,
     LOO ROC / PR curves (models given in ``models`` with a binary outcome), the PVI heterogeneity table
     (data with a ``pvi`` group), and the settings and library versions. A section with nothing to show for
@@ -124,7 +128,7 @@ def report(results, path, *, data=None, models=None, title="LOO model comparison
         "compare": _compare_html(table, named, cats),
         "pareto-k": _khat_html(named, cats),
         "elpd-diff": _diff_html(named, best, cats),
-        "loo-pit": _pit_html(named, trees),
+        "loo-pit": _pit_html(named, trees, models),
         "roc": _roc_html(named, trees, models),
         "pvi": _pvi_html(named, trees),
         "settings": _settings_html(named),
@@ -441,9 +445,40 @@ def _pit_sentence(var, p, alpha):
             f"{_p_text(p)}, not below {alpha:g}): no sign that the LOO predictive distributions are miscalibrated.")
 
 
-def _pit_model(name, res, tree):
-    """``(html, shown)``: the model's LOO-PIT panel and sentence; a note when it cannot be drawn (``shown``:
-    False when there is no data for it, which alone does not make the section worth showing)."""
+#: the seed of the randomized LOO-PIT of discrete outcomes in the report (a page is reproducible)
+PIT_SEED = 0
+
+
+def _adapted_pit(name, res, tree, model):
+    """``(html or None, why not)``: the LOO-PIT panel with the adapted weights (:func:`ppl_loo.loo_pit`) of a model
+    given in ``models``; None and the reason where ``pl.loo_pit`` cannot run (no predictive CDF, no data)."""
+    if model is None or tree is None:
+        return None, None
+    try:
+        pit = loo_pit(tree, res, model=model, random_seed=PIT_SEED)
+        var = _var_name(res, tree) or "y"
+        uri, labels = pit_values_figure(pit, var)
+        p_value = float(xr.Dataset({var: pit}).azstats.uniformity_test(dim=list(pit.dims), method="pot_c")[0][var])
+    except (ValueError, TypeError, NotImplementedError) as err:
+        return None, str(err)
+    alpha = 1.0 - float(rcParams["stats.envelope_prob"])
+    n_adapted = int(np.sum(np.asarray(pit.weights.values).astype(str) == "adapted"))
+    sentence = _pit_sentence(var, p_value, alpha) + (f" Computed with the adapted weights (pl.loo_pit: the exact "
+                                                     f"predictive CDF; {n_adapted} observations adapted).")
+    return (f"<h3>{escape(name)}</h3>\n"
+            f'<p class="pit-test" data-p-value="{p_value!r}" data-alpha="{alpha!r}" data-weights="adapted">'
+            f"{escape(sentence)}</p>\n"
+            f'<img src="{uri}" alt="{escape(f"LOO-PIT of {name} ({var})")}" data-axes="{_attr_json(labels)}">'), None
+
+
+def _pit_model(name, res, tree, model=None):
+    """``(html, shown)``: the model's LOO-PIT panel and sentence (with the adapted weights where the model is
+    given and has a predictive CDF, else ``arviz_plots.plot_loo_pit``'s plain PSIS weights); a note when it
+    cannot be drawn (``shown``: False when there is no data for it, which alone does not make the section worth
+    showing)."""
+    html, why = _adapted_pit(name, res, tree, model)
+    if html is not None:
+        return html, True
     reason, var, plotted = _pit_reason(res, tree)
     if reason is not None:
         return f"<h3>{escape(name)}</h3>\n" + _note(f"No LOO-PIT for {name}: {reason}."), False
@@ -453,20 +488,23 @@ def _pit_model(name, res, tree):
     except Exception as err:  # noqa: BLE001 - a plot that fails is reported, the report still written
         return (f"<h3>{escape(name)}</h3>\n"
                 + _note(f"No LOO-PIT for {name}: arviz_plots.plot_loo_pit failed: {type(err).__name__}: {err}."), True)
+    plain = " Computed with plain PSIS weights" + (f" (pl.loo_pit could not run: {why})." if why else ".")
     return (f"<h3>{escape(name)}</h3>\n"
-            f'<p class="pit-test" data-p-value="{p!r}" data-alpha="{alpha!r}">{escape(_pit_sentence(var, p, alpha))}'
-            f"</p>\n"
+            f'<p class="pit-test" data-p-value="{p!r}" data-alpha="{alpha!r}" data-weights="plain">'
+            f"{escape(_pit_sentence(var, p, alpha) + plain)}</p>\n"
             f'<img src="{uri}" alt="{escape(f"LOO-PIT of {name} ({var})")}" data-axes="{_attr_json(labels)}">'), True
 
 
-def _pit_html(named, trees):
-    made = [_pit_model(name, res, trees.get(name)) for name, res in named.items()]
+def _pit_html(named, trees, models):
+    made = [_pit_model(name, res, trees.get(name), models.get(name)) for name, res in named.items()]
     if not any(shown for _, shown in made):
         return None
-    head = _note("LOO-PIT from arviz_plots.plot_loo_pit: it uses plain PSIS weights (arviz_stats.loo_pit), "
-                 "not the adapted proposals of ppl_loo. Each curve is the ECDF of the LOO-PIT values minus the "
-                 "uniform CDF: near 0 for calibrated predictions; below 0 then above, predictive distributions too "
-                 "wide; above 0 then below, too narrow; mostly of one sign, biased.")
+    head = _note("LOO-PIT with the adapted weights for the models given in models= whose observation model has a "
+                 "CDF (pl.loo_pit: the exact predictive CDF under the weights each elpd_i used; randomized for a "
+                 "discrete outcome, seed 0); for the others arviz_plots.plot_loo_pit, with plain PSIS weights. Each "
+                 "curve is the ECDF of the LOO-PIT values minus the uniform CDF: near 0 for calibrated predictions; "
+                 "below 0 then above, predictive distributions too wide; above 0 then below, too narrow; mostly of "
+                 "one sign, biased.")
     return head + "\n" + "\n".join(html for html, _ in made)
 
 
