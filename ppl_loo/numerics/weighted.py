@@ -65,9 +65,7 @@ def weighted_summary(x, log_weights, kind, probs=None):
 def function_khat(x, log_weights, kind):
     """The k-hat of the estimate ``kind`` of ``x`` under the weights (module docstring): NaN where no tail can be
     fitted."""
-    import xarray as xr
-
-    import arviz_stats  # noqa: F401  (the .azstats accessor)
+    from arviz_stats.base import array_stats  # arviz_stats' array layer (its .azstats accessor calls it)
 
     lw = np.asarray(log_weights, dtype=float).ravel()
     x = np.asarray(x, dtype=float).ravel()
@@ -77,8 +75,7 @@ def function_khat(x, log_weights, kind):
 
     def khat(values, tail):
         try:
-            return float(xr.DataArray(values, dims=["sample"]).azstats.pareto_khat(
-                sample_dims="sample", tail=tail, log_weights=False).item())
+            return float(array_stats.pareto_khat(values, chain_axis=None, draw_axis=-1, tail=tail, log_weights=False))
         except ValueError:
             return np.nan
 

@@ -18,6 +18,7 @@ from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_
 from ppl_loo.numerics.special import softplus
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.data import check_binary_data
+from ppl_loo.numerics.batched_nuts import BatchedTarget
 from ppl_loo.numerics.horseshoe import HorseshoeHyperparameters
 from ppl_loo.numerics.nuts import nuts_model_samples
 from ppl_loo.model.jax.base import PosteriorModel
@@ -406,8 +407,6 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         non-centered parameterization (as :meth:`refit_draws` and :meth:`numpyro_model`): ``u`` is ``theta`` with
         ``z = beta / sd`` in place of ``beta`` (``sd`` the coefficients' prior scales given the hyperparameters,
         which ``u`` and ``theta`` share), and the density carries the log-Jacobian ``sum(log sd)``."""
-        from ppl_loo.numerics.batched_nuts import BatchedTarget
-
         if self.prior != "horseshoe":
             return BatchedTarget(self.loo_logp)
         lo, hi = (1 if self.intercept else 0), self.q

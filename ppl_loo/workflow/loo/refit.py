@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ppl_loo.numerics.batched_nuts import BatchedTarget, batched_nuts, lanes_per_batch
 from ppl_loo.numerics.bridge import bridge_log_ratio, mean_log_ratio
 from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
@@ -209,8 +210,6 @@ def batched_refit_density(model):
     parameterization; None: not batched). Not batched: Stan programs (their sampler is Stan's own NUTS on the
     data without the observation).
     """
-    from ppl_loo.numerics.batched_nuts import BatchedTarget
-
     if getattr(model, "kind", None) not in ("JAX", "PyMC") or not getattr(model, "is_jax", False):
         return None
     own = getattr(getattr(model, "source", None), "batched_refit_density", None)
@@ -233,8 +232,6 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
     as the starting inverse mass matrix. Fills ``records`` (and ``done`` / the checkpoint); returns the targets
     skipped for the budget."""
     import jax
-
-    from ppl_loo.numerics.batched_nuts import batched_nuts, lanes_per_batch
 
     S, C = theta.shape[0], settings["chains"]
     position = {i: j for j, i in enumerate(targets)}
