@@ -12,6 +12,7 @@ Reduced mode (CI, ``tests/test_batched_refits_benchmark.py``): the leverage regr
 
     .venv/bin/python benchmarks/batched_refits.py              # ovarian, 8 refits (minutes)
     .venv/bin/python benchmarks/batched_refits.py --obs 54     # ovarian, all 54
+    .venv/bin/python benchmarks/batched_refits.py --obs 2 --sequential   # and the same refits one after the other
     .venv/bin/python benchmarks/batched_refits.py --reduced
 
 Writes ``benchmarks/results/batched_refits.json`` (``--out`` elsewhere) and prints a table.
@@ -51,7 +52,7 @@ def _refit_seconds(res, targets):
     return float(sum(res.refit_info[i]["seconds"] for i in targets))
 
 
-def ovarian(n_obs, warmup, draws, seed=1):
+def ovarian(n_obs, warmup, draws, seed=1, sequential=False):
     from ppl_loo.datasets import load_ovarian
     from ppl_loo.models import LogisticRegression
     from ppl_loo.sampling import sample_nuts
@@ -74,7 +75,15 @@ def ovarian(n_obs, warmup, draws, seed=1):
                      "z": (e - t["bridge"]) / float(np.hypot(s, t["bridge_mcse"])), "rhat_loglik": info["rhat_loglik"],
                      "rhat_max": info["rhat_max"], "divergences": info["divergences"]})
     refit_s = _refit_seconds(res, targets)
-    return {"model": "ovarian horseshoe LR (n=54, d=3075)", "fit": "4 x (1000 + 1000)", "fit_s": fit_s,
+    seq = {}
+    if sequential:  # the same refits one after the other with NumPyro's NUTS (the sequential path)
+        res_seq, _ = _loo_refits(data, model, targets, {"warmup": warmup, "draws": draws, "target_accept": 0.95,
+                                                        "batched": False}, 20261126)
+        zs = [(float(res_seq.elpd_i.values[i]) - rep["truth"][str(i)]["bridge"])
+              / float(np.hypot(res_seq.mcse_elpd_i.values[i], rep["truth"][str(i)]["bridge_mcse"])) for i in targets]
+        seq = {"sequential_refits_s": _refit_seconds(res_seq, targets), "sequential_max_abs_z": float(np.max(np.abs(zs))),
+               "sequential_sampler": res_seq.refit_info[targets[0]]["sampler"]}
+    return {"model": "ovarian horseshoe LR (n=54, d=3075)", "fit": "4 x (1000 + 1000)", "fit_s": fit_s, **seq,
             "refits": n_obs, "refit_settings": f"4 x ({warmup} + {draws})", "refits_s": refit_s,
             "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s,
             "within_3se": int(sum(abs(r["z"]) <= 3 for r in rows)), "max_abs_z": float(max(abs(r["z"]) for r in rows)),
@@ -107,12 +116,13 @@ def main(argv=None):
     ap.add_argument("--obs", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--draws", type=int, default=500)
+    ap.add_argument("--sequential", action="store_true", help="also the same refits one after the other (NumPyro)")
     ap.add_argument("--out", default=str(HERE / "results" / "batched_refits.json"))
     args = ap.parse_args(argv)
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    row = leverage() if args.reduced else ovarian(args.obs, args.warmup, args.draws)
+    row = leverage() if args.reduced else ovarian(args.obs, args.warmup, args.draws, sequential=args.sequential)
     for key, value in row.items():
         if key != "per_observation":
             print(f"{key:>22}: {value:.3f}" if isinstance(value, float) else f"{key:>22}: {value}")
