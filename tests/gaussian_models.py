@@ -4,6 +4,9 @@ Used by the engine tests: the exact LOO predictive density of every observation 
 adapted elpd_i can be checked against the truth, not against another estimator.
 """
 
+import functools
+import warnings
+
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
@@ -88,6 +91,19 @@ def leverage_regression(seed=1, n=40):
     y[0] = X[0] @ beta - 12.0
     y[1] = X[1] @ beta + 12.0
     return LinearRegressionKnownNoise(X, y, sigma=1.0, tau=10.0)
+
+
+@functools.lru_cache(maxsize=1)
+def leverage_fit():
+    """``(model, data, res)``: :func:`leverage_regression` (seed 1, n 40), exact posterior draws 4 x 1000 (seed 11)
+    and ``pl.loo`` with its defaults; computed once per test process (several test files use it; do not modify)."""
+    import ppl_loo as pl
+
+    model = leverage_regression(seed=1, n=40)
+    data = model.exact_draws(n_chains=4, n_draws=1000, seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model, data, pl.loo(data, model, progressbar=False)
 
 
 def leverage_problem(n=40, p=15, seed=5):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import leverage_regression
+from gaussian_models import leverage_fit
 from ppl_loo.numerics.weighted import weighted_quantile, weighted_summary
 from ppl_loo.sampling import sample_nuts
 
@@ -69,12 +69,7 @@ def test_identical_to_arviz_stats_where_nothing_is_adapted(normal, kind, probs):
 
 @pytest.fixture(scope="module")
 def lev():
-    model = leverage_regression(seed=1, n=40)
-    data = model.exact_draws(n_chains=4, n_draws=1000, seed=11)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = pl.loo(data, model, progressbar=False)
-    return model, data, res
+    return leverage_fit()
 
 
 def test_leverage_points_sd_and_quantiles_against_the_closed_form(lev):

@@ -20,7 +20,7 @@ import xarray as xr
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import leverage_regression
+from gaussian_models import leverage_fit, leverage_regression
 from ppl_loo.numerics.weighted import weighted_summary
 from ppl_loo.sampling import sample_nuts
 
@@ -61,9 +61,7 @@ def test_identical_to_arviz_stats_with_the_indicator_of_the_same_predictive_draw
 
 
 def test_leverage_points_against_the_closed_form():
-    model = leverage_regression(seed=1, n=40)
-    data = model.exact_draws(n_chains=4, n_draws=1000, seed=11)
-    res = _quiet(pl.loo, data, model, progressbar=False)
+    model, data, res = leverage_fit()
 
     def cdf(params):
         return stats.norm.cdf((model.y - np.asarray(params["beta"]) @ model.X.T) / model.sigma)

@@ -18,7 +18,7 @@ import pytest
 import xarray as xr
 
 import ppl_loo as pl
-from gaussian_models import leverage_regression
+from gaussian_models import leverage_fit
 from ppl_loo.sampling import sample_nuts
 
 Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 0.7, -0.5])
@@ -65,9 +65,7 @@ def test_identical_to_arviz_stats_where_nothing_is_adapted(normal):
 
 
 def test_leverage_points_against_the_closed_form():
-    model = leverage_regression(seed=1, n=40)
-    data = model.exact_draws(n_chains=4, n_draws=1000, seed=11)
-    res = _quiet(pl.loo, data, model, progressbar=False)
+    model, data, res = leverage_fit()
 
     def mean(p):
         return np.asarray(p["beta"]) @ model.X.T

@@ -10,17 +10,12 @@ import xarray as xr
 
 import ppl_loo as pl
 from ppl_loo.model.jax.bijectors import Exp
-from gaussian_models import leverage_regression
+from gaussian_models import leverage_fit, leverage_regression
 
 
 @pytest.fixture(scope="module")
 def lev():
-    model = leverage_regression(seed=1, n=40)
-    data = model.exact_draws(n_chains=4, n_draws=1000, seed=11)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = pl.loo(data, model, progressbar=False)
-    return model, data, res
+    return leverage_fit()
 
 
 def _jax_version(model):

@@ -268,24 +268,31 @@ class PyMCModel(PosteriorModel):
             "unconstrain": jax.jit(jax.vmap(lambda *a: tuple(self._forward_fn(*a)))),
         }
 
-    @cached_property
-    def _prob_batched(self):
-        fn = self._prob_fn
-        return jax.jit(jax.vmap(lambda *a: fn(*a)[0]))
-
     # ------------------------------------------------------------------ predictions
-    @cached_property
-    def _prob_fn(self):
-        """``p`` of a Bernoulli ``var_name`` as a JAX function of the constrained free variables."""
+    def _at_points(self, graphs):
+        """``graphs`` (of the observed variable's parameters, each broadcast to the observations' shape) as one
+        function of the constrained free variables, jit-compiled and batched over points: ``params -> list of
+        (M, *obs_shape)`` arrays, ``params`` as :meth:`constrain` gives them."""
         import pytensor.tensor as pt
         from pytensor.graph.replace import graph_replace
 
+        holders = constrained_placeholders(self.free_rvs, self.shapes, "_value")
+        graphs = graph_replace([pt.broadcast_to(g, self.obs_shape) for g in graphs], dict(holders), strict=False)
+        fn = jaxify([holders[rv] for rv in self.free_rvs], graphs)
+        batched = jax.jit(jax.vmap(lambda *a: tuple(fn(*a))))
+
+        def at(params):
+            arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
+            return [np.asarray(v, dtype=np.float64) for v in batched(*arrays)]
+
+        return at
+
+    @cached_property
+    def _prob_fn(self):
+        """``p`` of a Bernoulli ``var_name`` at points (:meth:`_at_points`); None for another distribution."""
         if type(self._obs_rv.owner.op).__name__ != "BernoulliRV":
             return None
-        holders = constrained_placeholders(self.free_rvs, self.shapes, "_value")
-        p = pt.broadcast_to(self._obs_rv.owner.inputs[-1], self.obs_shape)
-        p = graph_replace(p, dict(holders), strict=False)
-        return jaxify([holders[rv] for rv in self.free_rvs], [p])
+        return self._at_points([self._obs_rv.owner.inputs[-1]])
 
     def predicted_probability(self, params) -> np.ndarray:
         """``p(y_i = 1 | theta)`` of a Bernoulli observed variable, shape ``(M, *obs_shape)``.
@@ -294,34 +301,23 @@ class PyMCModel(PosteriorModel):
         (the output of :meth:`constrain`); for :func:`ppl_loo.loo_expectation` and
         :func:`ppl_loo.loo_roc`.
         """
-        fn = self._prob_fn
-        if fn is None:
+        if self._prob_fn is None:
             raise ValueError(
                 f"observed variable {self.var_name!r} is not Bernoulli; pass your own probability function."
             )
-        arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
-        return np.asarray(self._prob_batched(*arrays))
+        return self._prob_fn(params)[0]
 
     @cached_property
     def _mean_fn(self):
-        """``E[y_rep | theta]`` of the observed variable (PyMC's ``moments.mean`` of its distribution) as a JAX
-        function of the constrained free variables; None where PyMC has no mean for it."""
-        import pytensor.tensor as pt
+        """``E[y_rep | theta]`` of the observed variable (PyMC's ``moments.mean`` of its distribution) at points
+        (:meth:`_at_points`); None where PyMC has no mean for it."""
         from pymc.distributions.moments import mean
-        from pytensor.graph.replace import graph_replace
 
         try:
-            graph = pt.broadcast_to(mean(self._obs_rv), self.obs_shape)
+            graph = mean(self._obs_rv)
         except NotImplementedError:
             return None
-        holders = constrained_placeholders(self.free_rvs, self.shapes, "_value")
-        graph = graph_replace(graph, dict(holders), strict=False)
-        return jaxify([holders[rv] for rv in self.free_rvs], [graph])
-
-    @cached_property
-    def _mean_batched(self):
-        fn = self._mean_fn
-        return jax.jit(jax.vmap(lambda *a: fn(*a)[0]))
+        return self._at_points([graph])
 
     def predicted_mean(self, params) -> np.ndarray:
         """``E[y_rep_i | theta]``, shape ``(M, *obs_shape)``; ``params`` as in :meth:`predicted_probability`. For
@@ -329,17 +325,14 @@ class PyMCModel(PosteriorModel):
         if self._mean_fn is None:
             raise ValueError(f"PyMC has no mean for the distribution of {self.var_name!r}; pass your own "
                              "mean=callable(params) -> E[y_rep_i | theta].")
-        arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
-        return np.asarray(self._mean_batched(*arrays))
+        return self._mean_fn(params)[0]
 
     @cached_property
     def _cdf_fn(self):
         """``log P(y_rep <= y | theta)`` at the observed ``y`` (and, for a discrete outcome, ``log P(y_rep <= y - 1
-        | theta)``) as a JAX function of the constrained free variables, from PyMC's ``logcdf`` of the observed
-        distribution; None where PyMC has none for it."""
+        | theta)``) at points (:meth:`_at_points`), from PyMC's ``logcdf`` of the observed distribution; None where
+        PyMC has none for it."""
         import pymc as pm
-        import pytensor.tensor as pt
-        from pytensor.graph.replace import graph_replace
 
         y = self.model.rvs_to_values[self._obs_rv]
         try:
@@ -348,20 +341,12 @@ class PyMCModel(PosteriorModel):
                 graphs.append(pm.logcdf(self._obs_rv, y - 1))
         except NotImplementedError:
             return None
-        holders = constrained_placeholders(self.free_rvs, self.shapes, "_value")
-        graphs = [pt.broadcast_to(g, self.obs_shape) for g in graphs]
-        graphs = graph_replace(graphs, dict(holders), strict=False)
-        return jaxify([holders[rv] for rv in self.free_rvs], graphs)
+        return self._at_points(graphs)
 
     @property
     def discrete_outcome(self) -> bool:
         """Whether the observed variable is discrete (integer-valued)."""
         return str(self._obs_rv.type.dtype).startswith(("int", "uint", "bool"))
-
-    @cached_property
-    def _cdf_batched(self):
-        fn = self._cdf_fn
-        return jax.jit(jax.vmap(lambda *a: tuple(fn(*a))))
 
     def pit_cdf(self, params):
         """The predictive CDF at the observed value, ``P(y_rep_i <= y_i | theta)``, shape ``(M, *obs_shape)``, and
@@ -370,8 +355,7 @@ class PyMCModel(PosteriorModel):
         if self._cdf_fn is None:
             raise ValueError(f"PyMC has no logcdf for the distribution of {self.var_name!r}; pass loo_pit your own "
                              "cdf=callable(params) -> P(y_rep_i <= y_i | theta).")
-        arrays = [jnp.asarray(params[n], dtype=jnp.float64) for n in self.param_names]
-        out = [np.exp(np.asarray(v, dtype=np.float64)) for v in self._cdf_batched(*arrays)]
+        out = [np.exp(v) for v in self._cdf_fn(params)]
         return (out[0], out[1]) if self.discrete_outcome else out[0]
 
     # ------------------------------------------------------------------ line evaluations
