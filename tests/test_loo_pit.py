@@ -129,3 +129,7 @@ def test_bad_cdf_is_named():
         pl.loo_pit(data, res, model=model)
     with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
         pl.loo_pit(data, res, model=model, cdf=lambda p: 2.0 + np.zeros((np.asarray(p["beta"]).shape[0], 40)))
+    with pytest.raises(ValueError, match=r"outside \[0, 1\] \(or non-finite\)"):
+        pl.loo_pit(data, res, model=model, cdf=lambda p: np.full((np.asarray(p["beta"]).shape[0], 40), np.nan))
+    with pytest.raises(TypeError, match="`cdf` must be a callable"):
+        pl.loo_pit(data, res, model=model, cdf=0.5)

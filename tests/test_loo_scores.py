@@ -102,3 +102,5 @@ def test_pymc_predictive_mean_and_bad_inputs():
         pl.loo_metrics(idata, res, model=m, kind="r2")
     with pytest.raises(ValueError, match=r"y has 3 values but the LOO result has 13 observations"):
         pl.loo_r2(idata, res, model=m, y=[1.0, 2.0, 3.0])
+    with pytest.raises(TypeError, match="`mean` must be a callable"):
+        pl.loo_r2(idata, res, model=m, mean=np.zeros(13))
