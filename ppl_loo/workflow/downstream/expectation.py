@@ -15,7 +15,7 @@ from ppl_loo.workflow.approx.stored_q import pvi_log_q, stored_gaussian
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
 
-__all__ = ["loo_expectation", "expectation", "checked_model"]
+__all__ = ["loo_expectation", "expectation", "checked_model", "adapted_points", "posterior_draws", "warn_unkept"]
 
 
 @uses_x64
@@ -73,7 +73,7 @@ def expectation(data, res, values, model, kind="mean", probs=None, with_khat=Tru
     if not callable(values):
         raise TypeError("`values` must be a callable values(params) -> array (M, *obs_shape).")
     probs = _checked_kind(kind, probs)
-    theta, ll = _draws(data, res, model)
+    theta, ll = posterior_draws(data, res, model)
     S, n = ll.shape
     f0 = np.asarray(values(model.constrain(theta)), dtype=float).reshape(S, -1)
     if f0.shape[1] != n:
@@ -83,9 +83,10 @@ def expectation(data, res, values, model, kind="mean", probs=None, with_khat=Tru
     lw_psis = np.asarray(res.log_weights.transpose("chain", "draw", ...).values).reshape(S, n).T
     sets = [(f0[:, i], lw_psis[i], -ll[:, i]) for i in range(n)]  # (values, weights, weights for k-hat)
     used = np.full(n, "psis", dtype=object)
-    for i, fi, lw in _adapted_points(data, res, model, values, theta, ll):
+    for i, params, lw in adapted_points(data, res, model, theta, ll):
+        fi = np.asarray(values(params), dtype=float).reshape(lw.size, -1)[:, i]
         sets[i], used[i] = (fi, lw, lw), "adapted"
-    _warn_unkept(res, used)
+    warn_unkept(res, used)
     out = np.array([weighted_summary(x, lw, kind, probs) for x, lw, _ in sets])
     khat = np.array([function_khat(x, raw, kind) if with_khat else np.nan for x, _, raw in sets])
     template = res.elpd_i
@@ -118,9 +119,13 @@ def _checked_kind(kind, probs):
     return p
 
 
-def _adapted_points(data, res, model, values, theta, ll):
-    """``(i, values at the points, log weights)`` of every observation whose ``elpd_i`` uses an adapted proposal:
-    its transformed draws rebuilt with ``model`` (``-inf`` weights dropped)."""
+def adapted_points(data, res, model, theta=None, ll=None):
+    """``(i, params, log weights)`` of every observation whose ``elpd_i`` uses an adapted proposal: its transformed
+    draws rebuilt with ``model`` (the checked adapter) as constrained parameters (``model.constrain``), ``-inf``
+    weights dropped; ``theta`` and ``ll`` are the posterior draws and their log-likelihood (:func:`posterior_draws`
+    when not given). Shared by :func:`loo_expectation` and :func:`ppl_loo.loo_score`."""
+    if theta is None or ll is None:
+        theta, ll = posterior_draws(data, res, model)
     adapted = res.adapted_log_weights
     if not adapted.sizes["adapted"]:
         return
@@ -130,13 +135,12 @@ def _adapted_points(data, res, model, values, theta, ll):
                              None if stored is None else stored[1], pvi_log_q(data, theta))
     for j, i in enumerate(np.asarray(adapted["adapted"].values)):
         pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
-        fi = np.asarray(values(model.constrain(pts)), dtype=float).reshape(pts.shape[0], -1)[:, i]
         lw = np.asarray(adapted.values[j])
         keep = np.isfinite(lw)
-        yield int(i), fi[keep], lw[keep]
+        yield int(i), model.constrain(np.asarray(pts)[keep]), lw[keep]
 
 
-def _warn_unkept(res, used):
+def warn_unkept(res, used):
     """A warning naming the observations whose ``elpd_i`` came from draws the result does not keep (a refit,
     mixture importance sampling, SMC): their expectations use the plain PSIS weights."""
     transform = np.asarray(res.transform.values).astype(str).ravel()
@@ -160,7 +164,7 @@ def checked_model(data, res, model, caller):
     return as_model(model, var_name=res.var_name, data=data)
 
 
-def _draws(data, res, model):
+def posterior_draws(data, res, model):
     """The unconstrained posterior draws ``(S, d)`` of ``data`` and the log-likelihood ``(S, n)`` there."""
     if "posterior" not in getattr(data, "children", {}):
         raise ValueError("`data` has no posterior group: pass the DataTree the result was computed from.")

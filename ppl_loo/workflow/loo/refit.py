@@ -47,7 +47,8 @@ from ppl_loo.workflow.loo.messages import warn_refit_budget, warn_refits_not_con
 #: ``posterior.attrs["method"]`` of draws from an approximation (no sampler settings to reuse)
 APPROXIMATE_METHODS = ("laplace", "qnvb", "pvi", "vi")
 
-__all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "apply_refits", "refit_converged"]
+__all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "apply_refits", "refit_converged",
+           "warm_start", "batched_run"]
 
 
 def refit_targets(refit, *, doubtful, flagged, k_final, n):
@@ -242,11 +243,7 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
             bar.update(1)
     cap = CPU_BATCH if jax.default_backend() == "cpu" else ACCELERATOR_BATCH
     size = max(1, min(len(todo), cap, lanes_per_batch(C, settings["draws"], theta.shape[1])))
-    to_u = jax.jit(jax.vmap(density.from_model)) if density.from_model is not None else np.asarray
-    to_theta = jax.jit(jax.vmap(density.to_model)) if density.to_model is not None else np.asarray
-    u_draws = np.asarray(to_u(np.asarray(theta, dtype=np.float64)), dtype=np.float64)  # the sampler's coordinates
-    imm = np.var(u_draws, axis=0)
-    imm = np.where(np.isfinite(imm) & (imm > 0), imm, 1.0)
+    u_draws, imm, to_theta = warm_start(density, theta)
     # with a time budget the first batch is the worst target alone (the budget is checked between batches)
     first = 1 if budget_s is not None else size
     batches = [todo[:first]] + [todo[k:k + size] for k in range(first, len(todo), size)] if todo else []
@@ -259,11 +256,8 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
         inits = np.stack([u_draws[np.random.default_rng(int(seeds[position[i]])).choice(S, size=C, replace=False)]
                           for i in padded])
         t1 = time.perf_counter()
-        call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(padded), num_warmup=settings["warmup"],
-                                 num_samples=settings["draws"], random_seeds=[int(seeds[position[i]]) for i in padded],
-                                 target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
-                                 inverse_mass_matrix=imm)
-        draws, div, eps = run_interruptible(call, getattr(model, "source", None))
+        draws, div, eps = batched_run(model, density, inits, padded, [int(seeds[position[i]]) for i in padded],
+                                      settings, imm)
         seconds = (time.perf_counter() - t1) / len(batch)
         for b, i in enumerate(batch):
             drawn = np.asarray(to_theta(draws[b].reshape(-1, draws.shape[-1])), dtype=np.float64).reshape(draws[b].shape)
@@ -276,6 +270,32 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
         if checkpoint:
             _write_checkpoint(checkpoint, fingerprint, done)
     return []
+
+
+def warm_start(density, theta):
+    """``(u_draws, inverse_mass_matrix, to_theta)``: the full-data draws ``theta`` ``(S, d)`` in the sampler's
+    coordinates of ``density`` (a :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget`), their variances as the
+    starting inverse mass matrix (1 where a variance is 0 or not finite), and the batched map of ``(M, d)`` draws
+    back to the model's ``theta``; shared by the batched refits and ``pl.kfold``'s fold fits."""
+    import jax
+
+    to_u = jax.jit(jax.vmap(density.from_model)) if density.from_model is not None else np.asarray
+    to_theta = jax.jit(jax.vmap(density.to_model)) if density.to_model is not None else np.asarray
+    u_draws = np.asarray(to_u(np.asarray(theta, dtype=np.float64)), dtype=np.float64)  # the sampler's coordinates
+    imm = np.var(u_draws, axis=0)
+    imm = np.where(np.isfinite(imm) & (imm > 0), imm, 1.0)
+    return u_draws, imm, to_theta
+
+
+def batched_run(model, density, inits, obs, seeds, settings, imm):
+    """One :func:`~ppl_loo.numerics.batched_nuts.batched_nuts` run of ``density`` on the targets ``obs`` (starting
+    points ``inits`` ``(B, C, d)``, one seed per target) with the refit ``settings``, interruptible by Ctrl-C
+    (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``."""
+    call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs), num_warmup=settings["warmup"],
+                             num_samples=settings["draws"], random_seeds=[int(s) for s in seeds],
+                             target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
+                             inverse_mass_matrix=imm)
+    return run_interruptible(call, getattr(model, "source", None))
 
 
 def _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) -> str:
