@@ -22,7 +22,7 @@ import xarray as xr
 
 import ppl_loo as pl
 from cli_tools import run_cli
-from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
+from ppl_loo.workflow.downstream.compare import COUNT_COLUMNS, FLAG_COLUMNS, WEIGHT_COLUMNS
 from gaussian_models import LinearRegressionKnownNoise, leverage_regression, normal_mean_model
 from report_helpers import hand_categories
 
@@ -77,7 +77,7 @@ def _expected_tokens(table, name, decimals):
         if col in ("diag_diff", "diag_elpd"):
             out += str(v).split()
         elif pd.isna(v):
-            out.append("<NA>" if col in FLAG_COLUMNS[:-1] else "NaN")
+            out.append("<NA>" if col in COUNT_COLUMNS else "NaN")
         elif col in FLOATS:
             out.append(f"{float(v):.{decimals}f}")
         else:
@@ -127,7 +127,7 @@ def test_plain_elpddata_is_accepted_with_na_flags(normal):
     # every item an ELPDData, in a list
     both = pl.compare([plain["narrow"], plain["wide"]])
     _assert_same_numbers(both, azs.compare({"model_0": plain["narrow"], "model_1": plain["wide"]}, round_to="none"))
-    assert both[list(FLAG_COLUMNS)].isna().all().all()
+    assert both[list(FLAG_COLUMNS + WEIGHT_COLUMNS)].isna().all().all()
     _assert_printed(both.to_string(), both, 2)
     # pl.report needs ppl_loo's diagnostics: it still says so
     with pytest.raises(TypeError, match=r"model 'b' is an arviz_stats ELPDDataLOO .*pl.compare also accepts it"):

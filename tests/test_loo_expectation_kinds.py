@@ -96,6 +96,32 @@ def test_leverage_points_sd_and_quantiles_against_the_closed_form(lev):
         assert np.max(np.abs(q_plain - exact_q[i])) > 1.0 * sd[i]
 
 
+def test_compare_counts_the_weights_the_after_loo_functions_use(lev):
+    """pl.compare's n_weights_adapted / n_weights_fallback are the observations on which the after-LOO functions use
+    the adapted weights, and those (refit, mixture, SMC) on which they fall back to plain PSIS with a warning."""
+    import copy
+
+    model, data, res = lev
+    lin = lambda p: np.asarray(p["beta"]) @ model.X.T  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        used = np.asarray(pl.loo_expectation(data, res, lin, model=model).weights.values).astype(str)
+    table = pl.compare({"lev": res})
+    tr = np.asarray(res.transform.values).astype(str)
+    assert table.loc["lev", "n_weights_adapted"] == np.sum(used == "adapted") >= 2
+    assert table.loc["lev", "n_weights_fallback"] == np.sum(np.isin(tr, ("refit", "mixture", "smc")))
+    # one more observation whose elpd_i came from a refit (its draws not kept): a fallback, counted and warned about
+    k = int(np.flatnonzero(tr == "psis")[0])
+    other = copy.deepcopy(res)
+    other.transform.values[k] = "refit"
+    with pytest.warns(UserWarning, match=r"refit, mixture importance sampling or SMC.*plain PSIS weights"):
+        again = pl.loo_expectation(data, other, lin, model=model)
+    assert again.weights.values[k] == "psis"
+    both = pl.compare({"lev": res, "other": other})
+    assert both.loc["other", "n_weights_fallback"] == table.loc["lev", "n_weights_fallback"] + 1
+    assert both.loc["other", "n_weights_adapted"] == table.loc["lev", "n_weights_adapted"]
+
+
 def test_bad_kind_and_probs_name_the_input(normal):
     model, data, res = normal
     with pytest.raises(ValueError, match=r"kind='mode': use one of 'mean', 'median', 'var', 'sd', 'quantile'"):

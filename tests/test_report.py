@@ -78,7 +78,7 @@ def test_compare_is_arviz_stats_compare_plus_flag_counts(logit):
         ref = azs.compare(named, **{"round_to": "none", **kwargs})  # pl.compare's numbers are never rounded
         pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
         assert list(got.columns) == list(ref.columns) + ["n_adapted", "n_second_opinion", "n_doubtful", "n_refit",
-                                                         "diff_flagged"]
+                                                         "diff_flagged", "n_weights_adapted", "n_weights_fallback"]
     got = pl.compare(named, round_to="none")
     best, hand = _hand_flag_columns(named)
     assert got.index[0] == best and got.loc[best, "diff_flagged"] == 0.0

@@ -18,15 +18,19 @@ import pandas as pd
 import xarray as xr
 from arviz_stats.utils import ELPDData, ELPDDataLOOSubsample
 
-from ppl_loo.workflow.loo.categories import observation_categories
+from ppl_loo.workflow.loo.categories import after_loo_weights, observation_categories
 from ppl_loo.workflow.loo.result import LooResult
 
 __all__ = ["compare", "CompareTable", "display_decimals", "named_results", "flag_masks", "FLAG_COLUMNS",
-           "DEFAULT_DECIMALS"]
+           "WEIGHT_COLUMNS", "COUNT_COLUMNS", "DEFAULT_DECIMALS"]
 
 #: the columns :func:`compare` adds to ``arviz_stats.compare``'s table
 #: (the counts are those of :func:`~ppl_loo.workflow.loo.categories.observation_categories`, the report's too)
 FLAG_COLUMNS = ("n_adapted", "n_second_opinion", "n_doubtful", "n_refit", "diff_flagged")
+#: and then which weights the after-LOO functions use (:func:`~ppl_loo.workflow.loo.categories.after_loo_weights`)
+WEIGHT_COLUMNS = ("n_weights_adapted", "n_weights_fallback")
+#: the integer (``Int64``, NA for a plain ``ELPDData``) columns
+COUNT_COLUMNS = FLAG_COLUMNS[:-1] + WEIGHT_COLUMNS
 
 #: decimals of every numeric column of the printed table (R's ``loo_compare`` prints 1 or 2)
 DEFAULT_DECIMALS = 2
@@ -129,7 +133,13 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
           of ``elpd_diff``) carried by the observations not plain PSIS in either model:
           ``sum_i (elpd_i[model] - elpd_i[best])`` over those ``i``; 0 for the best model.
 
-        The counts are nullable integers (``Int64``); all five columns are NA for a plain ``ELPDData``, which
+        - ``n_weights_adapted``, ``n_weights_fallback``: which weights the after-LOO functions
+          (``pl.loo_expectation``, ``loo_pit``, ``loo_score``, ``loo_r2``, ``loo_metrics``, ``loo_roc``) use for this
+          model: the adapted proposals' on that many observations, and plain PSIS weights, as a fallback, on the
+          observations whose ``elpd_i`` came from a refit, mixture importance sampling or SMC (their draws are not
+          kept); plain PSIS weights on the rest.
+
+        The counts are nullable integers (``Int64``); all seven columns are NA for a plain ``ELPDData``, which
         counts as flagging no observation in the ``diff_flagged`` of the other models.
 
     Raises
@@ -156,16 +166,19 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
     best = table.index[0]
     masks = {name: flag_masks(res) for name, res in named.items()}
     elpd = {name: _flat(res.elpd_i, float) for name, res in named.items()}
-    counts = {col: [] for col in FLAG_COLUMNS}
+    counts = {col: [] for col in FLAG_COLUMNS + WEIGHT_COLUMNS}
     for name in table.index:
         if not isinstance(named[name], LooResult):  # a plain ELPDData: nothing known about adaptation
-            for col in FLAG_COLUMNS:
+            for col in counts:
                 counts[col].append(pd.NA if col != "diff_flagged" else np.nan)
             continue
         either = masks[name]["any"] | masks[best]["any"]
         for col in FLAG_COLUMNS[:-1]:
             counts[col].append(int(masks[name][col[2:]].sum()))
         counts["diff_flagged"].append(0.0 if name == best else float(np.sum(elpd[name][either] - elpd[best][either])))
+        weights = after_loo_weights(named[name])
+        for col in WEIGHT_COLUMNS:
+            counts[col].append(int(np.sum(weights == col[len("n_weights_"):])))
     extra = pd.DataFrame({col: pd.array(vals, dtype="Int64" if col != "diff_flagged" else "float64")
                           for col, vals in counts.items()}, index=table.index)
     out = CompareTable(table.join(extra))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CATEGORIES", "SHORT", "NOT_ADAPTED", "observation_categories", "category_counts", "transforms",
-           "evidence"]
+__all__ = ["CATEGORIES", "SHORT", "NOT_ADAPTED", "UNKEPT", "observation_categories", "category_counts", "transforms",
+           "evidence", "after_loo_weights"]
 
 #: what happened to an observation (key: its text), in the order of the report's legends
 CATEGORIES = {"psis": "not adapted (plain PSIS)", "adapted": "adapted (search)",
@@ -24,6 +24,8 @@ SHORT = {"psis": "not adapted", "adapted": "adapted", "second_opinion": "second 
          "doubtful": "doubtful"}
 #: ``transform`` values that are no adapted proposal
 NOT_ADAPTED = ("psis", "failed", "refit", "mixture", "smc")
+#: ``transform`` values whose draws a result does not keep (the after-LOO functions fall back to plain PSIS weights)
+UNKEPT = ("refit", "mixture", "smc")
 
 
 def observation_categories(res):
@@ -70,3 +72,14 @@ def _strings(da, n, default):
 
 def _bools(da, n):
     return np.zeros(n, bool) if da is None else np.asarray(da.values).astype(bool).reshape(-1)
+
+
+def after_loo_weights(res):
+    """Which weights the after-LOO functions (``pl.loo_expectation``, ``loo_pit``, ``loo_score``, ``loo_r2``,
+    ``loo_metrics``, ``loo_roc``) use per observation (flat): ``"adapted"`` where ``elpd_i`` used an adapted proposal
+    (its weights are kept), ``"fallback"`` where ``elpd_i`` came from a refit, mixture importance sampling or SMC
+    (draws the result does not keep: plain PSIS weights there, with a warning), ``"psis"`` elsewhere."""
+    tr = transforms(res)
+    out = np.where(np.isin(tr, NOT_ADAPTED), "psis", "adapted").astype("<U8")
+    out[np.isin(tr, UNKEPT)] = "fallback"
+    return out

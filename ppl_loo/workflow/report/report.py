@@ -28,7 +28,7 @@ import numpy as np
 import xarray as xr
 from arviz_base import rcParams
 
-from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS, compare, named_results
+from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS, WEIGHT_COLUMNS, compare, named_results
 from ppl_loo.workflow.downstream.predictive import loo_roc
 from ppl_loo.workflow.loo.categories import CATEGORIES, SHORT, category_counts, observation_categories
 from ppl_loo.workflow.loo.categories import evidence as _evidence
@@ -246,7 +246,7 @@ def _compare_html(table, named, cats):
     """pl.compare's arviz_stats columns, then each model's observations counted by category and the part of
     elpd_diff the observations not plain PSIS (in the model or the best one) carry."""
     best = table.index[0]
-    stats = [c for c in table.columns if c not in FLAG_COLUMNS]
+    stats = [c for c in table.columns if c not in FLAG_COLUMNS + WEIGHT_COLUMNS]
     rows = []
     for name, row in table.iterrows():
         counts = category_counts(cats[name])
@@ -254,13 +254,18 @@ def _compare_html(table, named, cats):
         part = 0.0 if name == best else float(np.sum(_flat(named[name].elpd_i)[either] - _flat(named[best].elpd_i)[either]))
         rows.append([f'<th scope="row" class="text" data-model="{escape(str(name))}">{escape(str(name))}</th>']
                     + [_cell(col, row[col]) for col in stats] + [_cell(f"n_{k}", v) for k, v in counts.items()]
-                    + [_cell("diff_not_psis", part)])
-    header = ["model", *stats, *(SHORT[k] for k in CATEGORIES), "elpd_diff from the others"]
+                    + [_cell("diff_not_psis", part)] + [_cell(col, row[col]) for col in WEIGHT_COLUMNS])
+    header = ["model", *stats, *(SHORT[k] for k in CATEGORIES), "elpd_diff from the others",
+              "after LOO: adapted weights", "after LOO: PSIS fallback"]
     note = _note("pl.compare: arviz_stats.compare on the adaptive LOO results (unrounded). Then each model's "
                  "observations by what happened to them (the categories of the Pareto k figures and tables below; "
                  "each observation in one): " + "; ".join(CATEGORIES.values())
                  + ". 'elpd_diff from the others': the part of elpd_diff carried by the observations not plain PSIS "
-                 "in this model or the best one.")
+                 "in this model or the best one. 'After LOO': the observations on which LOO-PIT, LOO scores (CRPS, "
+                 "SCRPS), LOO R², metrics, ROC and LOO expectations and quantiles (pl.loo_pit, loo_score, loo_r2, "
+                 "loo_metrics, loo_roc, loo_expectation) use the adapted proposal's weights, and those whose elpd_i "
+                 "came from a refit, mixture importance sampling or SMC, whose draws are not kept: plain PSIS "
+                 "weights there (a fallback, with a warning); plain PSIS weights on the rest.")
     weights = f'<p class="weights">{escape(STACKING)}</p>' if "weight" in stats else ""
     return _table(header, rows, table_id="compare-table") + "\n" + weights + "\n" + note
 
