@@ -173,21 +173,21 @@ def test_fresh_cache_folder_is_private(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- the Stan-backed search
-#: Poisson-lognormal counts (40 observations, 42 parameters, an outlier), sampled with Stan's NUTS in
-#: process; every observation searched (adapt="all"): about a minute uninterrupted on 2 shared cores
+#: Poisson-lognormal counts (16 observations, 18 parameters, an outlier), sampled with Stan's NUTS in
+#: process; every observation searched (adapt="all"): the first batch of 8 observations takes tens of seconds
 SEARCH_SCRIPT = """
 import os, tempfile, warnings
 import numpy as np
 import ppl_loo as pl
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 rng = np.random.default_rng(1)
-N = 40
+N = 16
 y = rng.poisson(np.exp(1.0 + 0.8 * rng.normal(size=N)))
 y[3] = 60
 data = {"N": N, "y": y}
 prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
 sm = pl.StanModel(prog, data, sampler=True)
-paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=3, num_warmup=300, num_samples=500)
+paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=3, num_warmup=300, num_samples=250)
 tree = pl.from_cmdstan([str(p) for p in paths])
 stan = pl.StanModel(prog, data)
 warnings.simplefilter("ignore")
@@ -215,7 +215,7 @@ import ppl_loo as pl
 from ppl_loo.cli import main
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 rng = np.random.default_rng(1)
-N = 40
+N = 16
 y = rng.poisson(np.exp(1.0 + 0.8 * rng.normal(size=N)))
 y[3] = 60
 data = {"N": N, "y": y.tolist()}
@@ -224,7 +224,7 @@ with open(os.path.join(work, "data.json"), "w") as f:
     json.dump(data, f)
 prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
 sm = pl.StanModel(prog, data, sampler=True)
-sample_cmdstan_csv(sm, os.path.join(work, "csv"), chains=4, seed=3, num_warmup=300, num_samples=500)
+sample_cmdstan_csv(sm, os.path.join(work, "csv"), chains=4, seed=3, num_warmup=300, num_samples=250)
 print("CLI", flush=True)
 sys.exit(main(["loo", prog, "--data", os.path.join(work, "data.json"), os.path.join(work, "csv"), "--mixture",
                "off", "--smc", "off"]))
