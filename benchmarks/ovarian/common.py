@@ -84,6 +84,9 @@ REDUCED = {
         "relu": {"chains": 2, "warmup": 100, "draws": 100, "adapt_delta": 0.9, "max_depth": 6},
     },
     "n_refits": 1,
+    # no control fit (the refit settings on the full data, a check of the full run's refits): two Stan runs,
+    # a third of the reduced run's time
+    "control_fit": False,
     "resamplings": {"logistic": 5, "relu": 3},
     "s": 200,
     "peer_resamplings": {"logistic": 1, "relu": 1},

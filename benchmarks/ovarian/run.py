@@ -75,7 +75,8 @@ def stage_mcmc(cfg, cdir, logfile, models=MODELS):
         # control: the refit settings on the full data; its in-sample lpd_i must match the main fit's
         # within Monte Carlo error, else a refit's difference from the LOO estimates could come from
         # the shorter refit chains rather than from the deleted observation
-        control = run_fit(name, X, y, cfg["refit"][name], 99, control_path(cdir, name), logfile=logfile)
+        control = (run_fit(name, X, y, cfg["refit"][name], 99, control_path(cdir, name), logfile=logfile)
+                   if cfg.get("control_fit", True) else None)
         targets, k_all = refit_targets(cdir, name, cfg["n_refits"])
         log(f"{name}: refit targets (highest plain-PSIS k on all draws): {targets}", logfile)
         refits = {}
