@@ -52,7 +52,9 @@ def _refit_seconds(res, targets):
     return float(sum(res.refit_info[i]["seconds"] for i in targets))
 
 
-def ovarian(n_obs, warmup, draws, seed=1, sequential=False):
+def ovarian_fit(seed=1, warmup=1000, draws=1000, chain_method="sequential"):
+    """The ovarian horseshoe LR and one NUTS fit of it (4 chains, the truth suite's target acceptance 0.95):
+    ``(model, data, seconds)``; ``benchmarks/gpu.py`` fits it shorter, its chains vectorized."""
     from ppl_loo.datasets import load_ovarian
     from ppl_loo.models import LogisticRegression
     from ppl_loo.sampling import sample_nuts
@@ -60,9 +62,19 @@ def ovarian(n_obs, warmup, draws, seed=1, sequential=False):
     X, y = load_ovarian()
     model = LogisticRegression(X, y, prior="horseshoe")
     t0 = time.perf_counter()
-    data = sample_nuts(model, num_chains=4, num_warmup=1000, num_samples=1000, random_seed=seed,
-                       numpyro_model=model.numpyro_model(), target_accept=0.95)
-    fit_s = time.perf_counter() - t0
+    data = sample_nuts(model, num_chains=4, num_warmup=warmup, num_samples=draws, random_seed=seed,
+                       numpyro_model=model.numpyro_model(), target_accept=0.95, chain_method=chain_method)
+    return model, data, time.perf_counter() - t0
+
+
+def ovarian(n_obs, warmup, draws, seed=1, sequential=False):
+    model, data, fit_s = ovarian_fit(seed)
+    return {"model": "ovarian horseshoe LR (n=54, d=3075)", "fit": "4 x (1000 + 1000)", "fit_s": fit_s,
+            **ovarian_refits(model, data, n_obs, warmup, draws, sequential=sequential, fit_s=fit_s)}
+
+
+def ovarian_refits(model, data, n_obs, warmup, draws, sequential=False, fit_s=None):
+    """The batched refits of the first ``n_obs`` observations, each scored against the committed truth."""
     rep = json.loads((HERE / "results" / "truth" / "ovarian_lr.json").read_text())
     targets = list(range(n_obs))
     res, loo_s = _loo_refits(data, model, targets, {"warmup": warmup, "draws": draws, "target_accept": 0.95}, 20261126)
@@ -83,9 +95,8 @@ def ovarian(n_obs, warmup, draws, seed=1, sequential=False):
               / float(np.hypot(res_seq.mcse_elpd_i.values[i], rep["truth"][str(i)]["bridge_mcse"])) for i in targets]
         seq = {"sequential_refits_s": _refit_seconds(res_seq, targets), "sequential_max_abs_z": float(np.max(np.abs(zs))),
                "sequential_sampler": res_seq.refit_info[targets[0]]["sampler"]}
-    return {"model": "ovarian horseshoe LR (n=54, d=3075)", "fit": "4 x (1000 + 1000)", "fit_s": fit_s, **seq,
-            "refits": n_obs, "refit_settings": f"4 x ({warmup} + {draws})", "refits_s": refit_s,
-            "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s,
+    return {**seq, "refits": n_obs, "refit_settings": f"4 x ({warmup} + {draws})", "refits_s": refit_s,
+            "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s if fit_s else None,
             "within_3se": int(sum(abs(r["z"]) <= 3 for r in rows)), "max_abs_z": float(max(abs(r["z"]) for r in rows)),
             "max_rhat_loglik": float(max(r["rhat_loglik"] for r in rows)),
             "max_rhat_params": float(max(r["rhat_max"] for r in rows)),

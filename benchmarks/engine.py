@@ -83,7 +83,9 @@ def main(argv=None):
     return 0
 
 
-def run_one(pl, model, data, t_fit, args, set_name, transforms):
+def run_one(pl, model, data, t_fit, args, set_name, transforms, loo_kwargs=None):
+    """Two ``pl.loo`` calls on the same shapes (the first compiles); ``loo_kwargs``: more arguments of ``pl.loo``
+    (``benchmarks/gpu.py`` turns the second opinions off, ``mixture=False, smc=False``, to time the engine alone)."""
     import jax
 
     rows = {}
@@ -92,7 +94,7 @@ def run_one(pl, model, data, t_fit, args, set_name, transforms):
         for label in ("first call (JIT compile included)", "second call (compiled)"):
             t0 = time.perf_counter()
             res = pl.loo(data, model, transforms=transforms, k_threshold=-np.inf, progressbar=False,
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size, **(loo_kwargs or {}))
             rows[label] = time.perf_counter() - t0
     n_cand = len(res.candidates["labels"])
     n = res.n_data_points
@@ -110,6 +112,7 @@ def run_one(pl, model, data, t_fit, args, set_name, transforms):
         "d_total": model.dim,
         "S": res.n_samples,
         "transforms": transforms,
+        "loo_kwargs": dict(loo_kwargs or {}),
         "candidates_per_observation": n_cand,
         "batch_size": args.batch_size,
         "wall_first_s": rows["first call (JIT compile included)"],
@@ -119,6 +122,8 @@ def run_one(pl, model, data, t_fit, args, set_name, transforms):
         "nuts_s": t_fit,
         "above_threshold_psis": int(np.sum(k_psis > thr)),
         "above_threshold_adapted": int(np.sum(res.pareto_k.values > thr)),
+        "elpd": float(res.elpd),
+        "elpd_i": [float(v) for v in np.ravel(res.elpd_i.values)],
         "jax_backend": jax.default_backend(),
         "load_average_1min_at_end": os.getloadavg()[0],
         "cpu_count": os.cpu_count(),
