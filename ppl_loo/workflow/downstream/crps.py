@@ -56,8 +56,8 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         From :func:`ppl_loo.loo` (also plain PSIS-LOO, ``model=None``: then the numbers are
         ``arviz_stats.loo_score``'s).
     model : pymc.Model, StanModel or PosteriorModel, optional
-        The model the result was computed with; required when ``res`` was computed with one (its adapted
-        proposals' points are rebuilt with it).
+        The model the result was computed with; required when an observation of ``res`` uses an adapted proposal
+        (its points are rebuilt with it).
     kind : {"crps", "scrps"}
         The continuous ranked probability score or its scale-invariant version (Bolin & Wallin 2023).
     random_seed : int or numpy.random.Generator, optional
@@ -141,7 +141,10 @@ def _predictive(data, res):
 def _adapted_samples(data, res, model, random_seed, simulate):
     """``[(i, y_rep_i at the kept points, their log weights)]`` of every adapted observation."""
     n_adapted = int(res.adapted_log_weights.sizes["adapted"]) if res.adapted_log_weights is not None else 0
-    if n_adapted and random_seed is None:
+    if not n_adapted:  # nothing to simulate: no model needed (the refit/mixture/SMC ones are still named)
+        warn_unkept(res, np.full(res.n_data_points, "psis", dtype=object))
+        return []
+    if random_seed is None:
         raise ValueError(f"{n_adapted} observation(s) use adapted proposals, whose y_rep_i are simulated at the "
                          "proposal's points: pass random_seed=<int> to pl.loo_score.")
     model = checked_model(data, res, model, "loo_score")
