@@ -215,7 +215,7 @@ import ppl_loo as pl
 from ppl_loo.cli import main
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 rng = np.random.default_rng(1)
-N = 16
+N = 40
 y = rng.poisson(np.exp(1.0 + 0.8 * rng.normal(size=N)))
 y[3] = 60
 data = {"N": N, "y": y.tolist()}
@@ -224,7 +224,7 @@ with open(os.path.join(work, "data.json"), "w") as f:
     json.dump(data, f)
 prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
 sm = pl.StanModel(prog, data, sampler=True)
-sample_cmdstan_csv(sm, os.path.join(work, "csv"), chains=4, seed=3, num_warmup=300, num_samples=250)
+sample_cmdstan_csv(sm, os.path.join(work, "csv"), chains=4, seed=3, num_warmup=300, num_samples=500)
 print("CLI", flush=True)
 sys.exit(main(["loo", prog, "--data", os.path.join(work, "data.json"), os.path.join(work, "csv"), "--mixture",
                "off", "--smc", "off"]))
