@@ -35,6 +35,7 @@ import time
 import warnings
 from pathlib import Path
 
+import jax
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -232,8 +233,6 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
     Each chain starts at a full-data draw (the sequential path's choice), with the full-data posterior's variances
     as the starting inverse mass matrix. Fills ``records`` (and ``done`` / the checkpoint); returns the targets
     skipped for the budget."""
-    import jax
-
     S, C = theta.shape[0], settings["chains"]
     position = {i: j for j, i in enumerate(targets)}
     todo = [i for i in targets if i not in done]
@@ -277,8 +276,6 @@ def warm_start(density, theta):
     coordinates of ``density`` (a :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget`), their variances as the
     starting inverse mass matrix (1 where a variance is 0 or not finite), and the batched map of ``(M, d)`` draws
     back to the model's ``theta``; shared by the batched refits and ``pl.kfold``'s fold fits."""
-    import jax
-
     to_u = jax.jit(jax.vmap(density.from_model)) if density.from_model is not None else np.asarray
     to_theta = jax.jit(jax.vmap(density.to_model)) if density.to_model is not None else np.asarray
     u_draws = np.asarray(to_u(np.asarray(theta, dtype=np.float64)), dtype=np.float64)  # the sampler's coordinates
