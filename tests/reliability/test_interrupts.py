@@ -255,7 +255,8 @@ model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 1
                     lambda v: st.norm.logpdf(Y, v["mu"], 1.0), obs_dims=("obs",), observed=Y)
 data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
 warnings.simplefilter("ignore")
-res = pl.loo(data, model, progressbar=True, refit=list(range(12)), random_seed=1)
+res = pl.loo(data, model, progressbar=True, refit=list(range(12)), random_seed=1,
+             refit_kwargs={"draws": 100000})  # about 12 s of refits: at the default 500 draws they can end in 3 s
 print("DONE", flush=True)
 """
 
@@ -417,3 +418,25 @@ def test_refit_checkpoint_must_be_a_path(normal_fit):
     model, data = normal_fit
     with pytest.raises(ValueError, match="checkpoint=3 must be a file path"):
         pl.loo(data, model, progressbar=False, refit=[0], random_seed=5, refit_kwargs={"checkpoint": 3})
+
+
+def test_a_cancelled_host_callback_logs_no_traceback(caplog):
+    """JAX logs each exception of a host callback with its traceback; the planned stop after Ctrl-C
+    (``CallbackCancelled``) is dropped from that log, any other exception still reaches it."""
+    import jax
+    import jax.numpy as jnp
+
+    from ppl_loo.model.stan.posterior import CallbackCancelled
+
+    def run(exc):
+        def cb(x):
+            raise exc
+        f = jax.jit(lambda x: jax.pure_callback(cb, jax.ShapeDtypeStruct((), jnp.float32), x))
+        caplog.clear()
+        with pytest.raises(Exception):
+            f(1.0)
+        return [r for r in caplog.records if r.name == "jax._src.callback"]
+
+    with caplog.at_level("ERROR", logger="jax._src.callback"):
+        assert run(CallbackCancelled("stop")) == []
+        assert len(run(ValueError("a real failure"))) == 1

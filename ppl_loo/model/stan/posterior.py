@@ -36,6 +36,7 @@ them; any other exception inside Stan, and any error at the posterior draws them
 from __future__ import annotations
 
 import hashlib
+import logging
 import tempfile
 import threading
 import warnings
@@ -137,6 +138,19 @@ FULL_CACHE_MAX_VALUES = 2**22
 class CallbackCancelled(RuntimeError):
     """Raised in a host callback once Ctrl-C set ``cancel_requested``: aborts the compiled search, whose
     caller raises ``KeyboardInterrupt`` (never seen by users)."""
+
+
+class _DropCancelled(logging.Filter):
+    """JAX logs every exception raised in a host callback, with its traceback ("jax.pure_callback failed"),
+    before it re-raises it; :class:`CallbackCancelled` is the planned way out after Ctrl-C, not a failure, and
+    its dozens of tracebacks (one per callback in flight) must not reach the user's terminal."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, CallbackCancelled)
+
+
+logging.getLogger("jax._src.callback").addFilter(_DropCancelled())
 
 
 class StanPosterior(PosteriorModel):
