@@ -135,9 +135,10 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
 
         - ``n_weights_adapted``, ``n_weights_fallback``: which weights the after-LOO functions
           (``pl.loo_expectation``, ``loo_pit``, ``loo_score``, ``loo_r2``, ``loo_metrics``, ``loo_roc``) use for this
-          model: the adapted proposals' on that many observations, and plain PSIS weights, as a fallback, on the
-          observations whose ``elpd_i`` came from a refit, mixture importance sampling or SMC (their draws are not
-          kept); plain PSIS weights on the rest.
+          model: the weights ``elpd_i`` came from on that many observations (an adapted proposal's, or a refit's
+          or the mixture run's draws, which the result keeps), and plain PSIS weights, as a fallback, on the
+          observations whose refit or mixture draws the result does not keep (a refit read from a checkpoint, draws
+          beyond :data:`~ppl_loo.workflow.loo.kept.KEEP_MAX_VALUES`); plain PSIS weights on the rest.
 
         The counts are nullable integers (``Int64``); all seven columns are NA for a plain ``ELPDData``, which
         counts as flagging no observation in the ``diff_flagged`` of the other models.

@@ -10,8 +10,9 @@ This module owns the weighted predictive draws ``(y_rep_i, log w)`` of every obs
   from the posterior draws with the model) and its stored weights, with ``y_rep_i`` simulated at each point
   (PyMC: ``pm.sample_posterior_predictive`` on those points; otherwise the user's ``simulate=``), seeded from
   ``random_seed``;
-- an observation whose ``elpd_i`` came from a refit, the mixture run or SMC (draws not kept) falls back to plain
-  PSIS, with :func:`ppl_loo.loo_expectation`'s warning.
+- an observation whose ``elpd_i`` came from a refit or the mixture run uses the draws the result kept
+  (:mod:`ppl_loo.workflow.loo.kept`) and their weights the same way; where they were not kept (a refit read from a
+  checkpoint) it falls back to plain PSIS, with :func:`ppl_loo.loo_expectation`'s warning.
 
 The score of each observation is ``arviz_stats``' own array function (``array_stats.loo_score``: the
 probability-weighted-moment estimator of Taillardat et al. 2016 for the CRPS, the weighted Gini mean difference for
@@ -77,7 +78,8 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         As ``arviz_stats.loo_score``: ``CRPS`` or ``SCRPS`` with ``mean`` (the mean of the pointwise scores,
         larger is better: the CRPS is negated, the SCRPS is so oriented by definition) and ``se``; with
         ``pointwise=True`` also ``pointwise`` (a DataArray over the observation dims, with the coordinate
-        ``weights``: ``"psis"`` or ``"adapted"``) and ``pareto_k`` (the k-hat of the weights used).
+        ``weights``: ``"psis"``, ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectation`) and
+        ``pareto_k`` (the k-hat of the weights used; NaN for refit and mixture draws).
     """
     if kind not in SCORES:
         raise ValueError(f"kind={kind!r}: use one of {', '.join(map(repr, SCORES))}.")
@@ -89,8 +91,8 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
     scores = _scores(y_pred.T, y_obs, lw.T, kind)
     used = np.full(n, "psis", dtype=object)
     if getattr(res, "engine_config", None) is not None:  # computed with a model: it may have adapted
-        for i, x, lw_i in _adapted_samples(data, res, model, random_seed, simulate):
-            scores[i], used[i] = _scores(x[None], y_obs[i:i + 1], lw_i[None], kind)[0], "adapted"
+        for i, x, lw_i, source in _adapted_samples(data, res, model, random_seed, simulate):
+            scores[i], used[i] = _scores(x[None], y_obs[i:i + 1], lw_i[None], kind)[0], source
     return _result(res, scores, used, kind, pointwise)
 
 
@@ -139,14 +141,16 @@ def _predictive(data, res):
 
 
 def _adapted_samples(data, res, model, random_seed, simulate):
-    """``[(i, y_rep_i at the kept points, their log weights)]`` of every adapted observation."""
-    n_adapted = int(res.adapted_log_weights.sizes["adapted"]) if res.adapted_log_weights is not None else 0
-    if not n_adapted:  # nothing to simulate: no model needed (the refit/mixture/SMC ones are still named)
+    """``[(i, y_rep_i at the kept points, their log weights, source)]`` of every observation with other weights than
+    plain PSIS (``source``: adapted, refit, mixture)."""
+    n_adapted = sum(int(w.sizes[dim]) for w, dim in ((res.adapted_log_weights, "adapted"),
+                                                    (getattr(res, "kept_log_weights", None), "kept")) if w is not None)
+    if not n_adapted:  # nothing to simulate: no model needed (refit/mixture ones without kept draws are still named)
         warn_unkept(res, np.full(res.n_data_points, "psis", dtype=object))
         return []
     if random_seed is None:
-        raise ValueError(f"{n_adapted} observation(s) use adapted proposals, whose y_rep_i are simulated at the "
-                         "proposal's points: pass random_seed=<int> to pl.loo_score.")
+        raise ValueError(f"{n_adapted} observation(s) use adapted proposals, refit or mixture draws, whose y_rep_i are "
+                         "simulated at those points: pass random_seed=<int> to pl.loo_score.")
     model = checked_model(data, res, model, "loo_score")
     if simulate is not None and not callable(simulate):
         raise TypeError("`simulate` must be a callable simulate(params, rng) -> array (M, *obs_shape).")
@@ -155,7 +159,7 @@ def _adapted_samples(data, res, model, random_seed, simulate):
         return []
     if simulate is None:
         if not isinstance(model.source, PyMCModel):
-            raise ValueError(f"{len(points)} observation(s) use adapted proposals and the model "
+            raise ValueError(f"{len(points)} observation(s) use adapted proposals, refit or mixture draws, and the model "
                              f"({type(model.source).__name__}) cannot simulate y_rep at their points: pass "
                              "simulate=callable(params, rng) -> y_rep (M, *obs_shape) to pl.loo_score.")
         simulate = _pymc_simulator(model.source)
@@ -164,30 +168,32 @@ def _adapted_samples(data, res, model, random_seed, simulate):
 
 
 def _adapted_points(data, res, model):
-    """``[(i, params at the kept points, their log weights)]`` of every adapted observation (the points
-    :func:`ppl_loo.loo_expectation` weights); warns, as it does, where refit/mixture/SMC draws are not kept."""
+    """``[(i, params at the kept points, their log weights, source)]`` of every observation with other weights than plain
+    PSIS (the points :func:`ppl_loo.loo_expectation` weights); warns, as it does, where refit or mixture draws are
+    not kept."""
     out = list(adapted_points(data, res, model))
     used = np.full(res.n_data_points, "psis", dtype=object)
-    used[[i for i, _, _ in out]] = "adapted"
+    for i, _, _, source in out:
+        used[i] = source
     warn_unkept(res, used)
     return out
 
 
 def _simulated(simulate, points, rng, n):
-    """``[(i, y_rep_i (M_i,), log weights (M_i,))]``: ``simulate`` called once per group of observations (their
+    """``[(i, y_rep_i (M_i,), log weights (M_i,), source)]``: ``simulate`` called once per group of observations (their
     points concatenated, column ``i`` kept from observation ``i``'s block)."""
     out = []
     for group in _groups(points, n):
-        sizes = [len(lw) for _, _, lw in group]
+        sizes = [len(item[2]) for item in group]
         rows = sum(sizes)
-        params = {k: np.concatenate([p[k] for _, p, _ in group]) for k in group[0][1]}
+        params = {k: np.concatenate([item[1][k] for item in group]) for k in group[0][1]}
         y_rep = np.asarray(simulate(params, rng), dtype=float)
         if y_rep.size != rows * n or not np.all(np.isfinite(y_rep)):
             raise ValueError(f"simulate returned an array of shape {y_rep.shape} (or non-finite values) at {rows} "
                              f"points; expected ({rows}, *obs_shape) with {n} observations, all finite.")
         y_rep = y_rep.reshape(rows, n)
-        for (i, _, lw), end, size in zip(group, np.cumsum(sizes), sizes):
-            out.append((i, y_rep[end - size:end, i], lw))
+        for (i, _, lw, source), end, size in zip(group, np.cumsum(sizes), sizes):
+            out.append((i, y_rep[end - size:end, i], lw, source))
     return out
 
 
@@ -232,7 +238,8 @@ def _result(res, scores, used, kind, pointwise):
     mean, se = float(np.mean(scores)), float(np.std(scores) / np.sqrt(scores.size))
     template = res.elpd_i
     k_psis = res.pareto_k_psis if getattr(res, "pareto_k_psis", None) is not None else res.pareto_k
-    k = np.where(used == "adapted", np.asarray(res.pareto_k.values).ravel(), np.asarray(k_psis.values).ravel())
+    # the k-hat of the weights used: the adapted proposal's (NaN for refit and mixture draws), plain PSIS's elsewhere
+    k = np.where(used != "psis", np.asarray(res.pareto_k.values).ravel(), np.asarray(k_psis.values).ravel())
     k = xr.DataArray(k.reshape(template.shape), dims=template.dims, coords=template.coords, name="pareto_k")
     good_k = getattr(res, "good_k", None) or min(1 - 1 / np.log10(res.n_samples), 0.7)
     if np.any(k.values > good_k):

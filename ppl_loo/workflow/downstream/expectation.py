@@ -15,7 +15,8 @@ from ppl_loo.workflow.approx.stored_q import pvi_log_q, stored_gaussian
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
 
-__all__ = ["loo_expectation", "expectation", "checked_model", "adapted_points", "posterior_draws", "warn_unkept"]
+__all__ = ["loo_expectation", "expectation", "checked_model", "adapted_points", "kept_points", "posterior_draws",
+           "warn_unkept"]
 
 
 @uses_x64
@@ -58,10 +59,12 @@ def loo_expectation(data, res, values, *, model=None, kind="mean", probs=None):
         weights' right-tail k-hat and the two-tailed k-hat of ``h`` times the weights, ``h`` the quantity for the
         mean and its square for the variance and sd; the weights' alone for quantiles; computed from the raw
         ratios ``1 / p(y_i | theta)`` for plain PSIS, from the smoothed weights for adapted proposals, which
-        makes it slightly optimistic there) and ``weights`` (``"psis"`` or ``"adapted"``: which weights each
-        estimate used). An observation whose ``elpd_i`` came from a refit, mixture importance sampling or SMC
-        (their draws are not kept) gets the plain PSIS weights, and a warning names it; its ``pareto_k`` says
-        whether those can be trusted.
+        makes it slightly optimistic there) and ``weights``: which weights each estimate used, ``"psis"``,
+        ``"adapted"``, ``"refit"`` (the refit's draws, equally weighted; ``pareto_k`` NaN: no importance sampling)
+        or ``"mixture"`` (the mixture importance-sampling run's draws and weights). The result keeps those draws
+        (:mod:`ppl_loo.workflow.loo.kept`); where it could not (a refit read from a checkpoint, more than
+        ``KEEP_MAX_VALUES`` numbers) the observation gets the plain PSIS weights, and a warning names it; its
+        ``pareto_k`` says whether those can be trusted.
     """
     return expectation(data, res, values, model, kind, probs)
 
@@ -83,12 +86,13 @@ def expectation(data, res, values, model, kind="mean", probs=None, with_khat=Tru
     lw_psis = np.asarray(res.log_weights.transpose("chain", "draw", ...).values).reshape(S, n).T
     sets = [(f0[:, i], lw_psis[i], -ll[:, i]) for i in range(n)]  # (values, weights, weights for k-hat)
     used = np.full(n, "psis", dtype=object)
-    for i, params, lw in adapted_points(data, res, model, theta, ll):
+    for i, params, lw, source in adapted_points(data, res, model, theta, ll):
         fi = np.asarray(values(params), dtype=float).reshape(lw.size, -1)[:, i]
-        sets[i], used[i] = (fi, lw, lw), "adapted"
+        sets[i], used[i] = (fi, lw, None if source == "refit" else lw), source
     warn_unkept(res, used)
     out = np.array([weighted_summary(x, lw, kind, probs) for x, lw, _ in sets])
-    khat = np.array([function_khat(x, raw, kind) if with_khat else np.nan for x, _, raw in sets])
+    # a refit's draws are equally weighted draws of the LOO posterior: no importance sampling, no k-hat (NaN)
+    khat = np.array([function_khat(x, raw, kind) if with_khat and raw is not None else np.nan for x, _, raw in sets])
     template = res.elpd_i
     coords = dict(template.coords)
     coords["pareto_k"] = (template.dims, khat.reshape(template.shape))
@@ -120,29 +124,47 @@ def _checked_kind(kind, probs):
 
 
 def adapted_points(data, res, model, theta=None, ll=None):
-    """``(i, params, log weights)`` of every observation whose ``elpd_i`` uses an adapted proposal: its transformed
-    draws rebuilt with ``model`` (the checked adapter) as constrained parameters (``model.constrain``), ``-inf``
-    weights dropped; ``theta`` and ``ll`` are the posterior draws and their log-likelihood (:func:`posterior_draws`
-    when not given). Shared by :func:`loo_expectation` and :func:`ppl_loo.loo_score`."""
-    if theta is None or ll is None:
-        theta, ll = posterior_draws(data, res, model)
+    """``(i, params, log weights, source)`` of every observation whose ``elpd_i`` does not use the plain PSIS
+    weights: ``source`` ``"adapted"`` (its adapted proposal's transformed draws, rebuilt with ``model``, the checked
+    adapter), ``"refit"`` or ``"mixture"`` (the draws the result kept, :mod:`ppl_loo.workflow.loo.kept`); ``params``
+    are the points as constrained parameters (``model.constrain``), ``-inf`` weights dropped. ``theta`` and ``ll``
+    are the posterior draws and their log-likelihood (:func:`posterior_draws` when not given). Shared by
+    :func:`loo_expectation` and :func:`ppl_loo.loo_score`."""
     adapted = res.adapted_log_weights
-    if not adapted.sizes["adapted"]:
+    if adapted.sizes["adapted"]:
+        if theta is None or ll is None:
+            theta, ll = posterior_draws(data, res, model)
+        stored = stored_gaussian(data)
+        points = proposal_points(model, theta, res.engine_config,
+                                 None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
+                                 None if stored is None else stored[1], pvi_log_q(data, theta))
+        for j, i in enumerate(np.asarray(adapted["adapted"].values)):
+            pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
+            lw = np.asarray(adapted.values[j])
+            keep = np.isfinite(lw)
+            yield int(i), model.constrain(np.asarray(pts)[keep]), lw[keep], "adapted"
+    yield from kept_points(res, model)
+
+
+def kept_points(res, model):
+    """``(i, params, log weights, source)`` of the observations whose refit or mixture draws ``res`` kept."""
+    lws = getattr(res, "kept_log_weights", None)
+    if lws is None or not lws.sizes["kept"]:
         return
-    stored = stored_gaussian(data)
-    points = proposal_points(model, theta, res.engine_config,
-                             None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
-                             None if stored is None else stored[1], pvi_log_q(data, theta))
-    for j, i in enumerate(np.asarray(adapted["adapted"].values)):
-        pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
-        lw = np.asarray(adapted.values[j])
+    sets = np.asarray(res.kept_draws.values, dtype=np.float64)
+    if sets.shape[-1] != model.dim:
+        raise ValueError(f"the result kept draws of {sets.shape[-1]} parameters, the model has {model.dim}: pass the "
+                         "model the result was computed with.")
+    for j, i in enumerate(np.asarray(lws["kept"].values)):
+        lw = np.asarray(lws.values[j], dtype=np.float64)
         keep = np.isfinite(lw)
-        yield int(i), model.constrain(np.asarray(pts)[keep]), lw[keep]
+        pts = sets[int(lws["kept_set"].values[j])][keep]
+        yield int(i), model.constrain(pts), lw[keep], str(lws["kept_source"].values[j])
 
 
 def warn_unkept(res, used):
-    """A warning naming the observations whose ``elpd_i`` came from draws the result does not keep (a refit,
-    mixture importance sampling, SMC): their expectations use the plain PSIS weights."""
+    """A warning naming the observations whose ``elpd_i`` came from draws the result does not keep (a refit read
+    from a checkpoint, draws beyond the kept budget): their expectations use the plain PSIS weights."""
     transform = np.asarray(res.transform.values).astype(str).ravel()
     other = np.flatnonzero(np.isin(transform, ("refit", "mixture", "smc")) & (used == "psis"))
     if other.size:

@@ -24,7 +24,8 @@ SHORT = {"psis": "not adapted", "adapted": "adapted", "second_opinion": "second 
          "doubtful": "doubtful"}
 #: ``transform`` values that are no adapted proposal
 NOT_ADAPTED = ("psis", "failed", "refit", "mixture", "smc")
-#: ``transform`` values whose draws a result does not keep (the after-LOO functions fall back to plain PSIS weights)
+#: ``transform`` values whose draws a result keeps only in ``kept_draws`` (refit, mixture; never SMC's particles):
+#: where they are not there, the after-LOO functions fall back to plain PSIS weights
 UNKEPT = ("refit", "mixture", "smc")
 
 
@@ -77,9 +78,16 @@ def _bools(da, n):
 def after_loo_weights(res):
     """Which weights the after-LOO functions (``pl.loo_expectation``, ``loo_pit``, ``loo_score``, ``loo_r2``,
     ``loo_metrics``, ``loo_roc``) use per observation (flat): ``"adapted"`` where ``elpd_i`` used an adapted proposal
-    (its weights are kept), ``"fallback"`` where ``elpd_i`` came from a refit, mixture importance sampling or SMC
-    (draws the result does not keep: plain PSIS weights there, with a warning), ``"psis"`` elsewhere."""
+    or came from a refit or mixture importance sampling whose draws the result kept (``res.kept_log_weights``:
+    the weights of the draws ``elpd_i`` came from), ``"fallback"`` where ``elpd_i`` came from draws the result does
+    not keep (a refit read from a checkpoint, draws beyond the kept budget: plain PSIS weights there, with a
+    warning), ``"psis"`` elsewhere."""
     tr = transforms(res)
     out = np.where(np.isin(tr, NOT_ADAPTED), "psis", "adapted").astype("<U8")
-    out[np.isin(tr, UNKEPT)] = "fallback"
+    kept = getattr(res, "kept_log_weights", None)
+    is_kept = np.zeros(tr.size, bool)
+    if kept is not None:
+        is_kept[np.asarray(kept["kept"].values, dtype=int)] = True
+    out[np.isin(tr, UNKEPT) & is_kept] = "adapted"
+    out[np.isin(tr, UNKEPT) & ~is_kept] = "fallback"
     return out

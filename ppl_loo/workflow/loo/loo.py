@@ -28,6 +28,7 @@ from ppl_loo.workflow.loo.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
 from ppl_loo.workflow.loo.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
                                     pointwise_reasons, stable_se, stable_sum)
+from ppl_loo.workflow.loo.kept import KeptDraws
 from ppl_loo.workflow.loo.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, second_opinions
@@ -227,15 +228,16 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         pw.doubtful[:] = True
     # a NaN or infinite estimate is never vouched for (k = -inf: exactly uniform weights, a constant term)
     pw.doubtful |= np.isnan(pw.k) | (pw.k == np.inf) | ~np.isfinite(pw.elpd)
+    kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions
     evidence, notes, opinion_info = second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged,
-                                                    mixture, mixture_kwargs, smc, random_seed)
-    refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar)
+                                                    mixture, mixture_kwargs, smc, random_seed, kept)
+    refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar, kept)
     evidence = _with_refits(evidence, pw)
     reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes, refit_info)
     _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
           _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
-                   evidence=evidence, **opinion_info, max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
+                   evidence=evidence, **opinion_info, **kept.arrays(pw.transform), max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
                                                                                                    k_threshold))
 
 

@@ -128,14 +128,15 @@ def refit_settings(data, overrides=None):
 
 
 def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=None, progressbar=True,
-               posterior_draws=True, checkpoint=None):
+               posterior_draws=True, checkpoint=None, kept=None):
     """Refit each target observation; return ``{i: record}`` and the targets skipped for the budget.
 
     ``theta`` ``(S, d)`` and ``ll`` ``(S, n)`` are the full-data draws (chain-major) and their
     log-likelihood; the bridge pairs the refit's ``log p(y_i | theta)`` with ``ll[:, i]``. For draws
     of an approximation (``posterior_draws=False``) there are no full-data posterior draws to bridge
     with: ``elpd_i`` is the mean of ``p(y_i | theta)`` over the refit's draws. ``checkpoint``: a file
-    that keeps the finished refits (see the module docstring); those found there are not redone.
+    that keeps the finished refits (see the module docstring); those found there are not redone. ``kept``: a
+    :class:`~ppl_loo.workflow.loo.kept.KeptDraws` that gets each new refit's draws (a checkpoint keeps none).
     """
     if random_seed is None:
         raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
@@ -154,7 +155,7 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
     if density is not None:
         try:
             skipped = _run_batched(model, density, theta, ll, targets, seeds, settings, records, done, budget_s,
-                                   posterior_draws, full_chains, checkpoint, fingerprint, bar)
+                                   posterior_draws, full_chains, checkpoint, fingerprint, bar, kept)
         finally:
             bar.close()
         return records, skipped
@@ -180,6 +181,8 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         draws, info = run_interruptible(call) if getattr(model, "kind", None) == "JAX" else call()
         records[i] = {**_refit_record(model, i, draws, ll, posterior_draws, full_chains),
                       "seconds": time.perf_counter() - t1, **info}
+        if kept is not None:
+            kept.add_refit(i, draws)
         if checkpoint:
             done[i] = records[i]
             _write_checkpoint(checkpoint, fingerprint, done)
@@ -226,7 +229,7 @@ CPU_BATCH, ACCELERATOR_BATCH = 8, 128
 
 
 def _run_batched(model, density, theta, ll, targets, seeds, settings, records, done, budget_s, posterior_draws,
-                 full_chains, checkpoint, fingerprint, bar):
+                 full_chains, checkpoint, fingerprint, bar, kept=None):
     """The refits of ``targets`` in batched NUTS runs (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`) of
     equal-sized batches (one compilation; the last batch is padded with its last target, whose copy is dropped;
     with a time budget the first batch is the worst target alone, and the budget is checked between batches).
@@ -263,6 +266,8 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
             records[i] = {**_refit_record(model, i, drawn, ll, posterior_draws, full_chains), "seconds": seconds,
                           "sampler": f"BlackJAX NUTS, one batched run of {len(batch)} refit{'s' if len(batch) != 1 else ''}",
                           "divergences": int(div[b].sum()), "step_size": float(np.mean(eps[b]))}
+            if kept is not None:
+                kept.add_refit(i, drawn)
             if checkpoint:
                 done[i] = records[i]
             bar.update(1)
@@ -369,9 +374,10 @@ def refit_converged(rec):
     return bool(rec["rhat_loglik"] <= RHAT_VOUCH and rec.get("rhat_max", 1.0) <= RHAT_VOUCH)
 
 
-def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar):
+def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar, kept=None):
     """Run the requested refits and put their exact ``elpd_i`` into ``pw`` (a
-    :class:`~ppl_loo.workflow.loo.adapt.Pointwise`); returns the refit records (``res.refit_info``)."""
+    :class:`~ppl_loo.workflow.loo.adapt.Pointwise`); returns the refit records (``res.refit_info``); their draws
+    go to ``kept`` (a :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
     if refit is None:
         return {}
     targets, budget = refit_targets(refit, doubtful=pw.doubtful, flagged=flagged, k_final=pw.k, n=draws.ll.shape[1])
@@ -380,7 +386,7 @@ def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_se
     records, skipped = run_refits(model, draws.theta, draws.ll, targets, refit_settings(data, refit_kwargs),
                                   random_seed=random_seed, budget_s=budget, progressbar=progressbar,
                                   posterior_draws=not draws.approx,
-                                  checkpoint=dict(refit_kwargs or {}).get("checkpoint"))
+                                  checkpoint=dict(refit_kwargs or {}).get("checkpoint"), kept=kept)
     bad = [i for i, r in records.items() if not refit_converged(r)]
     if bad:
         worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))

@@ -20,7 +20,7 @@ __all__ = ["LooResult", "loo_datatree"]
 POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",
              "influence", "doubtful", "reason", "refit", "searched", "influence_pareto_k", "approx_ok", "evidence")
 #: DataArrays over other dims (draws, adapted observations)
-WEIGHTS = ("log_weights", "log_q", "adapted_log_weights")
+WEIGHTS = ("log_weights", "log_q", "adapted_log_weights", "kept_draws", "kept_log_weights")
 #: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
 SUMMARY = {"elpd": float, "se": float, "p": float, "good_k": float, "n_samples": int, "n_data_points": int,
            "warning": bool, "scale": str, "approx_posterior": bool, "max_rhat": float, "max_rhat_var": str,
@@ -110,6 +110,8 @@ class LooResult(ELPDDataLOO):
     var_name: str | None = None
     searched: DataArray = None
     adapted_log_weights: DataArray = None
+    kept_draws: DataArray = None
+    kept_log_weights: DataArray = None
     log_q: DataArray = None
     engine_config: dict | None = None
     approximation: str | None = None

@@ -62,6 +62,7 @@ class MixtureRun(NamedTuple):
     ok: np.ndarray
     info: dict
     theta: Any = None  # (chains, draws, d) unconstrained mixture draws
+    ll: Any = None  # (chains * draws, n) the log-likelihood there, chain-major
 
 
 def default_seed(theta) -> int:
@@ -168,7 +169,7 @@ def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
             "seconds": time.perf_counter() - t0, "max_rhat": float(rhat_p[j]) if j >= 0 else float("nan"),
             "max_rhat_coordinate": j, "rhat_mixture_weights": rhat_w, "ess_posterior_weights": float(est.ess_posterior)}
     ok = mixture_vouches(np.minimum(est.ess, est.ess_loo), rhat, info)
-    return MixtureRun(est.elpd, est.mcse, est.ess, rhat, ok, info, draws)
+    return MixtureRun(est.elpd, est.mcse, est.ess, rhat, ok, info, draws, ll)
 
 
 def mixture_run_ok(info):

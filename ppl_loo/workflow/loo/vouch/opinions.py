@@ -52,8 +52,9 @@ def mixture_run_settings(data, overrides=None):
     return mixture_settings(base, overrides)
 
 
-def _mixture(model, data, draws, mixture_kwargs, random_seed):
-    """The mixture opinion and the run's info (with the error where it could not run)."""
+def _mixture(model, data, draws, mixture_kwargs, random_seed, kept=None):
+    """The mixture opinion and the run's info (with the error where it could not run); the run that counts gives
+    its draws to ``kept`` (a :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
     settings = mixture_run_settings(data, mixture_kwargs)
     try:
         run = run_mixture(model, draws.theta, settings, random_seed)
@@ -73,21 +74,24 @@ def _mixture(model, data, draws, mixture_kwargs, random_seed):
         warnings.warn(f"pl.loo: the mixture importance-sampling run failed ({err}); the observations it was to "
                       "check are judged without it.", UserWarning, stacklevel=4)
         return None, {"error": str(err)}
+    if kept is not None:
+        kept.add_mixture(run.theta, run.ll)
     info = {**run.info, "elpd_i": run.elpd.tolist(), "mcse_i": run.mcse.tolist(), "ok_i": run.ok.tolist(),
             "n_ok": int(run.ok.sum())}
     return Opinion("mixture", run.elpd, run.mcse, run.ok), info
 
 
 def second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged, mixture, mixture_kwargs, smc,
-                    random_seed):
-    """Run the second opinions asked for, settle every observation (``pw`` in place).
+                    random_seed, kept=None):
+    """Run the second opinions asked for, settle every observation (``pw`` in place); the mixture run's draws go to
+    ``kept`` (a :class:`~ppl_loo.workflow.loo.kept.KeptDraws`).
 
     Returns ``(evidence, notes, extras)`` (:func:`~ppl_loo.workflow.loo.vouch.rule.settle`; ``extras``: the result's
     ``mixture_info`` and ``smc_info``, None for what did not run).
     """
     opinions, info, smc_info = [], None, None
     if mixture is True or (mixture == "auto" and pw.doubtful.any()):
-        op, info = _mixture(model, data, draws, mixture_kwargs, random_seed)
+        op, info = _mixture(model, data, draws, mixture_kwargs, random_seed, kept)
         opinions += [op] if op is not None else []
     if smc is not False and not unconverged and not draws.approx:
         if smc is True:
