@@ -303,3 +303,81 @@ def mixture_program(code: str, log_lik: str = "log_lik") -> str:
     _, body_start, end = blocks["model"]
     model_part = f"  {{\n{text[body_start:end].strip(chr(10)).rstrip()}\n  }}\n"
     return _replace_blocks(text, blocks, {"model": "model {\n" + model_part + gq_part + "}"})
+
+
+#: distributions Stan writes on a link scale and has no CDF for: the CDF of the natural-scale distribution, with the
+#: link's inverse applied to the parameter at that position (0-based, after the ``|``)
+_LINK_SCALE = {"poisson_log": ("poisson", 0, "exp"), "bernoulli_logit": ("bernoulli", 0, "inv_logit"),
+               "binomial_logit": ("binomial", 1, "inv_logit"), "neg_binomial_2_log": ("neg_binomial_2", 0, "exp")}
+_LOG_LIK_CALL = r"(\b{name}\s*\[[^\]=;]*\]\s*=\s*)([A-Za-z]\w*?)_(lpdf|lpmf)\s*\("
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at the ``sep`` characters outside brackets."""
+    parts, depth, last = [], 0, 0
+    for k, c in enumerate(text):
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if c == sep and depth == 0:
+            parts.append(text[last:k])
+            last = k + 1
+    return parts + [text[last:]]
+
+
+def _close(text: str, k: int) -> int:
+    """The index of the parenthesis closing the one opened just before ``text[k]``."""
+    depth = 1
+    for j in range(k, len(text)):
+        depth += (text[j] == "(") - (text[j] == ")")
+        if depth == 0:
+            return j
+    raise ValueError("unbalanced parentheses")
+
+
+def cdf_program(code: str, log_lik: str = "log_lik", below: bool = False) -> tuple[str, bool]:
+    """The program whose ``log_lik`` generated quantity is the observation model's log CDF at each observation.
+
+    Every assignment ``log_lik[...] = D_lpdf(y | args);`` (or ``_lpmf``) of the generated quantities becomes
+    ``log_lik[...] = D_lcdf(y | args);``, Stan's own CDF of the same distribution at the same parameters
+    (``below=True``: ``D_lcdf(y - 1 | args)``, ``P(y_rep < y)`` of a discrete outcome). Distributions on a link
+    scale use their natural-scale CDF (:data:`_LINK_SCALE`: ``poisson_log(eta)`` as ``poisson(exp(eta))``).
+    Every other block is kept, so the program has the same parameters and data. Returns the program and whether
+    the outcome is discrete (``_lpmf``).
+
+    Raises
+    ------
+    ValueError
+        An assignment to ``log_lik`` is not one ``_lpdf``/``_lpmf`` call (a sum, a truncation, a mixture), there
+        is none, or discrete and continuous ones are mixed: the caller asks for ``cdf=``.
+    """
+    text = _strip_comments(canonical(code))
+    blocks = _blocks(text)
+    _log_lik_statements(text, blocks, log_lik)  # checks that the block declares it
+    _, body_start, end = blocks["generated quantities"]
+    body = text[body_start:end]
+    pieces, pos, kinds = [], 0, set()
+    for m in re.finditer(rf"\b{re.escape(log_lik)}\b[^;=]*=[^;]*;", body):
+        call = re.match(_LOG_LIK_CALL.format(name=re.escape(log_lik)), m.group(0))
+        close = _close(m.group(0), call.end()) if call else -1
+        if call is None or m.group(0)[close + 1:].strip() != ";":
+            raise ValueError(f"the statement {m.group(0).strip()!r} does not assign one _lpdf or _lpmf call to "
+                             f"{log_lik!r}: no CDF can be derived from it")
+        dist, kind = call.group(2), call.group(3)
+        args = _split_top(m.group(0)[call.end():close], "|")
+        if len(args) != 2:
+            raise ValueError(f"the statement {m.group(0).strip()!r}: no '|' in the call to {dist}_{kind}")
+        outcome, params = args[0].strip(), _split_top(args[1], ",")
+        if dist in _LINK_SCALE:
+            dist, at, link = _LINK_SCALE[dist]
+            params[at] = f" {link}({params[at].strip()})"
+        if below:
+            outcome = f"({outcome}) - 1"
+        kinds.add(kind)
+        pieces += [body[pos:m.start()], f"{call.group(1)}{dist}_lcdf({outcome} |{','.join(params)});"]
+        pos = m.end()
+    if not kinds:
+        raise ValueError(f"the generated quantities never assign {log_lik!r}: no CDF can be derived")
+    if len(kinds) > 1:
+        raise ValueError(f"{log_lik!r} is assigned from both _lpdf and _lpmf calls: no one CDF can be derived")
+    new_gq = text[blocks["generated quantities"][0]:body_start] + "".join(pieces) + body[pos:] + "}"
+    return _replace_blocks(text, blocks, {"generated quantities": new_gq}), kinds == {"lpmf"}

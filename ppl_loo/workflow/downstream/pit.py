@@ -35,7 +35,9 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
         ``cdf(params) -> array (M, *obs_shape)``: ``P(y_rep_i <= y_i | theta)`` at ``M`` parameter points
         (``params`` as in :func:`ppl_loo.loo_expectation`), or for a discrete outcome the tuple
         ``(P(y_rep_i <= y_i | theta), P(y_rep_i < y_i | theta))``. Default: the model's own (a PyMC model's
-        ``logcdf`` of the observed distribution; ``model.pit_cdf`` of a JAX model that defines it).
+        ``logcdf`` of the observed distribution; a Stan program's own ``_lcdf`` of the distribution in its
+        ``log_lik`` statements, ``log_lik[i] = D_lpdf(y[i] | ...)``, as derived by
+        :func:`ppl_loo.stan.derived.cdf_program`; ``model.pit_cdf`` of a JAX model that defines it).
     random_seed : int or numpy.random.Generator
         The uniform draws of the randomized PIT (discrete outcomes; required there).
 
