@@ -126,3 +126,29 @@ def test_search_of_the_627_parameter_horseshoe_fits_in_memory():
     compiled = mapped_search(search, 1).lower(data, sds((1,), jnp.int64), sds((1, S), f64)).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
     assert temp <= plan.per_obs_bytes <= 2**30  # was 120 GB (var) before blocking
+
+
+def test_auto_batch_size_on_an_accelerator_uses_its_free_memory(monkeypatch):
+    """On a CPU (this machine's JAX reports no device memory) up to 8 observations within ~1 GB; where the device
+    reports its free memory (an accelerator), up to 64 within a quarter of it."""
+    import ppl_loo.workflow.loo.adapt as adapt
+    from ppl_loo.numerics.loo.memory import device_free_bytes, machine_bytes
+    from ppl_loo.numerics.nuts import default_chain_method
+
+    if jax.default_backend() == "cpu":
+        assert device_free_bytes() is None and default_chain_method() == "sequential"
+    else:
+        assert device_free_bytes() > 0 and default_chain_method() == "vectorized"
+    assert default_chain_method("parallel") == "parallel"
+    per_obs = 100 * 2**20
+    call = lambda n_flagged: auto_batch_size("auto", 1000, 10, 50, n_flagged, structured=False,  # noqa: E731
+                                             per_obs_bytes=per_obs)
+    monkeypatch.setattr(adapt, "device_free_bytes", lambda: None)
+    assert call(100) == min(8, min(2**30, machine_bytes() // 8) // per_obs)
+    monkeypatch.setattr(adapt, "device_free_bytes", lambda: 8 * 2**30)  # 2 GiB usable: 20 observations of 100 MiB
+    assert call(100) == 20 and call(5) == 5
+    monkeypatch.setattr(adapt, "device_free_bytes", lambda: 80 * 2**30)
+    assert call(1000) == 64
+    monkeypatch.setattr(adapt, "device_free_bytes", lambda: 0)
+    assert call(100) == 1
+    assert auto_batch_size(3, 1000, 10, 50, 100) == 3  # a number given is used as it is

@@ -27,7 +27,7 @@ import jax.extend.core as jcore
 import numpy as np
 
 __all__ = ["BLOCK_BYTES", "ONE_DRAW_FACTOR", "SAFETY", "aval_bytes", "jaxpr_peak_bytes", "draw_bytes", "draw_block",
-           "fits_one_draw", "fits_dense", "map_draws", "block_bytes_of", "machine_bytes"]
+           "fits_one_draw", "fits_dense", "map_draws", "block_bytes_of", "machine_bytes", "device_free_bytes"]
 
 #: bytes of temporaries one blocked per-draw computation of one observation's search may hold
 BLOCK_BYTES = 2**28
@@ -44,6 +44,21 @@ def machine_bytes():
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
         return 2**33
+
+
+def device_free_bytes():
+    """Free memory of JAX's default device in bytes (its ``memory_stats()``: ``bytes_limit - bytes_in_use``), or
+    None on a CPU (whose memory is the machine's, :func:`machine_bytes`) and on a device that does not report it."""
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return None
+    try:
+        stats = device.memory_stats() or {}
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+    if "bytes_limit" not in stats:
+        return None
+    return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
 
 
 def block_bytes_of(cfg):

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from ppl_loo.numerics.glm_lines import line_bytes
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
-from ppl_loo.numerics.loo.memory import machine_bytes
+from ppl_loo.numerics.loo.memory import device_free_bytes, machine_bytes
 from ppl_loo.numerics.loo.plan import left_out_message, search_plan
 from ppl_loo.workflow.loo.distributed import resolve_client, run_search_distributed
 from ppl_loo.workflow.loo.engine import compiled_engine
@@ -101,9 +101,15 @@ def check_transforms(transforms, default):
     return names
 
 
+#: ``batch_size="auto"``: at most this many observations per call on a CPU (within ~1 GB, an eighth of the machine's
+#: memory at most), and on an accelerator (within a quarter of its free memory)
+CPU_MAX_BATCH, ACCELERATOR_MAX_BATCH = 8, 64
+
+
 def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11, per_obs_bytes=None):
-    """``batch_size="auto"``: up to 8 observations per vectorized call within ~1 GB of temporaries
-    (at most an eighth of the machine's memory).
+    """``batch_size="auto"``: on a CPU up to :data:`CPU_MAX_BATCH` observations per vectorized call within ~1 GB of
+    temporaries (at most an eighth of the machine's memory); on an accelerator up to :data:`ACCELERATOR_MAX_BATCH`
+    within a quarter of the device's free memory (:func:`~ppl_loo.numerics.loo.memory.device_free_bytes`).
 
     One observation's search holds a few ``(S, d)`` float64 arrays and the temporaries of one line
     evaluation when the model evaluates lines through its structure (closed-form models, PyMC GLMs):
@@ -123,8 +129,12 @@ def auto_batch_size(batch_size, S, d, n, n_flagged, structured=True, n_steps=11,
         per_obs = float(per_obs_bytes)
     else:
         per_obs = 8.0 * S * (60 * n_steps * n + 4 * d * d + 8 * d)
-    budget = min(2**30, machine_bytes() // 8)
-    return int(max(1, min(8, n_flagged, budget // per_obs)))
+    free = device_free_bytes()
+    if free is None:
+        budget, cap = min(2**30, machine_bytes() // 8), CPU_MAX_BATCH
+    else:
+        budget, cap = free // 4, ACCELERATOR_MAX_BATCH
+    return int(max(1, min(cap, n_flagged, budget // per_obs)))
 
 
 def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar, client=False):

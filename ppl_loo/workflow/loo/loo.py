@@ -95,7 +95,8 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     batch_size : int or "auto"
         Observations evaluated together in one vectorized call: the draws are read once per batch,
         so larger batches are faster and use more memory. ``"auto"`` picks up to 8 within a
-        working-memory budget of about 1 GB per batch.
+        working-memory budget of about 1 GB per batch on a CPU, and up to 64 within a quarter of the
+        device's free memory on an accelerator (GPU).
     min_ess : float, optional
         A candidate proposal counts only if the effective sample size ``1 / sum w^2`` of its
         smoothed weights is at least this; default ``min(100, S / 10)``. k-hat alone misses maps

@@ -468,9 +468,11 @@ def _adapted_pit(name, res, tree, model):
     except (ValueError, TypeError, NotImplementedError) as err:
         return None, str(err)
     alpha = 1.0 - float(rcParams["stats.envelope_prob"])
-    n_adapted = int(np.sum(np.asarray(pit.weights.values).astype(str) == "adapted"))
-    sentence = _pit_sentence(var, p_value, alpha) + (f" Computed with the adapted weights (pl.loo_pit: the exact "
-                                                     f"predictive CDF; {n_adapted} observations adapted).")
+    used = np.asarray(pit.weights.values).astype(str)
+    sentence = _pit_sentence(var, p_value, alpha) + (
+        f" Computed with the adapted weights (pl.loo_pit: the exact predictive CDF; {int(np.sum(used == 'adapted'))} "
+        f"observations adapted, {int(np.sum(np.isin(used, ('refit', 'mixture'))))} with their refit or mixture "
+        "draws).")
     return (f"<h3>{escape(name)}</h3>\n"
             f'<p class="pit-test" data-p-value="{p_value!r}" data-alpha="{alpha!r}" data-weights="adapted">'
             f"{escape(sentence)}</p>\n"
