@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 
 import arviz_stats as azs
+import jax.numpy as jnp
 import jax.scipy.stats as jst
 import numpy as np
 import pytest
@@ -133,3 +134,30 @@ def test_bad_cdf_is_named():
         pl.loo_pit(data, res, model=model, cdf=lambda p: np.full((np.asarray(p["beta"]).shape[0], 40), np.nan))
     with pytest.raises(TypeError, match="`cdf` must be a callable"):
         pl.loo_pit(data, res, model=model, cdf=0.5)
+
+
+def test_jax_model_cdf_from_its_declared_output():
+    """A JaxModel that declares its output (``Output(fn, "gaussian", sigma)`` or ``"bernoulli"``) and its observed
+    values needs no cdf=: identical to the CDF written by hand at the same points."""
+    from ppl_loo.model import Output
+
+    y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 4.0, 0.7])
+    model = pl.JaxModel({"mu": ((), None)}, lambda v: jst.norm.logpdf(v["mu"], 0.0, 10.0),
+                        lambda v: jst.norm.logpdf(y, v["mu"], 1.0), obs_dims=("obs",), observed=y,
+                        output=Output(lambda v: v["mu"] * np.ones((y.size, 1)), "gaussian", 1.0))
+    data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
+    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False)
+    auto = pl.loo_pit(data, res, model=model)
+    by_hand = pl.loo_pit(data, res, model=model, cdf=lambda p: stats.norm.cdf(y, np.asarray(p["mu"])[:, None], 1.0))
+    np.testing.assert_allclose(auto.values, by_hand.values, rtol=0, atol=1e-12)
+    # bernoulli: P(y_rep <= y) and P(y_rep < y) with P(y_rep = 1) = expit(a + b x)
+    x, yb = np.linspace(-2, 2, 9), np.array([0, 0, 1, 0, 1, 1, 0, 1, 1])
+    logit = pl.JaxModel({"a": ((), None), "b": ((), None)}, lambda v: 0.0,
+                        lambda v: yb * (v["a"] + v["b"] * x) - jnp.logaddexp(0.0, v["a"] + v["b"] * x),
+                        observed=yb, output=Output(lambda v: (v["a"] + v["b"] * x)[:, None], "bernoulli"))
+    params = {"a": np.array([0.3, -1.0]), "b": np.array([1.5, 0.2])}
+    upper, lower = logit.pit_cdf(params)
+    p1 = 1 / (1 + np.exp(-(params["a"][:, None] + params["b"][:, None] * x)))
+    np.testing.assert_allclose(upper, np.where(yb == 1, 1.0, 1 - p1), rtol=1e-12)
+    np.testing.assert_allclose(lower, np.where(yb == 1, 1 - p1, 0.0), rtol=1e-12)
+    assert pl.JaxModel({"mu": ((), None)}, lambda v: 0.0, lambda v: jst.norm.logpdf(y, v["mu"], 1.0)).pit_cdf is None

@@ -441,6 +441,7 @@ class JaxModel(LayoutMixin, PosteriorModel):
     ):
         self.layout = ParameterLayout(params, param_dims)
         self.output = None if output is None else output._replace(fn=self._output_on_theta(output.fn))
+        self._output_values_fn = None if output is None else output.fn  # on constrained values (pit_cdf)
         self._log_prior = log_prior
         self._log_lik = log_lik
         self._loo_log_density = loo_log_density
@@ -483,6 +484,33 @@ class JaxModel(LayoutMixin, PosteriorModel):
             raise ValueError(
                 f"observed has shape {self.observed.shape} but log_lik returns {self.obs_shape}."
             )
+
+    @property
+    def pit_cdf(self):
+        """The predictive CDF at the observed values, for :func:`ppl_loo.loo_pit`, from the declared ``output``:
+        ``"gaussian"``, ``P(y_rep_i <= y_i | theta) = Phi((y_i - f_i) / sigma)``; ``"bernoulli"`` (a discrete
+        outcome), the tuple ``(P(y_rep_i <= y_i | theta), P(y_rep_i < y_i | theta))`` with
+        ``P(y_rep_i = 1) = expit(f_i)``. None without ``output`` and ``observed``, or for another likelihood."""
+        if self.output is None or self.observed is None or self.output.likelihood not in ("gaussian", "bernoulli"):
+            return None
+        return self._output_cdf
+
+    @uses_x64
+    def _output_cdf(self, params):
+        """:attr:`pit_cdf` at the points ``params`` (``{name: (M, *shape)}``, constrained): ``(M, *obs_shape)``."""
+        from scipy import special, stats
+
+        fn = self._output_values_fn
+        f = np.asarray(jax.vmap(lambda v: jnp.reshape(fn(v), (-1,)))({k: jnp.asarray(v) for k, v in params.items()}))
+        y = np.asarray(self.observed, dtype=np.float64).reshape(1, -1)
+        if f.shape[1] != y.shape[1]:
+            raise ValueError(f"output.fn gives {f.shape[1]} values per draw for {y.shape[1]} observations: pit_cdf "
+                             "needs one output per observation (C = 1); pass pl.loo_pit cdf= instead.")
+        shape = (f.shape[0],) + tuple(self.obs_shape)
+        if self.output.likelihood == "gaussian":
+            return stats.norm.cdf(y, f, self.output.sigma).reshape(shape)
+        p1 = special.expit(f)
+        return (np.where(y >= 1, 1.0, 1.0 - p1).reshape(shape), np.where(y >= 1, 1.0 - p1, 0.0).reshape(shape))
 
     def _output_on_theta(self, fn):
         def on_theta(theta, X=None):
