@@ -16,7 +16,7 @@ from ppl_loo.workflow.loo.kfold import KFoldResult, kfold
 from ppl_loo.workflow.downstream.compare import compare
 from ppl_loo.workflow.downstream.crps import loo_score
 from ppl_loo.workflow.downstream.expectation import loo_expectation
-from ppl_loo.workflow.downstream.pit import loo_pit
+from ppl_loo.workflow.downstream.pit import loo_pit, plot_loo_pit
 from ppl_loo.workflow.downstream.scores import LooMetric, loo_metrics, loo_r2
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
 from ppl_loo.workflow.subsample.subsample import loo_subsample
@@ -33,6 +33,6 @@ from ppl_loo.workflow.loo.vouch.loo_mixture import loo_mixture
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
+__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_pit", "plot_loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model", "qnvb", "laplace", "laplace_predictive",
            "compare", "report", "kfold", "KFoldResult"]

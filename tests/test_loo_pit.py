@@ -150,6 +150,9 @@ def test_jax_model_cdf_from_its_declared_output():
     auto = pl.loo_pit(data, res, model=model)
     by_hand = pl.loo_pit(data, res, model=model, cdf=lambda p: stats.norm.cdf(y, np.asarray(p["mu"])[:, None], 1.0))
     np.testing.assert_allclose(auto.values, by_hand.values, rtol=0, atol=1e-12)
+    # the plot through arviz-plots draws these values (backend "none": no figure library needed)
+    pc = pl.plot_loo_pit(data, res, model=model, backend="none")
+    np.testing.assert_array_equal(pc.data[res.var_name].values, auto.values)
     # bernoulli: P(y_rep <= y) and P(y_rep < y) with P(y_rep = 1) = expit(a + b x)
     x, yb = np.linspace(-2, 2, 9), np.array([0, 0, 1, 0, 1, 1, 0, 1, 1])
     logit = pl.JaxModel({"a": ((), None), "b": ((), None)}, lambda v: 0.0,

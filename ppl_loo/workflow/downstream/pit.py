@@ -12,11 +12,12 @@ predictive draws to count. For a discrete outcome the PIT is randomized (Czado e
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.workflow.downstream.expectation import checked_model, expectation
 
-__all__ = ["loo_pit"]
+__all__ = ["loo_pit", "plot_loo_pit"]
 
 
 @uses_x64
@@ -78,6 +79,33 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
     rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
     pit = lower + rng.uniform(size=upper.shape) * (upper - lower)
     return _named(pit.clip(0.0, 1.0), upper)
+
+
+def plot_loo_pit(data, res, *, model=None, cdf=None, random_seed=None, backend=None, **kwargs):
+    """The LOO-PIT plot with the adapted weights: the ECDF of :func:`loo_pit`'s values minus the uniform CDF, with
+    its simultaneous confidence band and uniformity test, drawn by ``arviz_plots.plot_ecdf_pit`` (the figure
+    ``arviz_plots.plot_loo_pit`` draws from plain PSIS weights).
+
+    Parameters
+    ----------
+    data, res, model, cdf, random_seed
+        As :func:`loo_pit`.
+    backend : str, optional
+        The ``arviz_plots`` backend (``"matplotlib"``, ``"bokeh"``, ``"plotly"``, ``"none"``; default its
+        ``rcParams``).
+    **kwargs
+        Passed to ``arviz_plots.plot_ecdf_pit`` (``visuals=``, ``stats=``, ``ci_prob=``, ...).
+
+    Returns
+    -------
+    arviz_plots.PlotCollection
+        Its ``data`` holds the LOO-PIT values (group ``loo_pit``, the log-likelihood variable's name).
+    """
+    import arviz_plots as azp  # drawing only here (import ppl_loo loads no plotting library)
+
+    pit = loo_pit(data, res, model=model, cdf=cdf, random_seed=random_seed)
+    tree = xr.DataTree.from_dict({"loo_pit": xr.Dataset({res.var_name or "y": pit})})
+    return azp.plot_ecdf_pit(tree, group="loo_pit", sample_dims=list(pit.dims), backend=backend, **kwargs)
 
 
 def _probability(values):
