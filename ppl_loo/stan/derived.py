@@ -55,7 +55,7 @@ from pathlib import Path
 
 from ppl_loo.stan.compile import StanCompileError, stanc_path
 
-__all__ = ["OBS_INDEX", "loglik_program", "mixture_program", "canonical"]
+__all__ = ["OBS_INDEX", "BELOW", "loglik_program", "mixture_program", "cdf_program", "canonical"]
 
 #: the data entry of the derived program that selects the observation (1-based)
 OBS_INDEX = "ppl_loo_obs_index"
@@ -310,6 +310,8 @@ def mixture_program(code: str, log_lik: str = "log_lik") -> str:
 _LINK_SCALE = {"poisson_log": ("poisson", 0, "exp"), "bernoulli_logit": ("bernoulli", 0, "inv_logit"),
                "binomial_logit": ("binomial", 1, "inv_logit"), "neg_binomial_2_log": ("neg_binomial_2", 0, "exp")}
 _LOG_LIK_CALL = r"(\b{name}\s*\[[^\]=;]*\]\s*=\s*)([A-Za-z]\w*?)_(lpdf|lpmf)\s*\("
+#: the generated quantity of :func:`cdf_program` with ``log P(y_rep < y)`` of a discrete outcome
+BELOW = "ppl_loo_lcdf_below"
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -334,50 +336,68 @@ def _close(text: str, k: int) -> int:
     raise ValueError("unbalanced parentheses")
 
 
-def cdf_program(code: str, log_lik: str = "log_lik", below: bool = False) -> tuple[str, bool]:
+def cdf_program(code: str, log_lik: str = "log_lik") -> tuple[str, bool]:
     """The program whose ``log_lik`` generated quantity is the observation model's log CDF at each observation.
 
     Every assignment ``log_lik[...] = D_lpdf(y | args);`` (or ``_lpmf``) of the generated quantities becomes
-    ``log_lik[...] = D_lcdf(y | args);``, Stan's own CDF of the same distribution at the same parameters
-    (``below=True``: ``D_lcdf(y - 1 | args)``, ``P(y_rep < y)`` of a discrete outcome). Distributions on a link
-    scale use their natural-scale CDF (:data:`_LINK_SCALE`: ``poisson_log(eta)`` as ``poisson(exp(eta))``).
-    Every other block is kept, so the program has the same parameters and data. Returns the program and whether
-    the outcome is discrete (``_lpmf``).
+    ``log_lik[...] = D_lcdf(y | args);``, Stan's own CDF of the same distribution at the same parameters. For a
+    discrete outcome (``_lpmf``) a second generated quantity, :data:`BELOW` (declared as ``log_lik`` is), gets
+    ``D_lcdf(y - 1 | args)``, ``log P(y_rep < y)``, in the same program. Distributions on a link scale use their
+    natural-scale CDF (:data:`_LINK_SCALE`: ``poisson_log(eta)`` as ``poisson(exp(eta))``). Every other block is
+    kept, so the program has the same parameters and data. Returns the program and whether the outcome is discrete.
 
     Raises
     ------
     ValueError
         An assignment to ``log_lik`` is not one ``_lpdf``/``_lpmf`` call (a sum, a truncation, a mixture), there
-        is none, or discrete and continuous ones are mixed: the caller asks for ``cdf=``.
+        is none, discrete and continuous ones are mixed, or (discrete) ``log_lik`` is declared with a value: the
+        caller asks for ``cdf=``.
     """
     text = _strip_comments(canonical(code))
     blocks = _blocks(text)
     _log_lik_statements(text, blocks, log_lik)  # checks that the block declares it
+    if re.search(rf"\b{BELOW}\b", text):
+        raise ValueError(f"the program already uses the name {BELOW!r}")
     _, body_start, end = blocks["generated quantities"]
     body = text[body_start:end]
     pieces, pos, kinds = [], 0, set()
     for m in re.finditer(rf"\b{re.escape(log_lik)}\b[^;=]*=[^;]*;", body):
-        call = re.match(_LOG_LIK_CALL.format(name=re.escape(log_lik)), m.group(0))
-        close = _close(m.group(0), call.end()) if call else -1
-        if call is None or m.group(0)[close + 1:].strip() != ";":
-            raise ValueError(f"the statement {m.group(0).strip()!r} does not assign one _lpdf or _lpmf call to "
-                             f"{log_lik!r}: no CDF can be derived from it")
-        dist, kind = call.group(2), call.group(3)
-        args = _split_top(m.group(0)[call.end():close], "|")
-        if len(args) != 2:
-            raise ValueError(f"the statement {m.group(0).strip()!r}: no '|' in the call to {dist}_{kind}")
-        outcome, params = args[0].strip(), _split_top(args[1], ",")
-        if dist in _LINK_SCALE:
-            dist, at, link = _LINK_SCALE[dist]
-            params[at] = f" {link}({params[at].strip()})"
-        if below:
-            outcome = f"({outcome}) - 1"
+        lhs, dist, kind, outcome, params = _density_call(m.group(0), log_lik)
+        call = f"{dist}_lcdf({outcome} |{','.join(params)});"
+        below = f" {re.sub(rf'^{re.escape(log_lik)}', BELOW, lhs)}{dist}_lcdf(({outcome}) - 1 |{','.join(params)});"
         kinds.add(kind)
-        pieces += [body[pos:m.start()], f"{call.group(1)}{dist}_lcdf({outcome} |{','.join(params)});"]
+        # braces: the two statements stay one where the original was a loop's body without them
+        pieces += [body[pos:m.start()], f"{{ {lhs}{call}{below} }}" if kind == "lpmf" else lhs + call]
         pos = m.end()
     if not kinds:
         raise ValueError(f"the generated quantities never assign {log_lik!r}: no CDF can be derived")
     if len(kinds) > 1:
         raise ValueError(f"{log_lik!r} is assigned from both _lpdf and _lpmf calls: no one CDF can be derived")
-    new_gq = text[blocks["generated quantities"][0]:body_start] + "".join(pieces) + body[pos:] + "}"
+    new_body = "".join(pieces) + body[pos:]
+    if kinds == {"lpmf"}:
+        decl = re.search(rf"^([ \t]*)((?:array\s*\[[^\]]*\]\s*)?\w+(?:<[^;]*>)?(?:\[[^\]]*\])?)\s+"
+                         rf"{re.escape(log_lik)}\s*;", new_body, re.MULTILINE)
+        if decl is None:
+            raise ValueError(f"{log_lik!r} is declared with a value: no CDF below the observed counts can be derived")
+        new_body = new_body[:decl.end()] + f"\n{decl.group(1)}{decl.group(2)} {BELOW};" + new_body[decl.end():]
+    new_gq = text[blocks["generated quantities"][0]:body_start] + new_body + "}"
     return _replace_blocks(text, blocks, {"generated quantities": new_gq}), kinds == {"lpmf"}
+
+
+def _density_call(statement: str, log_lik: str):
+    """``(lhs, distribution, "lpdf" or "lpmf", outcome, [parameters])`` of ``log_lik[...] = D_lpdf(y | ...);``, the
+    distribution on its natural scale (:data:`_LINK_SCALE`), or a ValueError: no CDF can be derived from it."""
+    call = re.match(_LOG_LIK_CALL.format(name=re.escape(log_lik)), statement)
+    close = _close(statement, call.end()) if call else -1
+    if call is None or statement[close + 1:].strip() != ";":
+        raise ValueError(f"the statement {statement.strip()!r} does not assign one _lpdf or _lpmf call to "
+                         f"{log_lik!r}: no CDF can be derived from it")
+    dist, kind = call.group(2), call.group(3)
+    args = _split_top(statement[call.end():close], "|")
+    if len(args) != 2:
+        raise ValueError(f"the statement {statement.strip()!r}: no '|' in the call to {dist}_{kind}")
+    params = _split_top(args[1], ",")
+    if dist in _LINK_SCALE:
+        dist, at, link = _LINK_SCALE[dist]
+        params[at] = f" {link}({params[at].strip()})"
+    return call.group(1), dist, kind, args[0].strip(), params

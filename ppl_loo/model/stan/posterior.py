@@ -61,7 +61,7 @@ from ppl_loo.model.stan.data import (
     unconstrain_draws,
 )
 from ppl_loo.stan.compile import StanCompileError
-from ppl_loo.stan.derived import OBS_INDEX, cdf_program, loglik_program, mixture_program
+from ppl_loo.stan.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, mixture_program
 from ppl_loo.stan.model import StanDataError, StanModel, merge_loo_options
 from ppl_loo.stan.sampler import sample_cmdstan_csv
 
@@ -225,7 +225,7 @@ class StanPosterior(PosteriorModel):
         self._full_lock = threading.Lock()
         self._deleted: list = [None] * self.n_obs  # (StanModel, keep index, None or LOG_LIK), built lazily
         self._loglik_base = None  # the derived log_lik program (StanModel), built on first need
-        self._cdf = None  # the derived CDF programs of pit_cdf (compiled on first use)
+        self._cdf = None  # the derived CDF program of pit_cdf (compiled on first use)
         self._mixture_model = None  # the derived mixture program (StanModel with the sampler), built on first need
         #: how the LOO density is obtained: "deletion", "loo_extra" or LOG_LIK (known after the first deletion)
         self.loo_method = None
@@ -729,31 +729,29 @@ class StanPosterior(PosteriorModel):
         them), and for a discrete outcome the tuple with ``P(y_rep_i < y_i | theta)``: Stan's own ``_lcdf`` of the
         distribution of each ``log_lik`` statement, in a derived program
         (:func:`~ppl_loo.stan.derived.cdf_program`). For :func:`ppl_loo.loo_pit`."""
-        models, discrete = self._cdf_models()
+        model, discrete = self._cdf_model()
         dataset = xr.Dataset({name: (("chain", "draw") + tuple(f"{name}_dim_{k}" for k in range(np.ndim(v) - 1)),
                                      np.asarray(v)[None]) for name, v in params.items()})
-        theta = self.unconstrain(dataset)
-        out = []
-        for m in models:
-            values = m.param_constrain(theta, include_tp=True, include_gq=True, seed=self._seed)
-            cols = flat_columns(m, self._log_lik_name)
-            out.append(np.exp(values[:, [cols[f"{self._log_lik_name}.{k + 1}"] for k in range(self.n_obs)]]))
+        values = model.param_constrain(self.unconstrain(dataset), include_tp=True, include_gq=True, seed=self._seed)
+        cols = flat_columns(model, self._log_lik_name)
+        if discrete:
+            cols.update(flat_columns(model, BELOW))
+        out = [np.exp(values[:, [cols[f"{name}.{k + 1}"] for k in range(self.n_obs)]])
+               for name in (self._log_lik_name, BELOW)[:1 + discrete]]
         return tuple(out) if discrete else out[0]
 
-    def _cdf_models(self):
-        """The compiled CDF programs (``P(y_rep <= y)``, and ``P(y_rep < y)`` for a discrete outcome) and whether
-        the outcome is discrete; compiled on first use (cached like every Stan program)."""
+    def _cdf_model(self):
+        """The compiled CDF program and whether the outcome is discrete; compiled on first use (cached like every
+        Stan program)."""
         if self._cdf is None:
             try:
                 code, discrete = cdf_program(self.code, self._log_lik_name)
-                codes = [code] + ([cdf_program(self.code, self._log_lik_name, below=True)[0]] if discrete else [])
-                models = [StanModel(c, self.data, seed=self._seed, n_threads=self.bridge.n_threads, log_lik=None)
-                          for c in codes]
+                model = StanModel(code, self.data, seed=self._seed, n_threads=self.bridge.n_threads, log_lik=None)
             except (ValueError, StanCompileError, StanDataError) as err:
                 raise ValueError(f"no predictive CDF could be derived from the program's {self._log_lik_name!r} "
                                  f"statements ({str(err).splitlines()[0]}): pass pl.loo_pit "
                                  "cdf=callable(params) -> P(y_rep_i <= y_i | theta).") from err
-            self._cdf = (models, discrete)
+            self._cdf = (model, discrete)
         return self._cdf
 
     def __repr__(self) -> str:
