@@ -49,8 +49,9 @@ def main():
             os.makedirs(cache)
             for label, where in (("no cache", "off"), ("cache written (cold)", cache), ("cache read (warm)", cache)):
                 rows.append({"run": label, "repeat": r, **_run(where, args.draws, out)})
-                print(f"{label:22s} first call {rows[-1]['wall_first_s']:6.2f} s, compiled {rows[-1]['wall_second_s']:6.2f} s,"
-                      f" difference {rows[-1]['compile_s']:6.2f} s", flush=True)
+                row = rows[-1]
+                print(f"{label:22s} first call {row['wall_first_s']:6.2f} s, compiled {row['wall_second_s']:6.2f} s, "
+                      f"difference {row['compile_s']:6.2f} s", flush=True)
             rows[-1]["cache_files"] = len(os.listdir(cache))
     result = {"what": "benchmarks/engine.py --set all (ovarian LR, d = 1537, 54 observations, 89 candidates each) "
                       "in fresh processes: the first call of the search with and without XLA's persistent cache",

@@ -66,9 +66,10 @@ def test_poisson_log_program_cdf_is_poissons_at_exp_eta():
     assert np.all(lower[:, 0] == 0.0)
 
 
-@pytest.mark.parametrize("statement", ["log_lik[n] = normal_lpdf(y[n] | mu, 1) + 0.5;",
-                                       "log_lik[n] = log_mix(0.3, normal_lpdf(y[n] | mu, 1), normal_lpdf(y[n] | 0, 1));",
-                                       "log_lik[n] += normal_lpdf(y[n] | mu, 1);"])
+@pytest.mark.parametrize("statement", [
+    "log_lik[n] = normal_lpdf(y[n] | mu, 1) + 0.5;",
+    "log_lik[n] = log_mix(0.3, normal_lpdf(y[n] | mu, 1), normal_lpdf(y[n] | 0, 1));",
+    "log_lik[n] += normal_lpdf(y[n] | mu, 1);"])
 def test_a_log_lik_that_is_not_one_density_call_is_refused(statement):
     code = ("data { int N; vector[N] y; } parameters { real mu; } model { y ~ normal(mu, 1); } "
             "generated quantities { vector[N] log_lik; for (n in 1:N) { " + statement + " } }")

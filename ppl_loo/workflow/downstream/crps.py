@@ -159,8 +159,8 @@ def _adapted_samples(data, res, model, random_seed, simulate):
         return []
     if simulate is None:
         if not isinstance(model.source, PyMCModel):
-            raise ValueError(f"{len(points)} observation(s) use adapted proposals, refit or mixture draws, and the model "
-                             f"({type(model.source).__name__}) cannot simulate y_rep at their points: pass "
+            raise ValueError(f"{len(points)} observation(s) use adapted proposals, refit or mixture draws, and the "
+                             f"model ({type(model.source).__name__}) cannot simulate y_rep at their points: pass "
                              "simulate=callable(params, rng) -> y_rep (M, *obs_shape) to pl.loo_score.")
         simulate = _pymc_simulator(model.source)
     rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
@@ -168,8 +168,8 @@ def _adapted_samples(data, res, model, random_seed, simulate):
 
 
 def _adapted_points(data, res, model):
-    """``[(i, params at the kept points, their log weights, source)]`` of every observation with other weights than plain
-    PSIS (the points :func:`ppl_loo.loo_expectation` weights); warns, as it does, where refit or mixture draws are
+    """``[(i, params at the kept points, their log weights, source)]`` of every observation with other weights than
+    plain PSIS (the points :func:`ppl_loo.loo_expectation` weights); warns, as it does, where refit or mixture draws are
     not kept."""
     out = list(adapted_points(data, res, model))
     used = np.full(res.n_data_points, "psis", dtype=object)

@@ -47,7 +47,8 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
     -------
     DataArray
         ``loo_pit`` over the observation dims, in [0, 1], with the coordinate ``weights`` (``"psis"``,
-        ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectation`) and ``pareto_k`` (the k-hat of the mean of the CDF under those weights).
+        ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectation`) and ``pareto_k`` (the
+        k-hat of the mean of the CDF under those weights).
     """
     model = checked_model(data, res, model, "loo_pit")
     if cdf is None:

@@ -62,8 +62,8 @@ class KeptDraws:
                     break
                 mixture_set, total = len(sets), total + self.mixture[0].size
                 sets.append(("mixture", self.mixture[0]))
-                lw_all = -self.mixture[1] - mixture_log_weights(self.mixture[1])[:, None]
-            rows.append((int(i), mixture_set, lw_all[:, i]))
+                l_s = mixture_log_weights(self.mixture[1])  # (M,): no (M, n) temporary
+            rows.append((int(i), mixture_set, -self.mixture[1][:, i] - l_s))
         for i in np.flatnonzero(tr == "refit"):
             draws = self.refits.get(int(i))
             if draws is None or total + draws.size > KEEP_MAX_VALUES:

@@ -25,10 +25,10 @@ from ppl_loo.workflow.loo.engine import adapted_weights_array, config_to_plain, 
 from ppl_loo.workflow.loo.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
                                      get_log_likelihood, identical_chains, max_rhat_of, obs_labels, stan_labelled,
                                      with_stan_labels)
+from ppl_loo.workflow.loo.kept import KeptDraws
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
 from ppl_loo.workflow.loo.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
                                     pointwise_reasons, stable_se, stable_sum)
-from ppl_loo.workflow.loo.kept import KeptDraws
 from ppl_loo.workflow.loo.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, second_opinions
@@ -238,8 +238,8 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
           _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
     return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
-                   evidence=evidence, **opinion_info, **kept.arrays(pw.transform), max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain,
-                                                                                                   k_threshold))
+                   evidence=evidence, **opinion_info, **kept.arrays(pw.transform), max_rhat=max_rhat,
+                   max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain, k_threshold))
 
 
 def _with_refits(evidence, pw):
