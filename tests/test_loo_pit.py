@@ -164,3 +164,13 @@ def test_jax_model_cdf_from_its_declared_output():
     np.testing.assert_allclose(upper, np.where(yb == 1, 1.0, 1 - p1), rtol=1e-12)
     np.testing.assert_allclose(lower, np.where(yb == 1, 1 - p1, 0.0), rtol=1e-12)
     assert pl.JaxModel({"mu": ((), None)}, lambda v: 0.0, lambda v: jst.norm.logpdf(y, v["mu"], 1.0)).pit_cdf is None
+
+
+def test_jax_output_cdf_refuses_more_than_one_output_per_observation():
+    from ppl_loo.model import Output
+
+    y = np.array([0.1, -0.4, 1.2])
+    model = pl.JaxModel({"mu": ((), None)}, lambda v: 0.0, lambda v: jst.norm.logpdf(y, v["mu"], 1.0), observed=y,
+                        output=Output(lambda v: v["mu"] * np.ones((y.size, 2)), "gaussian", 1.0))
+    with pytest.raises(ValueError, match=r"output.fn gives 6 values per draw for 3 observations.*pass pl.loo_pit cdf="):
+        model.pit_cdf({"mu": np.array([0.0, 1.0])})

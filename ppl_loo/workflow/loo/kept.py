@@ -62,7 +62,7 @@ class KeptDraws:
                     break
                 mixture_set, total = len(sets), total + self.mixture[0].size
                 sets.append(("mixture", self.mixture[0]))
-                l_s = mixture_log_weights(self.mixture[1])  # (M,): no (M, n) temporary
+                l_s = mixture_log_weights(self.mixture[1])  # (M,), shared by every mixture row
             rows.append((int(i), mixture_set, -self.mixture[1][:, i] - l_s))
         for i in np.flatnonzero(tr == "refit"):
             draws = self.refits.get(int(i))
