@@ -91,8 +91,8 @@ def outlier_fits():
     ``{name: DataTree with a loo group}`` (posterior_predictive and observed_data included):
 
     - ``"normal"``: the search alone with three proposals (``transforms=["ll", "newton", "var"]``, no mixture, no
-      SMC) and a refit of observation ``REFIT``: some observations adapted, observation ``DOUBTFUL`` (9.0)
-      doubtful, ``REFIT`` refit (exact LOO, no k-hat after);
+      SMC, every observation examined: ``adapt="all"``) and a refit of observation ``REFIT``: some observations
+      adapted, observation ``DOUBTFUL`` (9.0) doubtful, ``REFIT`` refit (exact LOO, no k-hat after);
     - ``"normal_default"``: the same draws with ``pl.loo``'s defaults (the second opinions vouch for ``DOUBTFUL``);
     - ``"student_t"``: the Student-t model with ``pl.loo``'s defaults.
 
@@ -111,7 +111,7 @@ def outlier_fits():
                 out["student_t"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
                 continue
             search = pl.loo(tree, model, progressbar=False, random_seed=1, transforms=["ll", "newton", "var"],
-                            mixture=False, smc=False, refit=[REFIT])
+                            adapt="all", mixture=False, smc=False, refit=[REFIT])
             out["normal"] = pl.add_loo(tree, search)
             out["normal_default"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
     return out

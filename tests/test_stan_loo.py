@@ -256,6 +256,13 @@ def test_normal_outlier_loo(normal_fit):
     assert res.pareto_k_psis.values[OUTLIER] > res.good_k
     assert res.pareto_k.values[OUTLIER] <= res.good_k
     assert res.transform.values[OUTLIER] != "psis"
+    # adapt="auto" on 12 observations examines those with plain k above 0.3 or a high influence, not every one
+    # (the others keep plain PSIS, within their Monte Carlo error of the closed form above)
+    k, infl = res.pareto_k_psis.values, res.influence.values
+    expected = (k > 0.3) | (infl > np.log(theta.shape[0] / 100))
+    np.testing.assert_array_equal(res.searched.values, expected)
+    assert 0 < expected.sum() < model.n_obs
+    assert np.all(res.transform.values[~expected] == "psis")
 
 
 # ----------------------------------------------------------------------------- the user-facing path

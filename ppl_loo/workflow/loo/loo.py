@@ -120,8 +120,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         Which observations the adaptive search examines. ``"flagged"``: plain-PSIS k above 0.5, or
         influence above ``influence_threshold``. ``"all"``: every observation (a k-hat below 0.5 is
         no guarantee either: in the ground-truth suite plain PSIS with k = 0.47 was 0.19 nats off on
-        a Poisson model with one latent variable per observation). ``"auto"`` (default): all when
-        there are at most 100 observations, else the flagged ones.
+        a Poisson model with one latent variable per observation). ``"auto"`` (default): with at most 100
+        observations, those with k above 0.3 or influence above ``influence_threshold`` (below 0.3 plain PSIS
+        was within its Monte Carlo error on every observation of the ground-truth suite), else the flagged ones.
     reff : float, optional
         Relative efficiency ``ESS / S`` of the draws (``arviz_stats.loo``'s ``reff``): it sets the length of the
         Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1

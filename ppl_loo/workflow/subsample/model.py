@@ -22,7 +22,7 @@ from ppl_loo.workflow.loo.inputs import (MIN_DRAWS, RHAT_VOUCH, SAMPLE_DIMS, ali
                                      obs_labels)
 from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS, check_hbar, model_reasons
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_plain, warn_unconverged
-from ppl_loo.workflow.loo.plain import (ADAPT_ALL_N, flag_observations, logmeanexp, plain_psis, pointwise_reasons)
+from ppl_loo.workflow.loo.plain import (flag_observations, logmeanexp, plain_psis, pointwise_reasons)
 from ppl_loo.workflow.subsample.estimate import choose_observations, combine, lpd_of, make_result, select_columns
 from ppl_loo.workflow.subsample.plain import sample_r_eff
 
@@ -110,8 +110,7 @@ def _search(model, draws, cfg, idx, n, opts):
     if adapt == "none":
         flagged = np.zeros(len(idx), bool)
     else:
-        mode = "all" if adapt == "all" or (adapt == "auto" and n <= ADAPT_ALL_N) else "flagged"
-        flagged = flag_observations(plain, S, cfg.k_threshold, mode, opts["influence_threshold"])
+        flagged = flag_observations(plain, S, cfg.k_threshold, adapt, opts["influence_threshold"], n_total=n)
     pos = np.flatnonzero(flagged)
     cols = draws._replace(ll=SubsampleColumns(draws.ll, idx, n))
     results = run_search(model, cols, cfg, idx[pos], opts["batch_size"], opts["progressbar"],
