@@ -30,7 +30,7 @@ AUTO_SMALL_N = 100
 #: ``adapt="auto"`` on at most :data:`AUTO_SMALL_N` observations examines every observation from this k-hat on (and
 #: every influential one). In the ground-truth suite (``benchmarks/results/truth``, 13 models) none of the 122
 #: observations with plain k below 0.3 was off by more than 3 combined Monte Carlo SEs (largest error 0.097 nats);
-#: from 0.33 on some were (0.18 nats at k = 0.37, 5 SEs). Examining every observation cost 12 times as much on the
+#: from 0.33 on some were (0.18 nats at k = 0.37, 5 SEs). Examining every observation cost 18 times as much on the
 #: 40-observation negative-binomial Stan regression of ``benchmarks/stan_search.py``.
 AUTO_SMALL_K = 0.3
 #: what to do about NaN or infinite values of a stored log-likelihood
