@@ -12,7 +12,7 @@ from ppl_loo.model.jax.jax_model import JaxModel
 from ppl_loo.model.jax.pvi import SimulatorModel
 from ppl_loo.stan import StanModel
 from ppl_loo.workflow.loo.add_loo import add_loo
-from ppl_loo.workflow.loo.kfold import KFoldResult, kfold
+from ppl_loo.workflow.exact.kfold import KFoldResult, kfold
 from ppl_loo.workflow.downstream.compare import compare
 from ppl_loo.workflow.downstream.crps import loo_score
 from ppl_loo.workflow.downstream.expectation import loo_expectation

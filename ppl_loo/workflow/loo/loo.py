@@ -17,6 +17,7 @@ from ppl_loo.model import as_model
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.psis import khat_threshold, psislw
+from ppl_loo.workflow.exact.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.loo.adapt import Candidates, Pointwise, check_transforms, decide, run_search
 from ppl_loo.workflow.loo.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
 from ppl_loo.workflow.loo.distributed import resolve_client
@@ -29,7 +30,6 @@ from ppl_loo.workflow.loo.kept import KeptDraws
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
 from ppl_loo.workflow.loo.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
                                     pointwise_reasons, stable_se, stable_sum)
-from ppl_loo.workflow.loo.refit import apply_refits, check_refit_args
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, second_opinions
 
@@ -115,7 +115,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         ``warmup``, ``target_accept``, ``max_tree_depth``; ``checkpoint``, a file path where each
         finished refit is kept, so that a rerun after an interruption does not redo it; ``batched``
         (default True: PyMC and JAX models refit every target in one batched NUTS run; False: the
-        model's own sampler, one refit after the other) (:mod:`ppl_loo.workflow.loo.refit`).
+        model's own sampler, one refit after the other) (:mod:`ppl_loo.workflow.exact.refit`).
     adapt : {"auto", "all", "flagged"}
         Which observations the adaptive search examines. ``"flagged"``: plain-PSIS k above 0.5, or
         influence above ``influence_threshold``. ``"all"``: every observation (a k-hat below 0.5 is

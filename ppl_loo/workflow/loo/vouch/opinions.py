@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
-from ppl_loo.workflow.loo.refit import refit_settings
+from ppl_loo.workflow.exact.refit import refit_settings
 from ppl_loo.workflow.loo.vouch.mixture import default_seed, mixture_run_ok, mixture_settings, run_mixture
 from ppl_loo.workflow.loo.vouch.rule import Opinion, settle
 from ppl_loo.workflow.loo.vouch.smc import run_smc

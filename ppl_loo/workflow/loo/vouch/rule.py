@@ -8,7 +8,7 @@ Carlo SEs. The estimates are
   0.5 (``"psis"``) or two independently built transformations agree (``"adapted"``);
 - mixture importance sampling, from one extra MCMC run (:mod:`.mixture`);
 - tempered SMC from the posterior draws to the LOO posterior (:mod:`.smc`);
-- a refit (``refit=``, the last resort, :mod:`ppl_loo.workflow.loo.refit`).
+- a refit (``refit=``, the last resort, :mod:`ppl_loo.workflow.exact.refit`).
 
 Where two agree, the reported value is their precision-weighted mean; its SE is the larger of their SEs with their
 difference added in quadrature (:func:`_pooled`: agreement cannot rule out a bias below the less precise estimate's

@@ -4,7 +4,7 @@ This module owns K-fold CV end to end: the folds (explicit ``folds=``, or built 
 ``kfold_split_random`` / ``kfold_split_stratified`` / ``kfold_split_grouped`` do, :func:`kfold_split`), the
 posterior without each fold (one run of :func:`ppl_loo.numerics.batched_nuts.batched_nuts` over folds x chains on
 ``log p(theta | y_-k) = logp(theta) - sum_j mask[k, j] log p(y_j | theta)`` up to a constant, warm-started from the
-full-data draws as the batched refits of :mod:`ppl_loo.workflow.loo.refit` are), the pointwise
+full-data draws as the batched refits of :mod:`ppl_loo.workflow.exact.refit` are), the pointwise
 
     elpd_i = log p(y_i | y_-k) ~= log mean_s p(y_i | theta_s^(-k)),   i in fold k,
 
@@ -34,11 +34,11 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 from ppl_loo.numerics.batched_nuts import BatchedTarget, lanes_per_batch
 from ppl_loo.numerics.bridge import log_mean_exp
+from ppl_loo.workflow.exact.refit import batched_refit_density, batched_run, refit_settings, warm_start
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, check_datatree, check_posterior_draws, rank_rhat
 from ppl_loo.workflow.loo.loo import pointwise_factory
 from ppl_loo.workflow.loo.plain import stable_se, stable_sum
-from ppl_loo.workflow.loo.refit import batched_refit_density, batched_run, refit_settings, warm_start
 
 __all__ = ["kfold", "KFoldResult", "kfold_split", "check_folds", "check_kfold_model", "fold_density"]
 
@@ -304,7 +304,7 @@ def check_folds(folds, n, shape=None, *, K=DEFAULT_K, given=(None, None)):
 
 
 def _settings(data, refit_kwargs):
-    """The fold fits' sampler settings (:func:`~ppl_loo.workflow.loo.refit.refit_settings`), ``refit_kwargs``
+    """The fold fits' sampler settings (:func:`~ppl_loo.workflow.exact.refit.refit_settings`), ``refit_kwargs``
     limited to :data:`KFOLD_SETTINGS`."""
     extra = sorted(set(dict(refit_kwargs or {})) - set(KFOLD_SETTINGS))
     if extra:
