@@ -13,7 +13,8 @@ of the fit. Seconds per observation are over all ``n`` observations of the data 
 search examined, and the seconds per examined one). Programs: a negative-binomial and a Poisson regression
 with 40 observations (3 and 2 parameters: the LOO density is the program on the data without the observation),
 and ``stan_models/poisson_lognormal.stan`` with 20 (a latent effect per observation, N + 2 parameters: the LOO
-density is ``log p(theta | y) - log_lik[i]``, the derived ``log_lik`` program of :mod:`ppl_loo.stan.derived`). Rows are printed and the JSON written as each program finishes.
+density is ``log p(theta | y) - log_lik[i]``, the derived ``log_lik`` program of :mod:`ppl_loo.stan.derived`).
+Rows are printed and the JSON written as each program finishes.
 
 For each model the search runs twice (three times for the regressions: also with ``adapt="all"``, every
 observation examined as before stop 33), with the full-model cache of the Stan callbacks
