@@ -329,6 +329,10 @@ def markdown(all_results):
             vs = f"{t['vs_plain']:+.4f} ± {t['vs_plain_se']:.4f}" if "vs_plain" in t and m != "plain" else ""
             lines.append(f"| {M.LABELS.get(m, m)} | {t['mean_abs_error']:.4f} | {vs} | {t['max_abs_error']:.3f} | "
                          f"{t['error_of_sum']:+.3f} | {t['doubtful']} | {t['silent_failures']} | {t['wall_s']:.1f} |")
+        for m, t in r.get("earlier_fit_table", {}).items():
+            lines.append(f"| {M.LABELS.get(m, m)}, on the earlier main fit | {t['mean_abs_error']:.4f} | | "
+                         f"{t['max_abs_error']:.3f} | {t['error_of_sum']:+.3f} | {t['doubtful']} | "
+                         f"{t['silent_failures']} | {t['wall_s']:.1f} |")
         for m, e in r.get("errors", {}).items():
             lines.append(f"| {M.LABELS.get(m, m)} | not run: {e} | | | | | |")
         ev = evidence_line(r, sorted(recs))
@@ -532,12 +536,19 @@ def main(argv=None):
         results, table = evaluate(problem, data, records, methods, cache_dir(args.cache, "full", name))
         rep = model_report(problem, data, records, results, table)
         old = RESULTS / f"{name}.json"
-        if args.truth == "committed" and args.new_main_fit:  # other draws: the earlier methods' scores go
+        if args.truth == "committed" and args.new_main_fit:  # other draws: the earlier methods' scores move aside
             rep["truth_main_fit"] = earlier_fit
+            prev = load_json(old)
+            earlier = {m: t for m, t in {**prev.get("earlier_fit_table", {}), **prev.get("table", {})}.items()
+                       if m not in methods}
+            if earlier:  # methods not re-run (bayesianquilts: 14 minutes), scored on the earlier fit's draws
+                rep["earlier_fit_table"] = earlier
         elif old.exists():  # keep the methods this run did not score (a --methods subset)
             prev = load_json(old)
             if args.truth == "committed" and prev.get("truth_main_fit"):  # the truth's bridges used an earlier fit
                 rep["truth_main_fit"] = prev["truth_main_fit"]
+            if args.truth == "committed" and prev.get("earlier_fit_table"):
+                rep["earlier_fit_table"] = prev["earlier_fit_table"]
             for key in ("table", "pointwise", "errors"):
                 for m, v in prev.get(key, {}).items():
                     if m not in methods:

@@ -128,7 +128,8 @@ def _report(plain, res, y, out):
     why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
            "alone is vouched for" if res.max_rhat > RHAT_VOUCH else
            "no two independent estimates agree: res.reason says what each gave")
-    print(f"doubtful: {int(np.sum(res.doubtful.values))} observations ({why})", file=out)
+    n_doubt = int(np.sum(res.doubtful.values))
+    print(f"doubtful: {n_doubt} observations" + (f" ({why})" if n_doubt else ""), file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)
     print(f"elpd_loo  adaptive  : {res.elpd:9.2f}  (SE {res.se:.2f}, p_loo {res.p:.1f})", file=out)
     for line in res.trust_lines()[1:]:

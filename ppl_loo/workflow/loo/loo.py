@@ -155,9 +155,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         ``target_accept``, ``max_tree_depth``.
     smc : "auto", bool
         Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.loo.vouch.smc`).
-        ``"auto"`` (default): for the observations still doubtful after the mixture run and those that only the
-        search vouches for (two transformations agreeing) where plain PSIS's k-hat is above 0.5 and the mixture
-        did not check them (maps of the same draws can miss together), in models of at most 100 unconstrained
+        ``"auto"`` (default): for the observations still doubtful after the mixture run, those the mixture
+        estimate vouches for alone, and those that only the search vouches for (two transformations agreeing)
+        where plain PSIS's k-hat is above 0.5 and the mixture did not check them (maps of the same draws can miss together), in models of at most 100 unconstrained
         parameters (its moves cost minutes per observation beyond; ``res.smc_info`` says when it was skipped);
         True: every searched observation, whatever the dimension; False: never. It counts only when the
         posterior draws converged.
@@ -171,7 +171,8 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
 
     Each ``elpd_i`` says which evidence vouches for it (``res.evidence``, :mod:`ppl_loo.workflow.loo.vouch.rule`):
     estimates from independent draws (the search's, mixture IS, SMC, a refit) that agree within 3 combined
-    Monte Carlo SEs; ``doubtful`` where none agree or none could run.
+    Monte Carlo SEs, or a mixture estimate that passes its run's checks where no other estimate exists
+    (``"mixture"``); ``doubtful`` where estimates disagree or none could run.
 
     Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
     draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a

@@ -25,7 +25,7 @@ def warn_unconverged(max_rhat, where, n_doubtful, which=""):
           f"{RHAT_VOUCH}, Vehtari et al. 2021). Importance sampling from them, plain PSIS and every adapted "
           f"proposal alike, can be off by more than its Monte Carlo error whatever its k-hat, so all "
           f"{n_doubtful} observation(s) not settled by estimates from other draws (the mixture run, when it ran and "
-          f"agreed: res.evidence) or refit are doubtful (res.doubtful{': ' + which if which else ''}). "
+          f"passed its checks: res.evidence) or refit are doubtful (res.doubtful{': ' + which if which else ''}). "
           f"Run longer or more chains (or reparameterize) and call pl.loo again, or refit: {_REFIT}.")
 
 

@@ -62,10 +62,11 @@ class LooResult(ELPDDataLOO):
       keeps plain PSIS's); ``refit_info`` has each refit's sampler, divergences, R-hat
       of ``log p(y_i | theta)`` and wall time;
     - ``searched``: True where the adaptive search examined the observation;
-    - ``evidence``: what vouches for ``elpd_i`` (``docs/method.md``, section 6;
+    - ``evidence``: what vouches for ``elpd_i`` (``docs/method.md``, section 8;
       :mod:`ppl_loo.workflow.loo.vouch.rule`): ``"psis"``, ``"adapted"`` (two transformations agree),
       ``"psis+mixture"``, ``"adapted+mixture"``, ``"mixture+smc"``, ``"adapted+smc"``, ``"psis+smc"``,
-      ``"refit"``; ``""`` where the observation is doubtful. ``mixture_info`` / ``smc_info``: the diagnostics
+      ``"mixture"`` (the mixture estimate alone, where nothing credible contradicts it), ``"refit"``; ``""`` where
+      the observation is doubtful. ``mixture_info`` / ``smc_info``: the diagnostics
       of the second opinions that ran (the mixture run's chains, draws, seconds, divergences, max R-hat, and per
       observation its estimate, SE and whether it passed its checks; SMC's particles, tempering steps,
       acceptance), None where they did not run;

@@ -96,12 +96,13 @@ def second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconve
     if smc is not False and not unconverged and not draws.approx:
         if smc is True:
             targets = np.asarray(obs_idx, dtype=int)
-        else:  # what is still doubtful, and what only maps of the posterior draws vouch for where plain PSIS failed
+        else:  # what is still doubtful, what only maps of the posterior draws vouch for where plain PSIS failed,
+            # and what the mixture run vouches for alone (SMC, where it runs, is its second opinion)
             trial = copy.deepcopy(pw)
             evidence, _ = settle(trial, plain, k_threshold, opinions, converged=True)
             checked = opinions[0].ok if opinions else np.zeros(pw.elpd.shape[0], bool)
             risky = (evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
-            targets = np.flatnonzero(trial.doubtful | risky)
+            targets = np.flatnonzero(trial.doubtful | risky | (evidence == "mixture"))
         d = int(np.asarray(draws.theta).shape[1])
         if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
             smc_info = {"skipped": f"{d} parameters, above smc='auto''s {SMC_AUTO_MAX_DIM} (tempered SMC's moves "
