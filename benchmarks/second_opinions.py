@@ -109,7 +109,8 @@ def measure(name, model, data, t_fit, exact, seed):
                                + (after.smc_info or {}).get("seconds", 0.0)) / t_fit,
            "doubtful_before": int(before.doubtful.values.sum()), "doubtful_after": int(after.doubtful.values.sum()),
            "n": int(after.n_data_points), "evidence": {str(k) or "doubtful": int(c) for k, c in zip(kinds, counts)},
-           "max_rhat_main": float(after.max_rhat), "elpd": float(after.elpd)}
+           "max_rhat_main": float(after.max_rhat), "elpd": float(after.elpd),
+           "max_rhat_mixture": float((after.mixture_info or {}).get("max_rhat", float("nan")))}
     if isinstance(exact, tuple):  # a refit truth with its Monte Carlo SE
         value, tse = exact
         err = after.elpd_i.values.ravel() - value
@@ -139,7 +140,7 @@ def main(argv=None):
         fits += [(fit_leverage_pymc, 4, 1000), (fit_ovarian, 2, 500), (fit_ovarian, 4, 1000)]
     rows = [measure(*fit(chains, draws), seed=7) for fit, chains, draws in fits]
     cols = ("model", "draws", "fit_s", "search_s", "mixture_s", "smc_s", "loo_default_s", "ratio_to_fit_plus_search",
-            "opinions_to_fit",
+            "opinions_to_fit", "max_rhat_main", "max_rhat_mixture",
             "doubtful_before", "doubtful_after", "max_abs_error_after", "vouched_and_within_3se", "silent_failures")
     print(" | ".join(cols))
     for r in rows:

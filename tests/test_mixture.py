@@ -72,9 +72,10 @@ def test_mixture_alone_guard_and_its_premise():
         assert np.mean(est > exact) > 0.6
 
 
-def _settled(converged):
+def _settled(converged, alone=True):
     """The rule on four observations plain PSIS cannot vouch for (k 1.0), with a mixture opinion: 0, below plain
-    PSIS; 1, 3 of its SEs above it; 2, failing its checks; 3, contradicting the search's candidate."""
+    PSIS; 1, 3 of its SEs above it; 2, failing its checks; 3, contradicting the search's candidate; ``alone``:
+    the mixture run's parameters converged too."""
     from types import SimpleNamespace
 
     plain = SimpleNamespace(elpd=np.array([-1.0, -1.0, -1.0, -1.2]), k=np.full(4, 1.0), mcse=np.full(4, 0.01),
@@ -82,7 +83,8 @@ def _settled(converged):
     pw = Pointwise.from_plain(plain)
     pw.doubtful[:] = True
     pw.cand_elpd[3], pw.cand_se[3], pw.cand_k[3], pw.cand_label[3] = -1.0, 0.01, 0.4, ("pmm1", 0.25)
-    mix = Opinion("mixture", np.array([-1.3, -0.7, -1.2, -1.5]), np.full(4, 0.1), np.array([True, True, False, True]))
+    mix = Opinion("mixture", np.array([-1.3, -0.7, -1.2, -1.5]), np.full(4, 0.1), np.array([True, True, False, True]),
+                  alone)
     evidence, notes = settle(pw, plain, 0.7, [mix], converged=converged)
     return pw, evidence, notes
 
@@ -99,6 +101,9 @@ def test_rule_mixture_alone():
     assert list(pw.doubtful) == [False, True, True, True]
     pw, evidence, notes = _settled(converged=False)
     assert list(evidence) == ["mixture", "", "", "mixture"] and pw.elpd[3] == -1.5
+    # a mixture run whose parameters have not converged vouches only with a second estimate
+    pw, evidence, notes = _settled(converged=False, alone=False)
+    assert list(evidence) == ["", "", "", ""] and pw.elpd[0] == -1.3 and "parameters have not all converged" in notes[0]
 
 
 def test_pooled_se_covers_what_agreement_cannot_resolve():

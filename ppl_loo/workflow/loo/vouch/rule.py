@@ -18,11 +18,12 @@ such draws counts not at all; the mixture run is judged by its own diagnostics. 
 passing mixture estimate contradicts becomes doubtful. Where no other estimate exists (plain PSIS and the search
 found nothing usable, SMC did not run or did not pass), a passing mixture estimate vouches alone (``"mixture"``):
 its weights are bounded, so its variance is finite, and its own diagnostics passed (R-hat, ESS, divergences of the
-mixture run), and it is not above plain PSIS's estimate by more than :data:`JENSEN_Z` of its SEs (plain importance
-sampling from the posterior is biased upward: :func:`mixture_alone_ok`). The same where the only other estimates
-come from posterior draws that have not converged: they vouch for nothing on their own, and their disagreement is no
-evidence against an estimate from draws whose own diagnostics passed. Where credible estimates exist and disagree, a
-passing mixture estimate is reported, still doubtful.
+mixture run; for vouching alone, also its parameters' R-hat: ``Opinion.alone``), and it is not above plain PSIS's
+estimate by more than :data:`JENSEN_Z` of its SEs (plain importance sampling from the posterior is biased upward:
+:func:`mixture_alone_ok`). The same where the only other estimates come from posterior draws that have not
+converged: they vouch for nothing on their own, and their disagreement is no evidence against an estimate from draws
+whose own diagnostics passed. Where credible estimates exist and disagree, a passing mixture estimate is reported,
+still doubtful.
 
 ``res.evidence`` names what vouched: ``"psis"``, ``"adapted"`` (two transformations), ``"psis+mixture"``,
 ``"adapted+mixture"``, ``"psis+smc"``, ``"adapted+smc"``, ``"mixture+smc"``, ``"mixture"`` (alone), ``"refit"``;
@@ -46,12 +47,15 @@ JENSEN_Z = 2.0
 
 
 class Opinion(NamedTuple):
-    """An independent estimate per observation: ``elpd``, ``mcse`` and ``ok`` (it may vouch), over all ``n``."""
+    """An independent estimate per observation: ``elpd``, ``mcse`` and ``ok`` (it may vouch), over all ``n``;
+    ``alone``: its run passed every diagnostic, its parameters' R-hat included, so that a passing estimate may
+    vouch without a second one (the mixture run; :func:`settle`)."""
 
     name: str
     elpd: np.ndarray
     mcse: np.ndarray
     ok: np.ndarray
+    alone: bool = False
 
 
 def agree(a, sa, b, sb, z=AGREE_Z):
@@ -180,12 +184,15 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
         # their disagreement says they are off: ovarian_lr, R-hat 1.065, obs 31: plain PSIS with k 0.57 -0.25, the
         # mixture -0.454 +- 0.058, the refits -0.460 +- 0.037): nothing credible contradicts the mixture's
         if len(passing) == 1 and (not engine or not converged):
-            if mixture_alone_ok(passing[0].elpd[i], passing[0].mcse[i], plain_elpd):
+            mix = passing[0]
+            if mix.alone and mixture_alone_ok(mix.elpd[i], mix.mcse[i], plain_elpd):
                 evidence[i] = "mixture"
                 return
-            notes[i] = (f"mixture {passing[0].elpd[i]:.2f} ± {passing[0].mcse[i]:.2f} is above plain PSIS's "
-                        f"{plain_elpd:.2f} by more than {JENSEN_Z:g} SEs, which importance sampling from the posterior "
-                        "draws overestimates: the mixture run likely missed part of the LOO posterior")
+            notes[i] = (f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: " + (
+                f"above plain PSIS's {plain_elpd:.2f} by more than {JENSEN_Z:g} SEs, which importance sampling from "
+                "the posterior draws overestimates: the mixture run likely missed part of the LOO posterior"
+                if mix.alone else "the mixture run's parameters have not all converged (R-hat), so it vouches only "
+                "where a second estimate agrees"))
             return
     said = "; ".join([f"{op.name} {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}" for op in passing]
                      + [f"{name} {e:.2f} ± {s:.2f}" for name, e, s, _, _ in engine])
