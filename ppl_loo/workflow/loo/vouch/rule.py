@@ -188,11 +188,12 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
             if mix.alone and mixture_alone_ok(mix.elpd[i], mix.mcse[i], plain_elpd):
                 evidence[i] = "mixture"
                 return
-            notes[i] = (f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: " + (
-                f"above plain PSIS's {plain_elpd:.2f} by more than {JENSEN_Z:g} SEs, which importance sampling from "
-                "the posterior draws overestimates: the mixture run likely missed part of the LOO posterior"
-                if mix.alone else "the mixture run's parameters have not all converged (R-hat), so it vouches only "
-                "where a second estimate agrees"))
+            why = (f"above plain PSIS's {plain_elpd:.2f} by more than {JENSEN_Z:g} SEs, which importance sampling "
+                   "from the posterior draws overestimates: the mixture run likely missed part of the LOO posterior"
+                   if mix.alone else "the mixture run's parameters have not all converged (R-hat), so it vouches "
+                   "only where a second estimate agrees")
+            notes[i] = (f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: {why}"
+                        + "".join(f"; {name} {e:.2f} ± {s:.2f}" for name, e, s, _, _ in engine))
             return
     said = "; ".join([f"{op.name} {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}" for op in passing]
                      + [f"{name} {e:.2f} ± {s:.2f}" for name, e, s, _, _ in engine])
