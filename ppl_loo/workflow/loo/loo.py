@@ -155,10 +155,11 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         ``target_accept``, ``max_tree_depth``.
     smc : "auto", bool
         Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.loo.vouch.smc`).
-        ``"auto"`` (default): for the observations still doubtful after the mixture run, those the mixture
-        estimate vouches for alone, and those that only the search vouches for (two transformations agreeing)
-        where plain PSIS's k-hat is above 0.5 and the mixture did not check them (maps of the same draws can miss together), in models of at most 100 unconstrained
-        parameters (its moves cost minutes per observation beyond; ``res.smc_info`` says when it was skipped);
+        ``"auto"`` (default): for the observations still doubtful after the mixture run, those the mixture estimate
+        vouches for alone, and those that only the search vouches for (two transformations agreeing) where plain
+        PSIS's k-hat is above 0.5 and the mixture did not check them (maps of the same draws can miss together), in
+        models of at most 100 unconstrained parameters (its moves cost minutes per observation beyond;
+        ``res.smc_info`` says when it was skipped);
         True: every searched observation, whatever the dimension; False: never. It counts only when the
         posterior draws converged.
     check_log_lik : bool

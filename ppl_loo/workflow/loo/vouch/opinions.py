@@ -47,9 +47,10 @@ def mixture_run_settings(data, overrides=None):
     none to reuse), with at least :data:`DEFAULT_SETTINGS`' warmup and draws per chain, then ``overrides``.
 
     The floor (also 4 chains: an estimate's SE includes the spread of the per-chain estimates, which two chains
-    resolve too coarsely for an estimate that vouches alone): each estimate must reach an effective sample size of
-    100 of its own (MCMC and importance sampling), which a short fit's settings cannot give (the CmdStan eight-schools CSVs of ``../shared/data``:
-    4 x 100 draws; a mixture run of that length passed its checks for 5 of 8 observations)."""
+    resolve too coarsely for an estimate that vouches alone): each estimate must reach an effective sample size of 100
+    of its own (MCMC and importance sampling), which a short fit's settings cannot give (the CmdStan eight-schools
+    CSVs of ``../shared/data``: 4 x 100 draws; a mixture run of that length passed its checks for 5 of 8
+    observations)."""
     try:
         base = refit_settings(data)
     except ValueError:  # one chain or few draws: nothing to reuse

@@ -80,7 +80,7 @@ def _pooled(a, sa, b, sb):
     return (wa * a + wb * b) / (wa + wb), np.sqrt(np.maximum(sa, sb) ** 2 + (a - b) ** 2)
 
 
-def mixture_alone_ok(elpd, se, plain_elpd, z=None):
+def mixture_alone_ok(elpd, se, plain_elpd, z=JENSEN_Z):
     """Whether a passing mixture estimate may vouch alone: not above plain PSIS's estimate from the posterior
     draws by more than :data:`JENSEN_Z` of its SEs (a NaN plain estimate does not object).
 
@@ -92,7 +92,6 @@ def mixture_alone_ok(elpd, se, plain_elpd, z=None):
     1.05), the one mixture estimate of 18 that vouched alone and was more than 3 combined SEs off the refits
     (+0.044 nats) was 2.6 of its SEs above plain PSIS; the others were at most 1.2 above it.
     """
-    z = JENSEN_Z if z is None else z
     return not (np.isfinite(plain_elpd) and elpd > plain_elpd + z * se)
 
 
@@ -192,9 +191,12 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
                    "from the posterior draws overestimates: the mixture run likely missed part of the LOO posterior"
                    if mix.alone else "the mixture run's parameters have not all converged (R-hat), so it vouches "
                    "only where a second estimate agrees")
-            notes[i] = (f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: {why}"
-                        + "".join(f"; {name} {e:.2f} ± {s:.2f}" for name, e, s, _, _ in engine))
+            notes[i] = "; ".join([f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: {why}"] + _said(engine))
             return
-    said = "; ".join([f"{op.name} {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}" for op in passing]
-                     + [f"{name} {e:.2f} ± {s:.2f}" for name, e, s, _, _ in engine])
+    said = "; ".join([f"{op.name} {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}" for op in passing] + _said(engine))
     notes[i] = f"no two independent estimates agree ({said})"
+
+
+def _said(engine):
+    """The engine's estimates of one observation, in words."""
+    return [f"{name} {e:.2f} ± {s:.2f}" for name, e, s, _, _ in engine]
