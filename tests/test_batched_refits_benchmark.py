@@ -24,7 +24,7 @@ def test_reduced_batched_refits_against_the_closed_form(tmp_path):
     doc = json.loads(out.read_text())
     row = doc["row"]
     assert doc["reduced"] is True and row["refits"] == 8
-    assert row["sampler"] == "BlackJAX NUTS, one batched run of 8 refits"
+    assert row["sampler"] == "BlackJAX NUTS, warm-started, step size adapted, one batched run of 8 refits"
     assert row["max_abs_z_batched"] <= 4.0 and row["max_abs_z_sequential"] <= 4.0
     assert row["batched_refits_s"] > 0 and row["sequential_refits_s"] > 0
     assert "batched_refits_s" in proc.stdout and f"wrote {out}" in proc.stdout

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
 OUTLIER = 10
 SIGMA, TAU = 1.0, 10.0
+WARM = "BlackJAX NUTS, warm-started, step size adapted"  # the batched refits' sampler (refit_info)
 
 
 def closed_form_loo(y=Y, s=SIGMA, t0=TAU):
@@ -136,7 +137,7 @@ def test_pymc_refit_matches_closed_form():
             idata = pm.sample(draws=500, tune=300, chains=4, cores=1, random_seed=2, progressbar=False)
     res = _loo(idata, m, refit=[OUTLIER], random_seed=7)  # batched (the default): BlackJAX on PyMC's JAX logp
     _check_refits(res, [OUTLIER])
-    assert res.refit_info[OUTLIER]["sampler"] == "BlackJAX NUTS, one batched run of 1 refit"
+    assert res.refit_info[OUTLIER]["sampler"] == f"{WARM}, one batched run of 1 refit"
     res = _loo(idata, m, refit=[OUTLIER], random_seed=7, refit_kwargs={"batched": False})
     _check_refits(res, [OUTLIER])
     assert res.refit_info[OUTLIER]["sampler"] == "pm.sample without the observation"
@@ -157,8 +158,7 @@ def test_batched_refits_match_closed_form_and_the_sequential_ones():
     exact = m.exact_elpd_i()
     for i in targets:
         info = res.refit_info[i]
-        assert info["sampler"] == "BlackJAX NUTS, one batched run of 8 refits" if i < 8 else \
-            info["sampler"] == "BlackJAX NUTS, one batched run of 2 refits"
+        assert info["sampler"] == f"{WARM}, one batched run of {8 if i < 8 else 2} refits"
         assert seq.refit_info[i]["sampler"].startswith("NumPyro NUTS")
         e, s = float(res.elpd_i.values[i]), float(res.mcse_elpd_i.values[i])
         assert abs(e - exact[i]) <= 4 * s + 0.01, (i, e, s, exact[i])
@@ -209,7 +209,7 @@ def test_batched_horseshoe_refits_sample_the_non_centered_form():
     seq = _loo(data, model, refit=targets, random_seed=3, refit_kwargs={**kw, "batched": False}, mixture=False,
                smc=False)
     for i in targets:
-        assert res.refit_info[i]["sampler"] == "BlackJAX NUTS, one batched run of 3 refits"
+        assert res.refit_info[i]["sampler"] == f"{WARM}, one batched run of 3 refits"
         assert seq.refit_info[i]["sampler"].startswith("NumPyro NUTS, non-centered horseshoe")
         e, s = float(res.elpd_i.values[i]), float(res.mcse_elpd_i.values[i])
         e2, s2 = float(seq.elpd_i.values[i]), float(seq.mcse_elpd_i.values[i])

@@ -406,8 +406,9 @@ def test_batched_refits_resume_from_checkpoint(normal_fit, tmp_path):
     for i in (10, 0):
         assert more.refit_info[i] == first.refit_info[i]  # read back, not redone (its "seconds" too)
         assert more.elpd_i.values[i] == first.elpd_i.values[i]
-    assert more.refit_info[5]["sampler"] == "BlackJAX NUTS, one batched run of 1 refit"
-    assert whole.refit_info[5]["sampler"] == "BlackJAX NUTS, one batched run of 3 refits"
+    warm = "BlackJAX NUTS, warm-started, step size adapted"
+    assert more.refit_info[5]["sampler"] == f"{warm}, one batched run of 1 refit"
+    assert whole.refit_info[5]["sampler"] == f"{warm}, one batched run of 3 refits"
     e, s = more.elpd_i.values[5], more.mcse_elpd_i.values[5]
     e2, s2 = whole.elpd_i.values[5], whole.mcse_elpd_i.values[5]
     assert abs(e - e2) <= 4 * np.hypot(s, s2) + 1e-3

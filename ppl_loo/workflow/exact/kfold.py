@@ -310,7 +310,7 @@ def _settings(data, refit_kwargs):
     if extra:
         raise ValueError(f"refit_kwargs: {extra} do not apply to pl.kfold (its fold fits always run in one batched "
                          f"NUTS run, without a checkpoint); allowed: {list(KFOLD_SETTINGS)}.")
-    settings = refit_settings(data, refit_kwargs)
+    settings = refit_settings(data, refit_kwargs, warm=False)  # a fold's posterior is further from the full one
     settings.pop("batched", None)
     return settings
 

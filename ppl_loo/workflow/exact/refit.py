@@ -86,45 +86,83 @@ def refit_targets(refit, *, doubtful, flagged, k_final, n):
     return [int(i) for i in dict.fromkeys(idx.tolist())], None
 
 
-def refit_settings(data, overrides=None):
-    """The original fit's sampler settings (chains, draws, warmup, target acceptance, tree depth).
+#: warmup iterations of a warm-started refit (``adapt="warm"``): dual averaging of the step size alone, from the
+#: full-data fit's step size, with the full-data posterior's variances as the mass matrix (docs/method.md)
+WARM_WARMUP = 150
+
+
+def refit_settings(data, overrides=None, warm=True):
+    """The original fit's sampler settings (chains, draws, warmup, target acceptance, tree depth, step size).
 
     Read from the posterior group (and its attrs, as NumPyro through ``ppl_loo.sampling``, CmdStan
-    CSV files and ``pm.sample`` record them); ``overrides`` (``refit_kwargs``) wins; ``batched`` (default
-    True): all refits in one batched NUTS run where the model allows it (:func:`batched_refit_density`). Draws of an
-    approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the refits then
-    run NUTS with 4 chains of 1,000 warmup and 1,000 draws.
+    CSV files and ``pm.sample`` record them) and the sample stats (the adapted step size); ``overrides``
+    (``refit_kwargs``) wins; ``batched`` (default True): all refits in one batched NUTS run where the model
+    allows it (:func:`batched_refit_density`). ``adapt`` (batched refits): ``"warm"`` (default for MCMC draws;
+    ``warm=False`` turns it off, as ``pl.kfold`` does): each chain starts at a full-data draw resampled towards
+    the LOO posterior, and its warmup is :data:`WARM_WARMUP` iterations (at most the fit's, unless
+    ``refit_kwargs`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's variances
+    as the mass matrix; ``"window"``: the fit's warmup of BlackJAX's window adaptation (step size and mass
+    matrix). Draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the
+    refits then run NUTS with 4 chains of 1,000 window-adapted warmup and 1,000 draws.
     """
     post = data["posterior"]
     attrs = dict(post.attrs)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
-    if attrs.get("method") in APPROXIMATE_METHODS:
+    approx = attrs.get("method") in APPROXIMATE_METHODS
+    if approx:
         chains, draws = 4, 1000
         attrs = {"num_warmup": 1000}
     warmup = attrs.get("num_warmup", attrs.get("tuning_steps", draws))
     target = attrs.get("target_accept", attrs.get("adapt_delta", 0.8))
     depth = attrs.get("max_tree_depth", attrs.get("max_depth", 10))
     out = {"chains": chains, "draws": draws, "warmup": int(np.asarray(warmup).ravel()[0]),
-           "target_accept": float(np.asarray(target).ravel()[0]), "max_tree_depth": int(np.asarray(depth).ravel()[0])}
-    out["batched"] = True
-    allowed = set(out) | {"checkpoint"}
-    for key, value in dict(overrides or {}).items():
-        if key == "checkpoint":
-            continue
-        if key == "batched" and not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"refit_kwargs: batched={value!r} must be True (every refit in one batched NUTS run "
-                             "where the model allows it) or False (one refit after the other, by the model's own "
-                             "sampler).")
-        if key not in allowed:
-            raise ValueError(f"refit_kwargs: unknown setting {key!r}; allowed: {sorted(allowed)}.")
-        out[key] = type(out[key])(value)
-    checkpoint = dict(overrides or {}).get("checkpoint")
+           "target_accept": float(np.asarray(target).ravel()[0]), "max_tree_depth": int(np.asarray(depth).ravel()[0]),
+           "batched": True, "adapt": "window" if approx or not warm else "warm",
+           "step_size": None if approx else fit_step_size(data)}
+    overrides = dict(overrides or {})
+    _apply_overrides(out, overrides)
+    if out["adapt"] == "warm" and "warmup" not in overrides:
+        out["warmup"] = min(out["warmup"], WARM_WARMUP)
+    checkpoint = overrides.get("checkpoint")
     if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
         raise ValueError(f"refit_kwargs: checkpoint={checkpoint!r} must be a file path (str or pathlib.Path).")
     if out["chains"] < 2 or out["draws"] < 10:
         raise ValueError(f"refit needs at least 2 chains of 10 draws; the settings are {out} (refit_kwargs= "
                          "overrides them).")
     return out
+
+
+def _apply_overrides(out, overrides):
+    """``refit_kwargs`` into the settings ``out``, each checked."""
+    allowed = (set(out) - {"step_size"}) | {"checkpoint"}
+    for key, value in overrides.items():
+        if key == "checkpoint":
+            continue
+        if key == "batched" and not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"refit_kwargs: batched={value!r} must be True (every refit in one batched NUTS run "
+                             "where the model allows it) or False (one refit after the other, by the model's own "
+                             "sampler).")
+        if key == "adapt" and value not in ("warm", "window"):
+            raise ValueError(f"refit_kwargs: adapt={value!r} must be 'warm' (the batched refits start at the "
+                             "full-data posterior and adapt only their step size) or 'window' (Stan's windowed "
+                             "adaptation of step size and mass matrix over the full warmup).")
+        if key not in allowed:
+            raise ValueError(f"refit_kwargs: unknown setting {key!r}; allowed: {sorted(allowed)}.")
+        out[key] = type(out[key])(value)
+
+
+def fit_step_size(data):
+    """The full-data fit's adapted NUTS step size (the median over chains of the last draw's ``step_size`` in
+    ``sample_stats``), or None where it is not recorded or not a positive number."""
+    stats = data.get("sample_stats") if hasattr(data, "get") else None
+    name = next((k for k in ("step_size", "stepsize") if stats is not None and k in stats), None)
+    if name is None:
+        return None
+    values = np.asarray(stats[name].values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] == 0:
+        return None
+    eps = float(np.median(values[:, -1]))
+    return eps if math.isfinite(eps) and eps > 0 else None
 
 
 def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=None, progressbar=True,
@@ -246,6 +284,8 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
     cap = CPU_BATCH if jax.default_backend() == "cpu" else ACCELERATOR_BATCH
     size = max(1, min(len(todo), cap, lanes_per_batch(C, settings["draws"], theta.shape[1])))
     u_draws, imm, to_theta = warm_start(density, theta)
+    resample = posterior_draws and settings.get("adapt") == "warm"
+    how = ("warm-started, step size adapted" if settings.get("adapt") == "warm" else "window adaptation")
     # with a time budget the first batch is the worst target alone (the budget is checked between batches)
     first = 1 if budget_s is not None else size
     batches = [todo[:first]] + [todo[k:k + size] for k in range(first, len(todo), size)] if todo else []
@@ -255,8 +295,8 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
             return [i for rest in batches[b_no:] for i in rest]
         width = first if b_no == 0 else size
         padded = batch + [batch[-1]] * (width - len(batch))
-        inits = np.stack([u_draws[np.random.default_rng(int(seeds[position[i]])).choice(S, size=C, replace=False)]
-                          for i in padded])
+        inits = np.stack([u_draws[start_draws(np.random.default_rng(int(seeds[position[i]])), S, C,
+                                              ll[:, i] if resample else None)] for i in padded])
         t1 = time.perf_counter()
         draws, div, eps = batched_run(model, density, inits, padded, [int(seeds[position[i]]) for i in padded],
                                       settings, imm)
@@ -264,7 +304,8 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
         for b, i in enumerate(batch):
             drawn = np.asarray(to_theta(draws[b].reshape(-1, draws.shape[-1])), dtype=np.float64).reshape(draws[b].shape)
             records[i] = {**_refit_record(model, i, drawn, ll, posterior_draws, full_chains), "seconds": seconds,
-                          "sampler": f"BlackJAX NUTS, one batched run of {len(batch)} refit{'s' if len(batch) != 1 else ''}",
+                          "sampler": f"BlackJAX NUTS, {how}, one batched run of {len(batch)} refit"
+                                     f"{'s' if len(batch) != 1 else ''}",
                           "divergences": int(div[b].sum()), "step_size": float(np.mean(eps[b]))}
             if kept is not None:
                 kept.add_refit(i, drawn)
@@ -274,6 +315,20 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
         if checkpoint:
             _write_checkpoint(checkpoint, fingerprint, done)
     return []
+
+
+def start_draws(rng, S, C, ll_i=None):
+    """Which ``C`` of the ``S`` full-data draws start a refit's chains: distinct draws, uniformly, or (``ll_i``, the
+    draws' ``log p(y_i | theta)``) with probabilities proportional to the importance weights ``1 / p(y_i | theta)``
+    of the LOO posterior (where fewer than ``C`` draws carry weight, the others uniformly), so that the chains start
+    where it has its mass."""
+    if ll_i is None:
+        return rng.choice(S, size=C, replace=False)
+    logw = -np.asarray(ll_i, dtype=np.float64)
+    w = np.exp(logw - np.max(logw))
+    # a floor, so that C distinct draws can be had where fewer carry weight (the rest then uniformly)
+    w = np.maximum(np.where(np.isfinite(w), w, 0.0), 1e-290)
+    return rng.choice(S, size=C, replace=False, p=w / w.sum())
 
 
 def warm_start(density, theta):
@@ -293,11 +348,27 @@ def batched_run(model, density, inits, obs, seeds, settings, imm):
     """One :func:`~ppl_loo.numerics.batched_nuts.batched_nuts` run of ``density`` on the targets ``obs`` (starting
     points ``inits`` ``(B, C, d)``, one seed per target) with the refit ``settings``, interruptible by Ctrl-C
     (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``."""
+    warm = settings.get("adapt") == "warm"
+    stop = _StopFlag()
     call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs), num_warmup=settings["warmup"],
                              num_samples=settings["draws"], random_seeds=[int(s) for s in seeds],
                              target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
-                             inverse_mass_matrix=imm)
-    return run_interruptible(call, getattr(model, "source", None))
+                             inverse_mass_matrix=imm, step_size=settings.get("step_size"),
+                             adaptation="step_size" if warm else "window", should_stop=stop.requested)
+    return run_interruptible(call, stop)
+
+
+class _StopFlag:
+    """Ctrl-C during a batched run (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible` sets
+    ``cancel_requested``): the lanes not started yet are skipped."""
+
+    cancellable = True
+
+    def __init__(self):
+        self.cancel_requested = False
+
+    def requested(self):
+        return self.cancel_requested
 
 
 def _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) -> str:
