@@ -1,18 +1,26 @@
-"""Batched refits (``pl.loo(..., refit=...)``, all refits in one batched NUTS run) against one fit of the model
+"""Batched refits (``pl.loo(..., refit=...)``, all refits in one batched NUTS program) against one fit of the model
 and against the refit truth.
 
 Full mode: the ovarian horseshoe logistic regression (the demo's model, n = 54, d = 3,075). One NUTS fit of the model
 (4 chains x (1000 + 1000), the truth suite's main-fit settings) is timed; then the batched refits of the first
-``--obs`` observations (default 8; ``--obs 54`` for all) with the truth suite's refit settings (4 x (500 + 500)),
-each scored against the truth suite's committed truth (``benchmarks/results/truth/ovarian_lr.json``: bridge
-sampling over sequential NumPyro refits): ``z = (elpd_i - truth) / sqrt(mcse^2 + truth_mcse^2)``.
+``--obs`` observations (default 8; ``--obs 54`` for all) with the refit defaults (warm-started: 150 iterations of
+step-size adaptation; ``--warmup N`` overrides, ``--adapt window`` for the windowed adaptation) and the truth suite's
+500 draws per chain, each scored against the truth suite's committed truth
+(``benchmarks/results/truth/ovarian_lr.json``: bridge sampling over sequential NumPyro refits):
+``z = (elpd_i - truth) / sqrt(mcse^2 + truth_mcse^2)``.
+
+``--pymc``: a PyMC linear regression with 12 parameters (n = 100, 10 predictors, intercept, sigma): one
+``pm.sample`` (4 chains x (1000 + 1000), its defaults, compilation included) timed, then 8 batched refits of it
+(the refit defaults), and the same 8 refits by ``pm.sample`` one after the other (``batched=False``) to compare
+with: ``z = (batched - sequential) / combined MCSE``.
 
 Reduced mode (CI, ``tests/test_batched_refits_benchmark.py``): the leverage regression of ``tests/test_refit.py``
 (p = 15, exact LOO in closed form), 8 refits batched and one after the other.
 
-    .venv/bin/python benchmarks/batched_refits.py              # ovarian, 8 refits (minutes)
-    .venv/bin/python benchmarks/batched_refits.py --obs 54     # ovarian, all 54
+    .venv/bin/python benchmarks/batched_refits.py              # ovarian, 8 refits (2 to 3 minutes)
+    .venv/bin/python benchmarks/batched_refits.py --obs 54 --out benchmarks/results/batched_refits_all.json
     .venv/bin/python benchmarks/batched_refits.py --obs 2 --sequential   # and the same refits one after the other
+    .venv/bin/python benchmarks/batched_refits.py --pymc --out benchmarks/results/batched_refits_pymc.json
     .venv/bin/python benchmarks/batched_refits.py --reduced
 
 Writes ``benchmarks/results/batched_refits.json`` (``--out`` elsewhere) and prints a table.
@@ -67,17 +75,22 @@ def ovarian_fit(seed=1, warmup=1000, draws=1000, chain_method="sequential"):
     return model, data, time.perf_counter() - t0
 
 
-def ovarian(n_obs, warmup, draws, seed=1, sequential=False):
+def ovarian(n_obs, warmup, draws, seed=1, sequential=False, adapt="warm"):
     model, data, fit_s = ovarian_fit(seed)
     return {"model": "ovarian horseshoe LR (n=54, d=3075)", "fit": "4 x (1000 + 1000)", "fit_s": fit_s,
-            **ovarian_refits(model, data, n_obs, warmup, draws, sequential=sequential, fit_s=fit_s)}
+            **ovarian_refits(model, data, n_obs, warmup, draws, sequential=sequential, fit_s=fit_s, adapt=adapt)}
 
 
-def ovarian_refits(model, data, n_obs, warmup, draws, sequential=False, fit_s=None):
+def _refit_kwargs(warmup, draws, adapt, **more):
+    """``refit_kwargs``: the warmup only where given (otherwise the refit default of the adaptation)."""
+    return {**({} if warmup is None else {"warmup": warmup}), "draws": draws, "adapt": adapt, **more}
+
+
+def ovarian_refits(model, data, n_obs, warmup, draws, sequential=False, fit_s=None, adapt="warm"):
     """The batched refits of the first ``n_obs`` observations, each scored against the committed truth."""
     rep = json.loads((HERE / "results" / "truth" / "ovarian_lr.json").read_text())
     targets = list(range(n_obs))
-    res, loo_s = _loo_refits(data, model, targets, {"warmup": warmup, "draws": draws, "target_accept": 0.95}, 20261126)
+    res, loo_s = _loo_refits(data, model, targets, _refit_kwargs(warmup, draws, adapt, target_accept=0.95), 20261126)
     rows = []
     for i in targets:
         t = rep["truth"][str(i)]
@@ -89,18 +102,57 @@ def ovarian_refits(model, data, n_obs, warmup, draws, sequential=False, fit_s=No
     refit_s = _refit_seconds(res, targets)
     seq = {}
     if sequential:  # the same refits one after the other with NumPyro's NUTS (the sequential path)
-        res_seq, _ = _loo_refits(data, model, targets, {"warmup": warmup, "draws": draws, "target_accept": 0.95,
+        res_seq, _ = _loo_refits(data, model, targets, {"warmup": warmup or 500, "draws": draws, "target_accept": 0.95,
                                                         "batched": False}, 20261126)
         zs = [(float(res_seq.elpd_i.values[i]) - rep["truth"][str(i)]["bridge"])
               / float(np.hypot(res_seq.mcse_elpd_i.values[i], rep["truth"][str(i)]["bridge_mcse"])) for i in targets]
         seq = {"sequential_refits_s": _refit_seconds(res_seq, targets), "sequential_max_abs_z": float(np.max(np.abs(zs))),
                "sequential_sampler": res_seq.refit_info[targets[0]]["sampler"]}
-    return {**seq, "refits": n_obs, "refit_settings": f"4 x ({warmup} + {draws})", "refits_s": refit_s,
+    return {**seq, "refits": n_obs, "refit_settings": _settings_text(res, targets[0]), "refits_s": refit_s,
             "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s if fit_s else None,
             "within_3se": int(sum(abs(r["z"]) <= 3 for r in rows)), "max_abs_z": float(max(abs(r["z"]) for r in rows)),
             "max_rhat_loglik": float(max(r["rhat_loglik"] for r in rows)),
             "max_rhat_params": float(max(r["rhat_max"] for r in rows)),
             "sampler": res.refit_info[targets[0]]["sampler"], "per_observation": rows}
+
+
+def _settings_text(res, i):
+    """The refit settings as run: ``"4 x (150 + 500), warm"``."""
+    info = res.refit_info[i]
+    return f"{info['chains']} x ({info['warmup']} + {info['draws']}), {info['adapt']}"
+
+
+def pymc_regression(seed=5):
+    """A PyMC linear regression with 12 parameters: one ``pm.sample`` and 8 batched refits, each beside the same
+    refit by ``pm.sample`` one after the other."""
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(100, 10))
+    y = 0.5 + X @ rng.normal(scale=0.5, size=10) + rng.normal(scale=1.0, size=100)
+    y[3] += 6.0  # one outlier among the refit targets
+    with pm.Model() as m:
+        b0 = pm.Normal("b0", 0.0, 5.0)
+        b = pm.Normal("b", 0.0, 2.0, shape=10)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        pm.Normal("y", b0 + pm.math.dot(X, b), sigma, observed=y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            idata = pm.sample(draws=1000, tune=1000, chains=4, random_seed=seed, progressbar=False)
+            fit_s = time.perf_counter() - t0
+    targets = list(range(8))
+    res, loo_s = _loo_refits(idata, m, targets, {}, 11)
+    seq, _ = _loo_refits(idata, m, targets, {"batched": False}, 11)
+    z = [(float(res.elpd_i.values[i]) - float(seq.elpd_i.values[i]))
+         / float(np.hypot(res.mcse_elpd_i.values[i], seq.mcse_elpd_i.values[i])) for i in targets]
+    refit_s = _refit_seconds(res, targets)
+    return {"model": "PyMC linear regression (n=100, 12 parameters)", "fit": "pm.sample 4 x (1000 + 1000)",
+            "fit_s": fit_s, "refits": len(targets), "refit_settings": _settings_text(res, 0), "refits_s": refit_s,
+            "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s, "sequential_refits_s": _refit_seconds(seq, targets),
+            "max_abs_z_vs_sequential": float(np.max(np.abs(z))),
+            "max_rhat_params": float(max(res.refit_info[i]["rhat_max"] for i in targets)),
+            "sampler": res.refit_info[0]["sampler"], "sequential_sampler": seq.refit_info[0]["sampler"]}
 
 
 def leverage(seed=3):
@@ -125,7 +177,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reduced", action="store_true")
     ap.add_argument("--obs", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--warmup", type=int, default=None, help="refit warmup (default: the refit default)")
+    ap.add_argument("--adapt", default="warm", choices=["warm", "window"])
+    ap.add_argument("--pymc", action="store_true", help="the 12-parameter PyMC regression instead")
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--sequential", action="store_true", help="also the same refits one after the other (NumPyro)")
     ap.add_argument("--out", default=str(HERE / "results" / "batched_refits.json"))
@@ -133,7 +187,12 @@ def main(argv=None):
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    row = leverage() if args.reduced else ovarian(args.obs, args.warmup, args.draws, sequential=args.sequential)
+    if args.reduced:
+        row = leverage()
+    elif args.pymc:
+        row = pymc_regression()
+    else:
+        row = ovarian(args.obs, args.warmup, args.draws, sequential=args.sequential, adapt=args.adapt)
     for key, value in row.items():
         if key != "per_observation":
             print(f"{key:>22}: {value:.3f}" if isinstance(value, float) else f"{key:>22}: {value}")

@@ -218,7 +218,7 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         # seen when the current refit returns.
         draws, info = run_interruptible(call) if getattr(model, "kind", None) == "JAX" else call()
         records[i] = {**_refit_record(model, i, draws, ll, posterior_draws, full_chains),
-                      "seconds": time.perf_counter() - t1, **info}
+                      "seconds": time.perf_counter() - t1, **info, **_as_run(settings, adapt="model's own")}
         if kept is not None:
             kept.add_refit(i, draws)
         if checkpoint:
@@ -227,6 +227,12 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
         bar.update(1)
     bar.close()
     return records, skipped
+
+
+def _as_run(settings, adapt=None):
+    """The settings a refit ran with, for its record: chains, warmup, draws and the adaptation."""
+    return {"chains": int(settings["chains"]), "warmup": int(settings["warmup"]), "draws": int(settings["draws"]),
+            "adapt": adapt or settings.get("adapt", "window")}
 
 
 def _refit_record(model, i, draws, ll, posterior_draws, full_chains):
@@ -306,7 +312,7 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
             records[i] = {**_refit_record(model, i, drawn, ll, posterior_draws, full_chains), "seconds": seconds,
                           "sampler": f"BlackJAX NUTS, {how}, one batched run of {len(batch)} refit"
                                      f"{'s' if len(batch) != 1 else ''}",
-                          "divergences": int(div[b].sum()), "step_size": float(np.mean(eps[b]))}
+                          "divergences": int(div[b].sum()), "step_size": float(np.mean(eps[b])), **_as_run(settings)}
             if kept is not None:
                 kept.add_refit(i, drawn)
             if checkpoint:

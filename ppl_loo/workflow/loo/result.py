@@ -59,8 +59,9 @@ class LooResult(ELPDDataLOO):
       draws of an approximation) and ``max_rhat_var``, where it is;
     - ``refit``: True where ``elpd_i`` comes from refitting the model without the observation
       (``pl.loo(..., refit=...)``); its ``pareto_k`` is NaN (no importance sampling; ``pareto_k_psis``
-      keeps plain PSIS's); ``refit_info`` has each refit's sampler, divergences, R-hat
-      of ``log p(y_i | theta)`` and wall time;
+      keeps plain PSIS's); ``refit_info`` has each refit's sampler, its settings (``chains``, ``warmup``,
+      ``draws``, ``adapt``), divergences, R-hats (``rhat_loglik`` of ``log p(y_i | theta)``, ``rhat_max`` of
+      the parameters) and wall time;
     - ``searched``: True where the adaptive search examined the observation;
     - ``evidence``: what vouches for ``elpd_i`` (``docs/method.md``, section 8;
       :mod:`ppl_loo.workflow.loo.vouch.rule`): ``"psis"``, ``"adapted"`` (two transformations agree),
