@@ -123,15 +123,17 @@ def test_refit_settings_warm_start():
     eps = float(np.median(data["sample_stats"]["step_size"].values[:, -1]))
     assert fit_step_size(data) == eps > 0
     s = refit_settings(data)
-    assert s["adapt"] == "warm" and s["warmup"] == min(400, WARM_WARMUP) == 150 and s["step_size"] == eps
-    assert refit_settings(data, {"warmup": 80})["warmup"] == 80
+    assert s["adapt"] == "warm" and s["warmup_warm"] == min(400, WARM_WARMUP) == 150 and s["step_size"] == eps
+    assert s["warmup"] == 400  # the model's own samplers (batched=False, Stan) start cold: the fit's warmup
+    assert refit_settings(data, {"warmup": 80})["warmup_warm"] == 80
     w = refit_settings(data, {"adapt": "window"})
     assert w["adapt"] == "window" and w["warmup"] == 400
     assert refit_settings(data, warm=False)["adapt"] == "window"
     with pytest.raises(ValueError, match="adapt='fast' must be 'warm'"):
         refit_settings(data, {"adapt": "fast"})
-    with pytest.raises(ValueError, match="unknown setting 'step_size'"):
-        refit_settings(data, {"step_size": 0.1})
+    for key in ("step_size", "warmup_warm"):
+        with pytest.raises(ValueError, match=f"unknown setting '{key}'"):
+            refit_settings(data, {key: 0.1})
     data["posterior"].attrs["method"] = "laplace"
     approx = refit_settings(data)
     assert approx["adapt"] == "window" and approx["step_size"] is None and approx["warmup"] == 1000

@@ -99,9 +99,9 @@ def refit_settings(data, overrides=None, warm=True):
     (``refit_kwargs``) wins; ``batched`` (default True): all refits in one batched NUTS run where the model
     allows it (:func:`batched_refit_density`). ``adapt`` (batched refits): ``"warm"`` (default for MCMC draws;
     ``warm=False`` turns it off, as ``pl.kfold`` does): each chain starts at a full-data draw resampled towards
-    the LOO posterior, and its warmup is :data:`WARM_WARMUP` iterations (at most the fit's, unless
-    ``refit_kwargs`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's variances
-    as the mass matrix; ``"window"``: the fit's warmup of BlackJAX's window adaptation (step size and mass
+    the LOO posterior, and its warmup (``warmup_warm``) is :data:`WARM_WARMUP` iterations (at most the fit's,
+    unless ``refit_kwargs`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's
+    variances as the mass matrix (the model's own samplers keep ``warmup``); ``"window"``: the fit's warmup of BlackJAX's window adaptation (step size and mass
     matrix). Draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the
     refits then run NUTS with 4 chains of 1,000 window-adapted warmup and 1,000 draws.
     """
@@ -121,8 +121,9 @@ def refit_settings(data, overrides=None, warm=True):
            "step_size": None if approx else fit_step_size(data)}
     overrides = dict(overrides or {})
     _apply_overrides(out, overrides)
-    if out["adapt"] == "warm" and "warmup" not in overrides:
-        out["warmup"] = min(out["warmup"], WARM_WARMUP)
+    # the batched refits' warmup when warm-started; the model's own samplers (batched=False, Stan) start from their
+    # own initial values and keep the fit's warmup
+    out["warmup_warm"] = out["warmup"] if "warmup" in overrides else min(out["warmup"], WARM_WARMUP)
     checkpoint = overrides.get("checkpoint")
     if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
         raise ValueError(f"refit_kwargs: checkpoint={checkpoint!r} must be a file path (str or pathlib.Path).")
@@ -230,9 +231,17 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
 
 
 def _as_run(settings, adapt=None):
-    """The settings a refit ran with, for its record: chains, warmup, draws and the adaptation."""
-    return {"chains": int(settings["chains"]), "warmup": int(settings["warmup"]), "draws": int(settings["draws"]),
-            "adapt": adapt or settings.get("adapt", "window")}
+    """The settings a refit ran with, for its record: chains, warmup, draws and the adaptation (``adapt``: the
+    model's own sampler's)."""
+    adapt = adapt or settings.get("adapt", "window")
+    return {"chains": int(settings["chains"]), "warmup": int(batched_warmup(settings) if adapt in ("warm", "window")
+                                                             else settings["warmup"]),
+            "draws": int(settings["draws"]), "adapt": adapt}
+
+
+def batched_warmup(settings):
+    """The warmup iterations of a batched run with ``settings``: ``warmup_warm`` when warm-started."""
+    return settings.get("warmup_warm", settings["warmup"]) if settings.get("adapt") == "warm" else settings["warmup"]
 
 
 def _refit_record(model, i, draws, ll, posterior_draws, full_chains):
@@ -356,7 +365,7 @@ def batched_run(model, density, inits, obs, seeds, settings, imm):
     (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``."""
     warm = settings.get("adapt") == "warm"
     stop = _StopFlag()
-    call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs), num_warmup=settings["warmup"],
+    call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs), num_warmup=batched_warmup(settings),
                              num_samples=settings["draws"], random_seeds=[int(s) for s in seeds],
                              target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
                              inverse_mass_matrix=imm, step_size=settings.get("step_size"),
