@@ -37,6 +37,9 @@ class BatchedTarget(NamedTuple):
     log_density: Callable
     to_model: Callable | None = None
     from_model: Callable | None = None
+    #: how :func:`batched_nuts` runs the lanes (its ``vectorize``); True for densities evaluated on the host through
+    #: callbacks (a Stan program: one host call per NUTS step for every lane, no host state shared across threads)
+    vectorize: bool | None = None
 
 
 def lanes_per_batch(chains, num_samples, dim, budget_bytes=2 * 1024**3):

@@ -50,6 +50,7 @@ from scipy.special import logsumexp
 from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
+from ppl_loo.numerics.batched_nuts import BatchedTarget
 from ppl_loo.model.stan.data import (
     constrain_draws,
     detect_n_obs,
@@ -578,6 +579,22 @@ class StanPosterior(PosteriorModel):
         return ll if obs is None else ll[:, jnp.asarray(obs)]
 
     # ------------------------------------------------------------------ exact LOO by refitting
+    def batched_refit_density(self):
+        """What the batched refits of ``pl.loo(..., refit=...)`` sample, or None.
+
+        None (the refits are Stan's own NUTS on the data without the observation, :meth:`refit_draws`) where the
+        program keeps its parameters without an observation: on a CPU, Stan's native sampler is faster than NUTS
+        on the bridge's callbacks (``docs/method.md``, section 7). Where it loses some (parameters indexed by
+        observation), the refits sample :meth:`loo_logp` in the full parameter space, and then all of them in
+        one batched run (:func:`~ppl_loo.numerics.batched_nuts.batched_nuts`, vectorized: every NUTS step of
+        every lane in one call of the bridge's batched evaluations) instead of NumPyro's NUTS one refit after
+        the other on the same callbacks.
+        """
+        _, keep = self.deleted_model(0)
+        if keep is None:
+            return None
+        return BatchedTarget(self.loo_logp, vectorize=True)
+
     def refit_draws(self, i, *, chains, warmup, draws, random_seed, init, target_accept=0.8, max_tree_depth=10):
         """Draws without observation ``i``: Stan's own NUTS (in-process, :mod:`ppl_loo.stan.sampler`) on
         the program with the data without ``i``, with the original fit's settings.

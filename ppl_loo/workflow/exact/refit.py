@@ -265,14 +265,15 @@ def batched_refit_density(model):
     Returns a :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget`. Batched: models whose log density is a JAX
     function (PyMC through PyTensor's JAX backend, JAX models) with a ``loo_logp``; the model's adapter may give
     its own through ``batched_refit_density()`` (the horseshoe logistic regression: its non-centered
-    parameterization; None: not batched). Not batched: Stan programs (their sampler is Stan's own NUTS on the
-    data without the observation).
+    parameterization; a Stan program whose parameters are indexed by observation: its LOO density through the
+    bridge's batched evaluations; None: not batched). Not batched: the other Stan programs (Stan's own NUTS on
+    the data without the observation is faster than NUTS on the bridge's callbacks, ``docs/method.md``).
     """
-    if getattr(model, "kind", None) not in ("JAX", "PyMC") or not getattr(model, "is_jax", False):
-        return None
     own = getattr(getattr(model, "source", None), "batched_refit_density", None)
     if own is not None:
         return own()
+    if getattr(model, "kind", None) not in ("JAX", "PyMC") or not getattr(model, "is_jax", False):
+        return None
     return None if getattr(model, "loo_logp", None) is None else BatchedTarget(model.loo_logp)
 
 
@@ -296,7 +297,8 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
         if i in done:
             records[i] = done[i]
             bar.update(1)
-    cap = CPU_BATCH if jax.default_backend() == "cpu" else ACCELERATOR_BATCH
+    vectorized = density.vectorize if density.vectorize is not None else jax.default_backend() != "cpu"
+    cap = ACCELERATOR_BATCH if vectorized else CPU_BATCH
     size = max(1, min(len(todo), cap, lanes_per_batch(C, settings["draws"], theta.shape[1])))
     u_draws, imm, to_theta = warm_start(density, theta)
     resample = posterior_draws and settings.get("adapt") == "warm"
@@ -364,26 +366,39 @@ def batched_run(model, density, inits, obs, seeds, settings, imm):
     points ``inits`` ``(B, C, d)``, one seed per target) with the refit ``settings``, interruptible by Ctrl-C
     (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``."""
     warm = settings.get("adapt") == "warm"
-    stop = _StopFlag()
+    stop = _StopFlag(getattr(model, "source", None))
     call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs), num_warmup=batched_warmup(settings),
                              num_samples=settings["draws"], random_seeds=[int(s) for s in seeds],
                              target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
                              inverse_mass_matrix=imm, step_size=settings.get("step_size"),
-                             adaptation="step_size" if warm else "window", should_stop=stop.requested)
+                             adaptation="step_size" if warm else "window", should_stop=stop.requested,
+                             vectorize=density.vectorize)
     return run_interruptible(call, stop)
 
 
 class _StopFlag:
     """Ctrl-C during a batched run (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible` sets
-    ``cancel_requested``): the lanes not started yet are skipped."""
+    ``cancel_requested``): the lanes not started yet are skipped, and a model whose host callbacks stop at Ctrl-C
+    (``cancellable``: a Stan program) is told to."""
 
     cancellable = True
 
-    def __init__(self):
-        self.cancel_requested = False
+    def __init__(self, source=None):
+        self._source = source if getattr(source, "cancellable", False) else None
+        self._requested = False
+
+    @property
+    def cancel_requested(self):
+        return self._requested
+
+    @cancel_requested.setter
+    def cancel_requested(self, value):
+        self._requested = bool(value)
+        if self._source is not None:
+            self._source.cancel_requested = bool(value)
 
     def requested(self):
-        return self.cancel_requested
+        return self._requested
 
 
 def _fingerprint(model, theta, ll, settings, random_seed, posterior_draws) -> str:
