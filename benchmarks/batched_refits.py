@@ -9,6 +9,11 @@ step-size adaptation; ``--warmup N`` overrides, ``--adapt window`` for the windo
 (``benchmarks/results/truth/ovarian_lr.json``: bridge sampling over sequential NumPyro refits):
 ``z = (elpd_i - truth) / sqrt(mcse^2 + truth_mcse^2)``.
 
+``--stan``: two Stan programs of the truth suite, 8 refits each beside one Stan fit (4 x (1000 + 1000)):
+``poisson_re_stan`` (a latent per observation, so the refits sample the LOO density in the full space: batched on
+the bridge's callbacks by default, against NumPyro one after the other) and ``leverage_wide_stan`` (Stan's own NUTS
+by default, against batched NUTS on the bridge's callbacks), scored against the committed truth and the closed form.
+
 ``--pymc``: a PyMC linear regression with 12 parameters (n = 100, 10 predictors, intercept, sigma): one
 ``pm.sample`` (4 chains x (1000 + 1000), its defaults, compilation included) timed, then 8 batched refits of it
 (the refit defaults), and the same 8 refits by ``pm.sample`` one after the other (``batched=False``) to compare
@@ -21,6 +26,7 @@ Reduced mode (CI, ``tests/test_batched_refits_benchmark.py``): the leverage regr
     .venv/bin/python benchmarks/batched_refits.py --obs 54 --out benchmarks/results/batched_refits_all.json
     .venv/bin/python benchmarks/batched_refits.py --obs 2 --sequential   # and the same refits one after the other
     .venv/bin/python benchmarks/batched_refits.py --pymc --out benchmarks/results/batched_refits_pymc.json
+    .venv/bin/python benchmarks/batched_refits.py --stan --out benchmarks/results/batched_refits_stan.json
     .venv/bin/python benchmarks/batched_refits.py --reduced
 
 Writes ``benchmarks/results/batched_refits.json`` (``--out`` elsewhere) and prints a table.
@@ -155,6 +161,54 @@ def pymc_regression(seed=5):
             "sampler": res.refit_info[0]["sampler"], "sequential_sampler": seq.refit_info[0]["sampler"]}
 
 
+def _stan_row(prob, truth, *, forced_batched=False):
+    """8 refits of a truth-suite Stan problem: one Stan fit (4 x (1000 + 1000), target acceptance 0.95) timed, the
+    refits by the default path and by the other one (``batched=False`` where the default is batched; where the
+    default is Stan's own NUTS, batched NUTS on the bridge's callbacks, through the adapter hook), each scored
+    against ``truth`` (elpd_i and its MCSE per observation)."""
+    from ppl_loo.numerics.batched_nuts import BatchedTarget
+
+    settings = {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.95}
+    prob.fit(settings, 1)  # compiles the program (cached) outside the timing
+    t0 = time.perf_counter()
+    data = prob.fit(settings, 2)
+    fit_s = time.perf_counter() - t0
+    targets = list(range(8))
+    out = {"model": prob.title, "fit": "Stan NUTS 4 x (1000 + 1000)", "fit_s": fit_s, "refits": len(targets)}
+    for label in ("default", "other"):
+        model = prob.model()
+        kw = {}
+        if label == "other" and forced_batched:  # on the adapter pl.loo runs on (cached on the StanModel)
+            from ppl_loo.model.stan.posterior import loo_adapter
+
+            adapter = loo_adapter(model, data=data)
+            adapter.batched_refit_density = lambda m=adapter: BatchedTarget(m.loo_logp, vectorize=True)
+        elif label == "other":
+            kw = {"batched": False}
+        res, _ = _loo_refits(data, model, targets, kw, 5)
+        z = [(float(res.elpd_i.values[i]) - truth[i][0]) / float(np.hypot(res.mcse_elpd_i.values[i], truth[i][1]))
+             for i in targets]
+        out[label] = {"sampler": res.refit_info[0]["sampler"], "refit_settings": _settings_text(res, 0),
+                      "refits_s": _refit_seconds(res, targets), "refits_to_fit": _refit_seconds(res, targets) / fit_s,
+                      "max_abs_z": float(np.max(np.abs(z))), "z": [float(v) for v in z]}
+    return out
+
+
+def stan_rows():
+    """Stan: ``poisson_re_stan`` (a latent per observation: batched by default) against its committed truth, and
+    ``leverage_wide_stan`` (Stan's own NUTS by default) against its closed form."""
+    sys.path.insert(0, str(HERE / "truth"))
+    from problems import LeverageWideStan, PoissonREStan
+
+    rep = json.loads((HERE / "results" / "truth" / "poisson_re_stan.json").read_text())
+    pois = PoissonREStan()
+    truth = {i: (rep["truth"][str(i)]["bridge"], rep["truth"][str(i)]["bridge_mcse"]) for i in range(8)}
+    lev = LeverageWideStan()
+    exact = lev.exact()
+    return {"poisson_re_stan": _stan_row(pois, truth),
+            "leverage_wide_stan": _stan_row(lev, {i: (float(exact[i]), 0.0) for i in range(8)}, forced_batched=True)}
+
+
 def leverage(seed=3):
     from tests.gaussian_models import leverage_problem
 
@@ -180,6 +234,7 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=None, help="refit warmup (default: the refit default)")
     ap.add_argument("--adapt", default="warm", choices=["warm", "window"])
     ap.add_argument("--pymc", action="store_true", help="the 12-parameter PyMC regression instead")
+    ap.add_argument("--stan", action="store_true", help="two Stan programs of the truth suite instead")
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--sequential", action="store_true", help="also the same refits one after the other (NumPyro)")
     ap.add_argument("--out", default=str(HERE / "results" / "batched_refits.json"))
@@ -191,6 +246,8 @@ def main(argv=None):
         row = leverage()
     elif args.pymc:
         row = pymc_regression()
+    elif args.stan:
+        row = stan_rows()
     else:
         row = ovarian(args.obs, args.warmup, args.draws, sequential=args.sequential, adapt=args.adapt)
     for key, value in row.items():
