@@ -1,8 +1,9 @@
 """Exact LOO by refitting the observations the engine cannot vouch for (``pl.loo(..., refit=...)``).
 
-This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For PyMC and JAX models all target
-observations are refit at once, one batched NUTS run over targets x chains
-(:func:`ppl_loo.numerics.batched_nuts.batched_nuts`, :func:`batched_refit_density`); otherwise (Stan,
+This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For PyMC and JAX models (and Stan programs with
+a parameter per observation) all target observations are refit at once, one batched NUTS run over targets x
+chains (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`, :func:`batched_refit_density`), warm-started from the
+full-data fit (:func:`refit_settings`, :func:`start_draws`, :func:`warm_start`); otherwise (other Stan programs,
 ``refit_kwargs={"batched": False}``) for each target observation ``i`` the model's own sampler runs on the
 posterior without ``i`` (:meth:`PosteriorModel.refit_draws`: ``pm.sample`` for PyMC, Stan's NUTS on the data
 without ``i`` for Stan, NumPyro's NUTS for JAX models). Both use the original fit's settings, and
@@ -49,7 +50,7 @@ from ppl_loo.workflow.loo.messages import warn_refit_budget, warn_refits_not_con
 APPROXIMATE_METHODS = ("laplace", "qnvb", "pvi", "vi")
 
 __all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "apply_refits", "refit_converged",
-           "warm_start", "batched_run"]
+           "warm_start", "batched_run", "start_draws", "fit_step_size", "batched_warmup", "WARM_WARMUP"]
 
 
 def refit_targets(refit, *, doubtful, flagged, k_final, n):
@@ -101,8 +102,8 @@ def refit_settings(data, overrides=None, warm=True):
     ``warm=False`` turns it off, as ``pl.kfold`` does): each chain starts at a full-data draw resampled towards
     the LOO posterior, and its warmup (``warmup_warm``) is :data:`WARM_WARMUP` iterations (at most the fit's,
     unless ``refit_kwargs`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's
-    variances as the mass matrix (the model's own samplers keep ``warmup``); ``"window"``: the fit's warmup of BlackJAX's window adaptation (step size and mass
-    matrix). Draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the
+    variances as the mass matrix (the model's own samplers keep ``warmup``); ``"window"``: the fit's warmup of
+    BlackJAX's window adaptation (step size and mass matrix). Draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the
     refits then run NUTS with 4 chains of 1,000 window-adapted warmup and 1,000 draws.
     """
     post = data["posterior"]
@@ -367,7 +368,8 @@ def batched_run(model, density, inits, obs, seeds, settings, imm):
     (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``."""
     warm = settings.get("adapt") == "warm"
     stop = _StopFlag(getattr(model, "source", None))
-    call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs), num_warmup=batched_warmup(settings),
+    call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs),
+                             num_warmup=batched_warmup(settings),
                              num_samples=settings["draws"], random_seeds=[int(s) for s in seeds],
                              target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
                              inverse_mass_matrix=imm, step_size=settings.get("step_size"),
