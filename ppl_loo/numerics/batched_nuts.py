@@ -198,7 +198,8 @@ def _lanes_in_threads(lane, args, workers, should_stop):
     def run(j):
         if should_stop is not None and should_stop():
             raise RuntimeError("batched NUTS stopped before all lanes ran (interrupted)")
-        return jax.device_get(compiled(keys[j], x0[j], idx[j]))
+        with jax.enable_x64(True):  # this thread's own setting: float64 even after the caller's x64 block ended
+            return jax.device_get(compiled(keys[j], x0[j], idx[j]))
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(int(workers), keys.shape[0])), thread_name_prefix="ppl_loo-nuts")
     try:
