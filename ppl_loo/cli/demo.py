@@ -55,7 +55,7 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
     n_doubt = int(np.sum(res.doubtful.values))
     if refit and n_doubt:
         print(f"[4/{steps}] exact LOO for the {n_doubt} doubtful observations: refit without each of them "
-              "(NumPyro NUTS, the same settings)", file=out, flush=True)
+              "(one batched NUTS run, warm-started from the fit)", file=out, flush=True)
         t2 = time.perf_counter()
         res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
                      mixture=mixture, random_seed=seed)
