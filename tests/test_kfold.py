@@ -58,10 +58,10 @@ def exact_kfold(model, folds):
     return out
 
 
-def _kfold(data, model, **kw):
+def _kfold(data, model, settings=SETTINGS, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fold fit's R-hat of 1.011 from 2,000 draws warns (fold_info checked below)
-        return pl.kfold(data, model, progressbar=False, refit_kwargs=SETTINGS, **kw)
+        return pl.kfold(data, model, progressbar=False, refit_kwargs=settings, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def jax_kfold():
     return _kfold(DATA, MODEL, K=5, random_seed=7)
 
 
-def _check_closed_form(res, model, K):
+def _check_closed_form(res, model, K, adapt="warm"):
     folds = res.folds.values.ravel()
     exact = exact_kfold(model, folds)
     est, mcse = res.elpd_i.values.ravel(), res.mcse_elpd_i.values.ravel()
@@ -96,6 +96,7 @@ def _check_closed_form(res, model, K):
         assert rec["n_test"] == int(np.sum(folds == k))
         assert rec["rhat_max"] <= 1.02 and rec["rhat_loglik"] <= 1.02 and rec["divergences"] == 0
         assert rec["chains"] == 4 and rec["draws"] == SETTINGS["draws"] and rec["warmup"] == SETTINGS["warmup"]
+        assert rec["adapt"] == adapt
         assert rec["sampler"] == f"BlackJAX NUTS, one batched run of {K} fold fits"
     assert res.seconds > 0
     return exact
@@ -110,6 +111,14 @@ def test_jax_kfold_matches_the_closed_form(jax_kfold):
     # K-fold predicts the outlier from fits without it: far below its in-sample lpd_i
     assert res.p_kfold_i.values[3] > 1.0 and exact[3] < -5.0
     assert "5-fold cross validation" in str(res)
+
+
+def test_kfold_with_the_windowed_adaptation_matches_the_closed_form():
+    """``refit_kwargs={"adapt": "window"}``: the fold fits start at uniformly chosen full-data draws and adapt step
+    size and mass matrix over the warmup (the default warm start resamples the draws with the fold's weights and
+    adapts the step size alone)."""
+    res = _kfold(DATA, MODEL, settings={**SETTINGS, "adapt": "window"}, K=5, random_seed=7)
+    _check_closed_form(res, MODEL, 5, adapt="window")
 
 
 def test_pymc_kfold_matches_the_closed_form():

@@ -4,7 +4,8 @@ This module owns K-fold CV end to end: the folds (explicit ``folds=``, or built 
 ``kfold_split_random`` / ``kfold_split_stratified`` / ``kfold_split_grouped`` do, :func:`kfold_split`), the
 posterior without each fold (one run of :func:`ppl_loo.numerics.batched_nuts.batched_nuts` over folds x chains on
 ``log p(theta | y_-k) = logp(theta) - sum_j mask[k, j] log p(y_j | theta)`` up to a constant, warm-started from the
-full-data draws as the batched refits of :mod:`ppl_loo.workflow.exact.refit` are), the pointwise
+full-data draws, resampled with the fold's importance weights, as the batched refits of
+:mod:`ppl_loo.workflow.exact.refit` are), the pointwise
 
     elpd_i = log p(y_i | y_-k) ~= log mean_s p(y_i | theta_s^(-k)),   i in fold k,
 
@@ -34,7 +35,8 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 from ppl_loo.numerics.batched_nuts import BatchedTarget, lanes_per_batch
 from ppl_loo.numerics.bridge import log_mean_exp
-from ppl_loo.workflow.exact.refit import batched_refit_density, batched_run, refit_settings, warm_start
+from ppl_loo.workflow.exact.refit import (batched_refit_density, batched_run, batched_warmup, refit_settings,
+                                          start_draws, warm_start)
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, check_datatree, check_posterior_draws, rank_rhat
 from ppl_loo.workflow.loo.loo import pointwise_factory
@@ -43,7 +45,7 @@ from ppl_loo.workflow.loo.plain import stable_se, stable_sum
 __all__ = ["kfold", "KFoldResult", "kfold_split", "check_folds", "check_kfold_model", "fold_density"]
 
 #: the sampler settings ``refit_kwargs`` may override (``pl.loo``'s ``checkpoint`` and ``batched`` do not apply)
-KFOLD_SETTINGS = ("chains", "draws", "warmup", "target_accept", "max_tree_depth")
+KFOLD_SETTINGS = ("chains", "draws", "warmup", "target_accept", "max_tree_depth", "adapt")
 DEFAULT_K = 10
 
 
@@ -115,7 +117,9 @@ def kfold(data, model, *, K=DEFAULT_K, folds=None, stratify=None, groups=None, r
         Seeds the folds (when built) and the fold fits (required: K-fold CV runs MCMC).
     refit_kwargs : dict, optional
         Overrides of the fold fits' settings: ``chains``, ``draws``, ``warmup``, ``target_accept``,
-        ``max_tree_depth``.
+        ``max_tree_depth``, ``adapt`` (``"warm"``, the default for MCMC draws: chains at full-data draws resampled
+        with the fold's weights, 150 warmup iterations adapting the step size alone; ``"window"``: the windowed
+        adaptation over the fit's warmup; see ``pl.loo``'s ``refit_kwargs``).
     progressbar : bool
         A progress bar over the fold fits.
     var_name : str, optional
@@ -154,7 +158,8 @@ def kfold(data, model, *, K=DEFAULT_K, folds=None, stratify=None, groups=None, r
     else:
         fold_ids = kfold_split(n, K, stratify=_flat_labels(stratify, "stratify", n, shape),
                                groups=_flat_labels(groups, "groups", n, shape), random_seed=random_seed)
-    fits, seconds = _fit_folds(model, target, draws.theta, fold_ids, settings, random_seed, progressbar)
+    fits, seconds = _fit_folds(model, target, draws.theta, fold_ids, settings, random_seed, progressbar,
+                               ll=None if draws.approx else draws.ll)
     return _result(data, model, draws, fold_ids, fits, settings, seconds)
 
 
@@ -310,16 +315,18 @@ def _settings(data, refit_kwargs):
     if extra:
         raise ValueError(f"refit_kwargs: {extra} do not apply to pl.kfold (its fold fits always run in one batched "
                          f"NUTS run, without a checkpoint); allowed: {list(KFOLD_SETTINGS)}.")
-    settings = refit_settings(data, refit_kwargs, warm=False)  # a fold's posterior is further from the full one
+    settings = refit_settings(data, refit_kwargs)  # warm-started as the refits (refit_kwargs adapt="window": not)
     settings.pop("batched", None)
     return settings
 
 
-def _fit_folds(model, target, theta, fold_ids, settings, random_seed, progressbar):
+def _fit_folds(model, target, theta, fold_ids, settings, random_seed, progressbar, ll=None):
     """Each fold's posterior draws, ``{k: (draws (C, D, d) in theta, divergences (C, D), step sizes (C,),
     seconds, folds in its run)}`` for k = 0..K-1, in batched NUTS runs of equal width (one compilation; as many
     folds per run as the memory budget allows, :func:`~ppl_loo.numerics.batched_nuts.lanes_per_batch`), and the
-    total wall time."""
+    total wall time. Warm-started (``settings["adapt"] == "warm"``, with ``ll`` ``(S, n)`` the full-data draws'
+    log-likelihood), each fold's chains start at full-data draws resampled with the fold's importance weights
+    ``1 / prod_{j in fold} p(y_j | theta)``."""
     K = int(fold_ids.max())
     mask = (fold_ids[None, :] == np.arange(1, K + 1)[:, None]).astype(np.float64)
     density = fold_density(model, target, mask)
@@ -331,13 +338,14 @@ def _fit_folds(model, target, theta, fold_ids, settings, random_seed, progressba
     ss = np.random.SeedSequence(int(random_seed) if np.ndim(random_seed) == 0 else random_seed).spawn(1)[0]
     seeds = ss.generate_state(K, dtype=np.uint32)
     width = max(1, min(K, lanes_per_batch(C, settings["draws"], d)))
+    ll_fold = np.asarray(ll, dtype=np.float64) @ mask.T if ll is not None and settings["adapt"] == "warm" else None
     fits, t0 = {}, time.perf_counter()
     with tqdm(total=K, desc="kfold", disable=not progressbar, unit="fold") as bar:
         for start in range(0, K, width):
             batch = list(range(start, min(K, start + width)))
             padded = batch + [batch[-1]] * (width - len(batch))  # the last run padded with a copy, dropped
-            inits = np.stack([u_draws[np.random.default_rng(int(seeds[k])).choice(S, size=C, replace=False)]
-                              for k in padded])
+            inits = np.stack([u_draws[start_draws(np.random.default_rng(int(seeds[k])), S, C,
+                                                  None if ll_fold is None else ll_fold[:, k])] for k in padded])
             t1 = time.perf_counter()
             draws, div, eps = batched_run(model, density, inits, padded, [int(seeds[k]) for k in padded], settings, imm)
             seconds = (time.perf_counter() - t1) / len(batch)
@@ -397,7 +405,7 @@ def _fold_records(model, fold_ids, fits, settings):
         info[k + 1] = {"n_test": int(test.size), "rhat_max": _nanmax(rhat_d), "rhat_loglik": _nanmax(rhat_l),
                        "divergences": int(np.sum(div)), "step_size": float(np.mean(eps)), "seconds": float(seconds),
                        "sampler": f"BlackJAX NUTS, one batched run of {width} fold fit{'s' if width != 1 else ''}",
-                       "chains": C, "draws": D, "warmup": settings["warmup"]}
+                       "chains": C, "draws": D, "warmup": batched_warmup(settings), "adapt": settings["adapt"]}
     return elpd, mcse, var_total, info
 
 

@@ -99,7 +99,7 @@ def refit_settings(data, overrides=None, warm=True):
     CSV files and ``pm.sample`` record them) and the sample stats (the adapted step size); ``overrides``
     (``refit_kwargs``) wins; ``batched`` (default True): all refits in one batched NUTS run where the model
     allows it (:func:`batched_refit_density`). ``adapt`` (batched refits): ``"warm"`` (default for MCMC draws;
-    ``warm=False`` turns it off, as ``pl.kfold`` does): each chain starts at a full-data draw resampled towards
+    ``warm=False`` turns it off): each chain starts at a full-data draw resampled towards
     the LOO posterior, and its warmup (``warmup_warm``) is :data:`WARM_WARMUP` iterations (at most the fit's,
     unless ``refit_kwargs`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's
     variances as the mass matrix (the model's own samplers keep ``warmup``); ``"window"``: the fit's warmup of
