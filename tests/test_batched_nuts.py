@@ -75,13 +75,18 @@ def test_no_warmup_keeps_the_given_step_size():
         _run("stan")
 
 
-def test_softplus_derivative_is_the_sigmoid():
+def test_softplus_derivatives_are_exact():
     x = jnp.array([-800.0, -40.0, -3.0, -1e-9, 0.0, 1e-9, 2.0, 40.0, 800.0])
     with x64():
         x = x.astype(jnp.float64)
         g = jax.vmap(jax.grad(softplus))(x)
         np.testing.assert_allclose(np.asarray(g), np.asarray(jax.nn.sigmoid(x)), rtol=1e-15, atol=0)
         np.testing.assert_allclose(np.asarray(softplus(x)), np.logaddexp(np.asarray(x), 0.0), rtol=1e-15, atol=0)
+        # second derivatives, forward and reverse over forward, s (1 - s), at 0 too
+        s1s = np.asarray(jax.nn.sigmoid(x) * jax.nn.sigmoid(-x))  # s (1 - s) without cancellation
+        for h in (jax.jacfwd(jax.jacfwd(softplus)), jax.hessian(softplus), jax.grad(jax.grad(softplus))):
+            np.testing.assert_allclose(np.asarray(jax.vmap(h)(x)), s1s, rtol=1e-14, atol=1e-300)
+        assert float(jax.grad(jax.grad(softplus))(0.0)) == 0.25
 
 
 def test_horseshoe_batched_density_is_the_non_centered_loo_density():
