@@ -68,6 +68,24 @@ def test_lanes_in_threads_give_the_same_draws():
     assert not np.array_equal(other[0][1], one[0][1])
 
 
+def test_compiled_program_is_kept_between_batches():
+    """The batches of one refit call share ``programs``: one compiled program, and the same draws as fresh calls."""
+    rng = np.random.default_rng(0)
+    init = MEANS[:, None, :] + SDS * rng.normal(size=(2, 4, 3))
+    programs = {}
+    kw = dict(num_warmup=50, num_samples=100, target_accept=0.8, inverse_mass_matrix=SDS**2, step_size=0.5,
+              adaptation="step_size", vectorize=False)
+    first = batched_nuts(_gauss, init, np.array([0, 1]), random_seeds=[1, 2], programs=programs, **kw)
+    second = batched_nuts(_gauss, init[:1], np.array([1]), random_seeds=[3], programs=programs, **kw)
+    assert len(programs) == 1  # one lane compiled; the second batch (one target) reused it
+    fresh = batched_nuts(_gauss, init[:1], np.array([1]), random_seeds=[3], **kw)
+    for a, b in zip(second, fresh):
+        np.testing.assert_array_equal(a, b)
+    assert np.abs(first[0][1].mean(axis=(0, 1)) - MEANS[1]).max() < 1.0  # target 1's draws are about its mean
+    batched_nuts(_gauss, init, np.array([0, 1]), random_seeds=[1, 2], programs=programs, **{**kw, "num_samples": 80})
+    assert len(programs) == 2  # other settings: another program
+
+
 def test_no_warmup_keeps_the_given_step_size():
     _, _, eps = _run("step_size", warmup=0)
     np.testing.assert_array_equal(eps, 0.5)

@@ -35,8 +35,7 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 from ppl_loo.numerics.batched_nuts import BatchedTarget, lanes_per_batch
 from ppl_loo.numerics.bridge import log_mean_exp
-from ppl_loo.workflow.exact.refit import (batched_refit_density, batched_run, batched_warmup, refit_settings,
-                                          start_draws, warm_start)
+from ppl_loo.workflow.exact.refit import batched_refit_density, batched_run, batched_warmup, refit_settings, warm_start
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, check_datatree, check_posterior_draws, rank_rhat
 from ppl_loo.workflow.loo.loo import pointwise_factory
@@ -339,15 +338,15 @@ def _fit_folds(model, target, theta, fold_ids, settings, random_seed, progressba
     seeds = ss.generate_state(K, dtype=np.uint32)
     width = max(1, min(K, lanes_per_batch(C, settings["draws"], d)))
     ll_fold = np.asarray(ll, dtype=np.float64) @ mask.T if ll is not None and settings["adapt"] == "warm" else None
-    fits, t0 = {}, time.perf_counter()
+    fits, programs, t0 = {}, {}, time.perf_counter()
     with tqdm(total=K, desc="kfold", disable=not progressbar, unit="fold") as bar:
         for start in range(0, K, width):
             batch = list(range(start, min(K, start + width)))
             padded = batch + [batch[-1]] * (width - len(batch))  # the last run padded with a copy, dropped
-            inits = np.stack([u_draws[start_draws(np.random.default_rng(int(seeds[k])), S, C,
-                                                  None if ll_fold is None else ll_fold[:, k])] for k in padded])
             t1 = time.perf_counter()
-            draws, div, eps = batched_run(model, density, inits, padded, [int(seeds[k]) for k in padded], settings, imm)
+            draws, div, eps = batched_run(model, density, u_draws, padded, [int(seeds[k]) for k in padded], settings,
+                                          imm, ll_cols=None if ll_fold is None else ll_fold[:, padded],
+                                          programs=programs)
             seconds = (time.perf_counter() - t1) / len(batch)
             for b, k in enumerate(batch):
                 drawn = np.asarray(to_theta(draws[b].reshape(-1, d)), dtype=np.float64).reshape(draws[b].shape)

@@ -103,8 +103,9 @@ def refit_settings(data, overrides=None, warm=True):
     the LOO posterior, and its warmup (``warmup_warm``) is :data:`WARM_WARMUP` iterations (at most the fit's,
     unless ``refit_kwargs`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's
     variances as the mass matrix (the model's own samplers keep ``warmup``); ``"window"``: the fit's warmup of
-    BlackJAX's window adaptation (step size and mass matrix). Draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the
-    refits then run NUTS with 4 chains of 1,000 window-adapted warmup and 1,000 draws.
+    BlackJAX's window adaptation (step size and mass matrix). Draws of an approximation (``pl.laplace``,
+    ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the refits then run NUTS with 4 chains of 1,000
+    window-adapted warmup and 1,000 draws.
     """
     post = data["posterior"]
     attrs = dict(post.attrs)
@@ -278,8 +279,8 @@ def batched_refit_density(model):
     return None if getattr(model, "loo_logp", None) is None else BatchedTarget(model.loo_logp)
 
 
-#: targets per batched refit run on a CPU (its lanes run one after the other in one compiled program: the batch
-#: sets how often the checkpoint is written), and on an accelerator (its lanes run at once under ``vmap``)
+#: targets per batched refit run on a CPU (its lanes run in threads, one per core: the batch sets how often the
+#: checkpoint is written), and under ``vmap`` (an accelerator, or a density evaluated on the host)
 CPU_BATCH, ACCELERATOR_BATCH = 8, 128
 
 
@@ -288,10 +289,10 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
     """The refits of ``targets`` in batched NUTS runs (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`) of
     equal-sized batches (one compilation; the last batch is padded with its last target, whose copy is dropped;
     with a time budget the first batch is the worst target alone, and the budget is checked between batches).
-    Each chain starts at a full-data draw (the sequential path's choice), with the full-data posterior's variances
-    as the starting inverse mass matrix. Fills ``records`` (and ``done`` / the checkpoint); returns the targets
-    skipped for the budget."""
-    S, C = theta.shape[0], settings["chains"]
+    Each chain starts at a full-data draw (:func:`start_draws`: resampled with the LOO weights when warm-started),
+    with the full-data posterior's variances as the inverse mass matrix; the compiled program serves every batch.
+    Fills ``records`` (and ``done`` / the checkpoint); returns the targets skipped for the budget."""
+    C = settings["chains"]
     position = {i: j for j, i in enumerate(targets)}
     todo = [i for i in targets if i not in done]
     for i in targets:
@@ -304,6 +305,7 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
     u_draws, imm, to_theta = warm_start(density, theta)
     resample = posterior_draws and settings.get("adapt") == "warm"
     how = ("warm-started, step size adapted" if settings.get("adapt") == "warm" else "window adaptation")
+    programs = {}  # the compiled lane, shared by the batches
     # with a time budget the first batch is the worst target alone (the budget is checked between batches)
     first = 1 if budget_s is not None else size
     batches = [todo[:first]] + [todo[k:k + size] for k in range(first, len(todo), size)] if todo else []
@@ -313,14 +315,13 @@ def _run_batched(model, density, theta, ll, targets, seeds, settings, records, d
             return [i for rest in batches[b_no:] for i in rest]
         width = first if b_no == 0 else size
         padded = batch + [batch[-1]] * (width - len(batch))
-        inits = np.stack([u_draws[start_draws(np.random.default_rng(int(seeds[position[i]])), S, C,
-                                              ll[:, i] if resample else None)] for i in padded])
         t1 = time.perf_counter()
-        draws, div, eps = batched_run(model, density, inits, padded, [int(seeds[position[i]]) for i in padded],
-                                      settings, imm)
+        draws, div, eps = batched_run(model, density, u_draws, padded, [int(seeds[position[i]]) for i in padded],
+                                      settings, imm, ll_cols=ll[:, padded] if resample else None, programs=programs)
         seconds = (time.perf_counter() - t1) / len(batch)
         for b, i in enumerate(batch):
-            drawn = np.asarray(to_theta(draws[b].reshape(-1, draws.shape[-1])), dtype=np.float64).reshape(draws[b].shape)
+            drawn = np.asarray(to_theta(draws[b].reshape(-1, draws.shape[-1])), dtype=np.float64)
+            drawn = drawn.reshape(draws[b].shape)
             records[i] = {**_refit_record(model, i, drawn, ll, posterior_draws, full_chains), "seconds": seconds,
                           "sampler": f"BlackJAX NUTS, {how}, one batched run of {len(batch)} refit"
                                      f"{'s' if len(batch) != 1 else ''}",
@@ -362,10 +363,16 @@ def warm_start(density, theta):
     return u_draws, imm, to_theta
 
 
-def batched_run(model, density, inits, obs, seeds, settings, imm):
-    """One :func:`~ppl_loo.numerics.batched_nuts.batched_nuts` run of ``density`` on the targets ``obs`` (starting
-    points ``inits`` ``(B, C, d)``, one seed per target) with the refit ``settings``, interruptible by Ctrl-C
-    (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``."""
+def batched_run(model, density, u_draws, obs, seeds, settings, imm, ll_cols=None, programs=None):
+    """One :func:`~ppl_loo.numerics.batched_nuts.batched_nuts` run of ``density`` on the targets ``obs`` (one seed
+    per target) with the refit ``settings``, interruptible by Ctrl-C
+    (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``. Each target's
+    chains start at :func:`start_draws` of the full-data draws ``u_draws`` (in the sampler's coordinates) from its
+    seed's generator, weighted by its column of ``ll_cols`` ``(S, B)`` where given. ``programs``: the compiled
+    program, kept across the batches of one call (``batched_nuts``' ``programs``)."""
+    S, C = u_draws.shape[0], settings["chains"]
+    inits = np.stack([u_draws[start_draws(np.random.default_rng(int(seed)), S, C,
+                                          None if ll_cols is None else ll_cols[:, b])] for b, seed in enumerate(seeds)])
     warm = settings.get("adapt") == "warm"
     stop = _StopFlag(getattr(model, "source", None))
     call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs),
@@ -374,7 +381,7 @@ def batched_run(model, density, inits, obs, seeds, settings, imm):
                              target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
                              inverse_mass_matrix=imm, step_size=settings.get("step_size"),
                              adaptation="step_size" if warm else "window", should_stop=stop.requested,
-                             vectorize=density.vectorize)
+                             vectorize=density.vectorize, programs=programs)
     return run_interruptible(call, stop)
 
 
