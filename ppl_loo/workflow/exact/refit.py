@@ -49,7 +49,7 @@ from ppl_loo.workflow.loo.messages import warn_refit_budget, warn_refits_not_con
 #: ``posterior.attrs["method"]`` of draws from an approximation (no sampler settings to reuse)
 APPROXIMATE_METHODS = ("laplace", "qnvb", "pvi", "vi")
 
-__all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "apply_refits", "refit_converged",
+__all__ = ["refit_targets", "refit_settings", "run_refits", "check_refit_args", "refit_stage", "refit_converged",
            "warm_start", "batched_run", "start_draws", "fit_step_size", "batched_warmup", "WARM_WARMUP"]
 
 
@@ -484,13 +484,15 @@ def refit_converged(rec):
     return bool(rec["rhat_loglik"] <= RHAT_VOUCH and rec.get("rhat_max", 1.0) <= RHAT_VOUCH)
 
 
-def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar, kept=None):
-    """Run the requested refits and put their exact ``elpd_i`` into ``pw`` (a
-    :class:`~ppl_loo.workflow.loo.adapt.Pointwise`); returns the refit records (``res.refit_info``); their draws
-    go to ``kept`` (a :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
+def refit_stage(model, data, draws, refit, refit_kwargs, random_seed, progressbar, *, doubtful, flagged, k_final,
+                kept=None):
+    """Run the requested refits (``refit=``: ``doubtful``, ``flagged`` or indices, :func:`refit_targets`) and return
+    their records ``{i: record}`` (``res.refit_info``; the verdict puts their exact ``elpd_i`` in place,
+    :func:`ppl_loo.workflow.loo.verdict.verdict`); their draws go to ``kept`` (a
+    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
     if refit is None:
         return {}
-    targets, budget = refit_targets(refit, doubtful=pw.doubtful, flagged=flagged, k_final=pw.k, n=draws.ll.shape[1])
+    targets, budget = refit_targets(refit, doubtful=doubtful, flagged=flagged, k_final=k_final, n=draws.ll.shape[1])
     if not targets:
         return {}
     records, skipped = run_refits(model, draws.theta, draws.ll, targets, refit_settings(data, refit_kwargs),
@@ -501,11 +503,6 @@ def apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_se
     if bad:
         worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))
         warn_refits_not_converged(bad, worst)
-    for i, rec in records.items():
-        pw.elpd[i], pw.mcse[i] = rec["elpd_i"], rec["mcse"]
-        pw.transform[i], pw.hbar[i], pw.k[i] = "refit", np.nan, np.nan  # no importance sampling: no k-hat
-        pw.refit[i] = True
-        pw.doubtful[i] = not refit_converged(rec)
     if skipped:
         warn_refit_budget(skipped)
     return records

@@ -1,6 +1,7 @@
-"""The adaptive search over the flagged observations and what ``pl.loo`` reports for each: the
-corroborated candidate, plain PSIS where it is vouched for, and ``doubtful`` elsewhere
-(``docs/method.md``, sections 4 and 5)."""
+"""The adaptive search stage of ``pl.loo``: the compiled search over the observations the earlier stages left
+unsettled, in batches, and the table of every candidate's diagnostics (``res.candidates``); what the search's
+results mean for each observation is the verdict's (:func:`ppl_loo.workflow.loo.verdict.search_decision`;
+``docs/method.md``, sections 4 and 5)."""
 
 from __future__ import annotations
 
@@ -13,47 +14,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ppl_loo.numerics.glm_lines import line_bytes
-from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K, TRANSFORMS, EngineConfig, EngineData
+from ppl_loo.numerics.loo import TRANSFORMS, EngineConfig, EngineData
 from ppl_loo.numerics.loo.memory import device_free_bytes, machine_bytes
 from ppl_loo.numerics.loo.plan import left_out_message, search_plan
 from ppl_loo.workflow.loo.distributed import resolve_client, run_search_distributed
 from ppl_loo.workflow.loo.engine import compiled_engine
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 
-__all__ = ["Pointwise", "Candidates", "check_transforms", "auto_batch_size", "run_search", "decide"]
+__all__ = ["Candidates", "check_transforms", "auto_batch_size", "run_search", "CPU_MAX_BATCH", "ACCELERATOR_MAX_BATCH"]
 
 #: per-candidate diagnostics kept in ``res.candidates`` besides k, k of the weights, elpd and the ratio check
 CANDIDATE_FIELDS = ("log_mean_ratio", "se_log_mean_ratio", "mcse", "se", "ess", "usable", "checks_ok", "dev", "tv")
-
-
-@dataclass
-class Pointwise:
-    """What is reported per observation; starts as plain PSIS (:func:`from_plain`)."""
-
-    elpd: np.ndarray
-    k: np.ndarray
-    mcse: np.ndarray
-    n_eff: np.ndarray
-    transform: np.ndarray
-    hbar: np.ndarray
-    doubtful: np.ndarray
-    use_adapted: np.ndarray
-    identity_failed: np.ndarray  # candidates whose weights failed the change-of-variables check
-    refit: np.ndarray
-    #: the search's selected candidate where it passes every check with k-hat at most the threshold, corroborated
-    #: or not (NaN elsewhere): a second opinion can confirm it (:mod:`ppl_loo.workflow.loo.vouch.rule`)
-    cand_elpd: np.ndarray = None
-    cand_se: np.ndarray = None
-    cand_k: np.ndarray = None
-    cand_label: np.ndarray = None
-
-    @classmethod
-    def from_plain(cls, plain):
-        n = plain.k.shape[0]
-        return cls(plain.elpd.copy(), plain.k.copy(), plain.mcse.copy(), plain.n_eff.copy(),
-                   np.full(n, "psis", dtype=object), np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, bool),
-                   np.zeros(n, int), np.zeros(n, bool), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
-                   np.full((n, 2), None, dtype=object))
 
 
 @dataclass
@@ -197,40 +168,3 @@ def _run(f, edata, obs_idx, ll, batch_size, progressbar, source=None):
         bar.update(min(chunk, len(obs_idx) - start))
     bar.close()
     return out
-
-
-def decide(pw: Pointwise, cands: Candidates, plain, results, obs_idx, cfg: EngineConfig, approx):
-    """Fill ``pw`` and ``cands`` from the search's ``results`` (one per ``obs_idx``)."""
-    for j, i in enumerate(obs_idx):
-        r = results[j]
-        cands.record(i, j, r, approx)
-        if not approx:
-            pw.identity_failed[i] = int(np.sum(~r["identity_ok"]))
-        _decide_one(pw, int(i), r, plain, cfg, cands.labels)
-
-
-def _decide_one(pw, i, r, plain, cfg, labels):
-    """The corroborated candidate where there is one (``trusted``); else plain PSIS, vouched for only
-    where its own k-hat is at most 0.5 (finite variance of the weights) and the threshold, its ESS
-    is fine, and no candidate that passes every check and moved the weights (total variation
-    >= ``PLAIN_LIKE_TV``) contradicts it; ``doubtful`` where neither holds."""
-    best = int(r["best"])
-    good = bool(r["usable"][best] and r["checks_ok"][best] and r["k"][best] <= cfg.k_threshold)
-    trusted = bool(r["trusted"]) and pw.identity_failed[i] == 0
-    if good and pw.identity_failed[i] == 0:
-        pw.cand_elpd[i], pw.cand_se[i], pw.cand_k[i] = float(r["elpd"][best]), float(r["se"][best]), float(r["k"][best])
-        pw.cand_label[i] = labels[best]
-    if trusted:
-        pw.use_adapted[i] = True
-        pw.elpd[i], pw.k[i], pw.mcse[i] = float(r["elpd"][best]), float(r["k"][best]), float(r["se_best"])
-        pw.n_eff[i] = float(r["ess"][best]) * cfg.r_eff
-        pw.transform[i], pw.hbar[i] = labels[best]
-    else:  # no corroborated adapted candidate: the plain PSIS values stay
-        pw.transform[i] = "psis" if good else "failed"
-    moved_ok = r["usable"] & r["checks_ok"] & (r["k"] <= cfg.k_threshold) & ~(r["tv"] < PLAIN_LIKE_TV)
-    contradicts = np.abs(r["elpd"] - plain.elpd[i]) > AGREE_Z * np.hypot(r["se"], pw.mcse[i])
-    plain_ok = bool(plain.k[i] <= min(cfg.k_threshold, PLAIN_VOUCH_K) and pw.n_eff[i] >= cfg.min_ess
-                    and pw.identity_failed[i] == 0 and not np.any(moved_ok & contradicts))
-    if not trusted and plain_ok:
-        pw.transform[i] = "psis"
-    pw.doubtful[i] = not (trusted or plain_ok)

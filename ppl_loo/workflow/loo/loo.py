@@ -17,21 +17,23 @@ from ppl_loo.model import as_model
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.psis import khat_threshold, psislw
-from ppl_loo.workflow.exact.refit import apply_refits, check_refit_args
-from ppl_loo.workflow.loo.adapt import Candidates, Pointwise, check_transforms, decide, run_search
+from ppl_loo.numerics.loo.memory import device_free_bytes
+from ppl_loo.workflow.exact.refit import check_refit_args, refit_stage
+from ppl_loo.workflow.loo.adapt import ACCELERATOR_MAX_BATCH, CPU_MAX_BATCH, Candidates, check_transforms, run_search
 from ppl_loo.workflow.loo.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
 from ppl_loo.workflow.loo.distributed import resolve_client
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.engine import adapted_weights_array, config_to_plain, draws_array
-from ppl_loo.workflow.loo.inputs import (RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
+from ppl_loo.workflow.loo.inputs import (SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
                                      get_log_likelihood, identical_chains, max_rhat_of, obs_labels, stan_labelled,
                                      with_stan_labels)
 from ppl_loo.workflow.loo.kept import KeptDraws
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
 from ppl_loo.workflow.loo.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
-                                    pointwise_reasons, stable_se, stable_sum)
+                                    stable_se, stable_sum)
 from ppl_loo.workflow.loo.result import LooResult
-from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, second_opinions
+from ppl_loo.workflow.loo.verdict import RHAT_NOT_MIXED, VOUCH_MAX_SE, Evidence, Rules, convergence, verdict
+from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, mixture_stage, smc_stage
 
 __all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar", "pointwise_factory"]
 
@@ -216,42 +218,81 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
                        n_chains=draws.n_chains, k_threshold=float(k_threshold))
     plain, lpd = (plain_psis(draws), None) if stored is None else chunked_plain(stored, draws, chunk_size)
     flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
-    obs_idx = np.flatnonzero(flagged)
-    draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored, obs_idx,
-                                                                                 check_log_lik))
-    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar, False if client is None else client)
-    pw = Pointwise.from_plain(plain)
-    table = Candidates if stored is None else SearchedCandidates  # out of core: rows of the searched only
-    cands = table.empty(candidate_labels(cfg), n, draws.n_chains, len(obs_idx), S)
-    decide(pw, cands, plain, results, obs_idx, cfg, draws.approx)
-
-    # the draws themselves: where they have not converged, nothing estimated from them alone is vouched for
+    if stored is None:  # an imprecise plain estimate does not settle its observation either
+        flagged |= ~(plain.mcse <= VOUCH_MAX_SE)
+    draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored,
+                                                                                 np.flatnonzero(flagged), check_log_lik))
     max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data)
-    unconverged = bool(max_rhat > RHAT_VOUCH)
-    if unconverged:
-        pw.doubtful[:] = True
-    # a NaN or infinite estimate is never vouched for (k = -inf: exactly uniform weights, a constant term)
-    pw.doubtful |= np.isnan(pw.k) | (pw.k == np.inf) | ~np.isfinite(pw.elpd)
+    conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
+    rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)
+    ev = Evidence(plain, conv, flagged)
+    v = verdict(ev, rules)
     kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions
-    evidence, notes, opinion_info = second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged,
-                                                    mixture, mixture_kwargs, smc, random_seed, kept)
-    refit_info = apply_refits(pw, model, data, draws, flagged, refit, refit_kwargs, random_seed, progressbar, kept)
-    evidence = _with_refits(evidence, pw)
-    reason = model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes, refit_info)
-    _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, len(obs_idx),
-          _which(data, draws.var_name, model, pw.doubtful & ~pw.refit, reason))
-    return _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason=reason, lpd=lpd,
-                   evidence=evidence, **opinion_info, **kept.arrays(pw.transform), max_rhat=max_rhat,
-                   max_rhat_var=rhat_where, good_k=k_threshold, **approx_summary(draws, plain, k_threshold))
+    info = {"mixture_info": None, "smc_info": None}
+
+    def with_mixture(ev):
+        op, info["mixture_info"] = mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept)
+        return ev if op is None else ev.with_opinion(op)
+
+    # the schedule, cheapest per settled observation first: one mixture run settles every observation it can before
+    # the search, which costs per observation, runs on more than one batch of them
+    todo = flagged & v.unsettled
+    if stored is None and (mixture is True or (mixture == "auto" and todo.sum() > _one_batch(batch_size))):
+        ev = with_mixture(ev)
+        v = verdict(ev, rules)
+    obs_idx = np.flatnonzero(flagged if adapt == "all" else flagged & v.unsettled)
+    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar, False if client is None else client)
+    ev = ev.with_search(dict(zip(obs_idx.tolist(), results)), candidate_labels(cfg))
+    v = verdict(ev, rules)
+    if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
+        ev = with_mixture(ev)
+        v = verdict(ev, rules)
+    op, info["smc_info"] = smc_stage(model, draws, v, plain, ev, smc, random_seed)
+    if op is not None:
+        ev = ev.with_opinion(op)
+        v = verdict(ev, rules)
+    refit_info = refit_stage(model, data, draws, refit, refit_kwargs, random_seed, progressbar, doubtful=v.unsettled,
+                             flagged=flagged, k_final=v.k, kept=kept)
+    if refit_info:
+        ev = ev.with_refits(refit_info)
+        v = verdict(ev, rules)
+    cands = _candidates(ev, cfg, draws, n, S, stored is None)
+    _warn(v, cands, conv, k_threshold, len(ev.search),
+          _which(data, draws.var_name, model, v.doubtful & ~v.refit, v.reason))
+    return _result(data, model, draws, plain, v, cands, cfg, flagged, refit_info, lpd=lpd, **info,
+                   **kept.arrays(v.transform), max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold,
+                   **approx_summary(draws, plain, k_threshold))
 
 
-def _with_refits(evidence, pw):
-    """``evidence`` after the refits: "refit" where a refit vouches, "" where a refit did not converge (doubtful,
-    whatever vouched before). A new array: settle's strings are as wide as its longest label, "refit" must fit."""
-    evidence = np.asarray(evidence, dtype=object)
-    evidence[pw.refit & ~pw.doubtful] = "refit"
-    evidence[pw.doubtful] = ""
-    return evidence.astype(str)
+def _one_batch(batch_size):
+    """How many observations one call of the search examines (``batch_size="auto"``: the most it takes here)."""
+    if batch_size != "auto":
+        return int(batch_size)
+    return CPU_MAX_BATCH if device_free_bytes() is None else ACCELERATOR_MAX_BATCH
+
+
+def _convergence(draws, stored, flagged, max_rhat, rhat_where):
+    """:func:`~ppl_loo.workflow.loo.verdict.convergence` of every observation (out of core: of the flagged ones, whose
+    log-likelihood is in memory; the others pass unless the parameters have not mixed at all)."""
+    if stored is None:
+        return convergence(draws.ll, draws.n_chains, max_rhat, rhat_where, draws.approx)
+    idx = np.flatnonzero(flagged)
+    some = convergence(np.asarray(draws.ll.ll), draws.n_chains, max_rhat, rhat_where, draws.approx)
+    n = flagged.shape[0]
+    rhat, ess, ok = np.full(n, np.nan), np.full(n, np.nan), np.full(n, not max_rhat > RHAT_NOT_MIXED)
+    rhat[idx], ess[idx], ok[idx] = some.rhat, some.ess, some.ok
+    return some._replace(rhat=rhat, ess=ess, ok=ok)
+
+
+def _candidates(ev, cfg, draws, n, S, in_memory):
+    """``res.candidates`` and the chosen candidates' weights, from the search's results (observations in order)."""
+    table = Candidates if in_memory else SearchedCandidates  # out of core: rows of the searched only
+    order = sorted(ev.search)
+    cands = table.empty(candidate_labels(cfg), n, draws.n_chains, len(order), S)
+    for j, i in enumerate(order):
+        cands.record(i, j, ev.search[i], draws.approx)
+    cands.obs_order = np.asarray(order, dtype=int)
+    return cands
 
 
 def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
@@ -264,45 +305,6 @@ def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
                          "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
                          "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
     return psis_loo(data, var_name, k_threshold, reff, chunk_size)
-
-
-def model_reasons(pw, plain, k_threshold, unconverged, max_rhat, rhat_where, notes=None, refit_info=None):
-    """Why each doubtful observation is doubtful, in words (``""`` elsewhere); ``notes``: what the second opinions
-    said (:func:`~ppl_loo.workflow.loo.vouch.rule.settle`), appended; ``refit_info``: the refits' records (a refit
-    that did not converge says so)."""
-    n = pw.k.shape[0]
-    reason = np.full(n, "", dtype=object)
-    _, plain_reason = pointwise_reasons(plain.k, k_threshold, plain.log_ratios)
-    for i in np.flatnonzero(pw.doubtful & pw.refit):
-        rec = (refit_info or {}).get(int(i), {})
-        reason[i] = (f"the refit without it did not converge (R-hat of log p(y_i | theta) "
-                     f"{rec.get('rhat_loglik', float('nan')):.3f}, largest parameter R-hat "
-                     f"{rec.get('rhat_max', float('nan')):.3f}, above {RHAT_VOUCH}); more refit draws "
-                     "(refit_kwargs) may settle it")
-    for i in np.flatnonzero(pw.doubtful & ~pw.refit):
-        k = pw.k[i]
-        if unconverged:
-            text = f"the posterior draws have not converged (R-hat {max_rhat:.3f} for {rhat_where})"
-        elif pw.transform[i] == "mixture":
-            text = "only mixture importance sampling passed its checks, and nothing independent confirms it"
-        elif pw.identity_failed[i]:
-            text = "the draws fail the change-of-variables check of the adapted proposals"
-        elif not np.isfinite(pw.elpd[i]):
-            text = "elpd_i is not finite"
-        elif np.isnan(k) or k == np.inf:
-            text = plain_reason[i] or f"k-hat {k} could not be estimated"
-        elif pw.transform[i] == "failed":
-            text = (f"no proposal reached k-hat {k_threshold:.2f} (best {k:.2f}; plain PSIS "
-                    f"{plain.k[i]:.2f})")
-        else:
-            text = (f"no adapted proposal was independently confirmed (k-hat {k:.2f}; plain PSIS "
-                    f"{plain.k[i]:.2f})")
-        if plain_reason[i] and plain_reason[i] not in text and "could not be estimated" in plain_reason[i]:
-            text += f"; plain PSIS: {plain_reason[i]}"
-        if notes is not None and notes[i]:
-            text += f"; {notes[i]}"
-        reason[i] = text
-    return reason.astype(str)
 
 
 def approximation_transforms(draws, transforms, names):
@@ -365,34 +367,36 @@ def _which(data, var_name, model, mask, reason, limit=5):
     return text + (f"; and {idx.size - limit} more" if idx.size > limit else "")
 
 
-def _warn(pw, cands, unconverged, max_rhat, rhat_where, k_threshold, n_searched, which=""):
-    n_doubtful = int(np.sum(pw.doubtful))
-    if unconverged and n_doubtful:
-        warn_unconverged(max_rhat, rhat_where, n_doubtful, which)
+def _warn(v, cands, conv, k_threshold, n_searched, which=""):
+    n_doubtful = int(np.sum(v.doubtful))
+    if n_doubtful and conv.max_rhat > RHAT_NOT_MIXED:
+        warn_unconverged(conv.max_rhat, conv.max_rhat_var, n_doubtful, which)
     elif n_doubtful:
-        warn_doubtful(pw, k_threshold, which)
-    n_identity = int(np.sum(pw.identity_failed > 0))
+        warn_doubtful(v, k_threshold, which)
+    n_identity = int(np.sum(v.identity_failed > 0))
     if n_identity:
         warn_identity(n_identity, n_searched, float(np.nanmax(cands.table["max_log_ratio"])))
 
 
-def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_info, reason, evidence, approx_ok_values=None,
-            lpd=None, **extra):
+def _result(data, model, draws, plain, v, cands, cfg, flagged, refit_info, approx_ok_values=None, lpd=None, **extra):
     """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
     candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
     S, n = draws.ll.shape
     da = pointwise_factory(data, draws.var_name, model, n)
-    p_loo_i = (logmeanexp(draws.ll) if lpd is None else lpd) - pw.elpd  # lpd: from the chunks (out of core)
-    used = pw.use_adapted[obs_idx]
-    arrays = {"elpd_i": pw.elpd, "pareto_k": pw.k, "p_loo_i": p_loo_i, "influence_pareto_k": plain.k,
-              "n_eff_i": pw.n_eff, "pareto_k_psis": plain.k, "transform": pw.transform.astype(str),
-              "hbar_used": pw.hbar, "mcse_elpd_i": pw.mcse, "influence": plain.influence, "doubtful": pw.doubtful,
-              "refit": pw.refit, "searched": flagged, "reason": reason, "evidence": evidence}
+    p_loo_i = (logmeanexp(draws.ll) if lpd is None else lpd) - v.elpd  # lpd: from the chunks (out of core)
+    obs_idx = cands.obs_order
+    used = v.use_adapted[obs_idx]
+    searched = np.zeros(n, bool)
+    searched[obs_idx] = True
+    arrays = {"elpd_i": v.elpd, "pareto_k": v.k, "p_loo_i": p_loo_i, "influence_pareto_k": plain.k,
+              "n_eff_i": v.n_eff, "pareto_k_psis": plain.k, "transform": v.transform,
+              "hbar_used": v.hbar, "mcse_elpd_i": v.mcse, "influence": plain.influence, "doubtful": v.doubtful,
+              "refit": v.refit, "searched": searched, "reason": v.reason, "evidence": v.evidence}
     if approx_ok_values is not None:
         arrays["approx_ok"] = approx_ok_values
     return LooResult(
-        elpd=stable_sum(pw.elpd), se=stable_se(pw.elpd),
-        p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(pw.doubtful)),
+        elpd=stable_sum(v.elpd), se=stable_se(v.elpd),
+        p=stable_sum(p_loo_i), n_samples=S, n_data_points=n, scale="log", warning=bool(np.any(v.doubtful)),
         approx_posterior=draws.approx, refit_info=refit_info, candidates=cands.as_dict(), var_name=draws.var_name,
         stan_labels=stan_labelled(data, model), n_params=int(draws.theta.shape[1]),
         log_weights=plain.lw if isinstance(plain.lw, xr.DataArray) else draws_array(data, plain.lw.T, da(plain.k, None),
@@ -400,7 +404,7 @@ def _result(data, model, draws, plain, pw, cands, cfg, obs_idx, flagged, refit_i
         adapted_log_weights=adapted_weights_array(obs_idx[used], [cands.labels[b] for b in cands.best[used]],
                                                   cands.lw[used]),
         log_q=draws_array(data, np.asarray(draws.log_q0), None, "log_q") if draws.approx else None,
-        engine_config=config_to_plain(cfg, not draws.approx), **{k: da(v, k) for k, v in arrays.items()}, **extra,
+        engine_config=config_to_plain(cfg, not draws.approx), **{k: da(x, k) for k, x in arrays.items()}, **extra,
     )
 
 

@@ -15,14 +15,15 @@ from scipy.special import logsumexp
 from ppl_loo.model import as_model
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.psis import khat_threshold
-from ppl_loo.workflow.loo.adapt import Candidates, Pointwise, check_transforms, decide, run_search
+from ppl_loo.workflow.loo.adapt import Candidates, check_transforms, run_search
 from ppl_loo.workflow.loo.draws import LooDraws
-from ppl_loo.workflow.loo.inputs import (MIN_DRAWS, RHAT_VOUCH, SAMPLE_DIMS, align_obs_dims, check_finite,
+from ppl_loo.workflow.loo.inputs import (MIN_DRAWS, SAMPLE_DIMS, align_obs_dims, check_finite,
                                      check_posterior_draws, get_log_likelihood, identical_chains, max_rhat_of,
                                      obs_labels)
-from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS, check_hbar, model_reasons
+from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS, check_hbar
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_plain, warn_unconverged
 from ppl_loo.workflow.loo.plain import (flag_observations, logmeanexp, plain_psis, pointwise_reasons)
+from ppl_loo.workflow.loo.verdict import RHAT_NOT_MIXED, Evidence, Rules, convergence, verdict
 from ppl_loo.workflow.subsample.estimate import choose_observations, combine, lpd_of, make_result, select_columns
 from ppl_loo.workflow.subsample.plain import sample_r_eff
 
@@ -87,8 +88,8 @@ def model_subsample(data, model, observations, approximation, estimator, var_nam
     cfg = EngineConfig(tuple(names), hbar, float(r_eff), opts["jacobian"],
                        min_ess=min(100.0, S / 10.0) if opts["min_ess"] is None else float(opts["min_ess"]),
                        n_chains=n_chains, k_threshold=float(k_thr))
-    pw, cands, plain, flagged = _search(model, draws, cfg, idx, n, opts)
-    reason = _vouch(pw, plain, data, k_thr, opts["adapt"] == "none")
+    plain, flagged, results, cands = _search(model, draws, cfg, idx, n, opts)
+    pw, reason = _vouch(draws, plain, flagged, results, cfg, data, opts["adapt"] == "none")
     _warn_doubtful(pw, ref0, idx, reason, k_thr, opts["adapt"] == "none")
     elpd, sub_se, se, p = combine(estimator, pw.elpd, logmeanexp(ll) - pw.elpd, approx_all, idx, counts, n)
     pointwise = {"elpd_i": (pw.elpd, np.nan), "pareto_k": (pw.k, np.nan), "p_loo_i": (logmeanexp(ll) - pw.elpd,
@@ -115,26 +116,28 @@ def _search(model, draws, cfg, idx, n, opts):
     cols = draws._replace(ll=SubsampleColumns(draws.ll, idx, n))
     results = run_search(model, cols, cfg, idx[pos], opts["batch_size"], opts["progressbar"],
                          opts.get("client", False)) if pos.size else []
-    pw = Pointwise.from_plain(plain)
     cands = Candidates.empty(candidate_labels(cfg), len(idx), draws.n_chains, len(pos), S)
-    decide(pw, cands, plain, results, pos, cfg, False)
-    return pw, cands, plain, flagged
+    for j, (i, r) in enumerate(zip(pos, results)):
+        cands.record(i, j, r, False)
+    return plain, flagged, dict(zip(pos.tolist(), results)), cands
 
 
-def _vouch(pw, plain, data, k_threshold, no_search):
-    """``doubtful`` and ``reason`` as :func:`ppl_loo.loo` sets them (plain PSIS's rule with ``adapt="none"``)."""
+def _vouch(draws, plain, flagged, results, cfg, data, no_search):
+    """The verdict on the subsample as :func:`ppl_loo.loo` gives it without second opinions (plain PSIS's rule with
+    ``adapt="none"``): ``(verdict, reason)``."""
     max_rhat, where = max_rhat_of(data)
-    unconverged = bool(max_rhat > RHAT_VOUCH)
+    conv = convergence(draws.ll, draws.n_chains, max_rhat, where)
+    ev = Evidence(plain, conv, flagged).with_search(results, candidate_labels(cfg))
+    v = verdict(ev, Rules(cfg.k_threshold, cfg.min_ess, cfg.r_eff, False))
+    reason = v.reason
     if no_search:
-        pw.doubtful[:], reason = pointwise_reasons(plain.k, k_threshold, plain.log_ratios, plain.elpd)
-        pw.transform[:] = np.where(pw.doubtful, "failed", "psis")
-    if unconverged:
-        pw.doubtful[:] = True
-        warn_unconverged(max_rhat, where, int(pw.doubtful.sum()))
-    pw.doubtful |= np.isnan(pw.k) | (pw.k == np.inf) | ~np.isfinite(pw.elpd)
-    if no_search and not unconverged:
-        return np.asarray(reason, dtype=str)
-    return model_reasons(pw, plain, k_threshold, unconverged, max_rhat, where)
+        doubtful, plain_reason = pointwise_reasons(plain.k, cfg.k_threshold, plain.log_ratios, plain.elpd)
+        doubtful = np.asarray(doubtful, bool) & conv.ok
+        reason = np.where(doubtful, plain_reason, reason).astype(str)
+        v = v._replace(doubtful=v.doubtful | doubtful, transform=np.where(doubtful, "failed", v.transform))
+    if v.doubtful.all() and (~conv.ok).all() and max_rhat > RHAT_NOT_MIXED:
+        warn_unconverged(max_rhat, where, int(v.doubtful.sum()))
+    return v, reason
 
 
 def _warn_doubtful(pw, ref0, idx, reason, k_threshold, no_search):

@@ -1,9 +1,8 @@
-"""Which second opinions ``pl.loo`` runs, and when (``mixture=``, ``smc=``), before the rule settles each
-observation (:func:`ppl_loo.workflow.loo.vouch.rule.settle`)."""
+"""The second-opinion stages of ``pl.loo`` (``mixture=``, ``smc=``): each runs on what the verdict leaves unsettled
+(:func:`ppl_loo.workflow.loo.verdict.verdict`) and returns an :class:`~ppl_loo.workflow.loo.vouch.rule.Opinion`."""
 
 from __future__ import annotations
 
-import copy
 import warnings
 
 import numpy as np
@@ -11,10 +10,10 @@ import numpy as np
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
 from ppl_loo.workflow.exact.refit import refit_settings
 from ppl_loo.workflow.loo.vouch.mixture import default_seed, mixture_run_ok, mixture_settings, run_mixture
-from ppl_loo.workflow.loo.vouch.rule import Opinion, settle
+from ppl_loo.workflow.loo.vouch.rule import Opinion
 from ppl_loo.workflow.loo.vouch.smc import run_smc
 
-__all__ = ["second_opinions", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS", "SMC_AUTO_MAX_DIM",
+__all__ = ["mixture_stage", "smc_stage", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS", "SMC_AUTO_MAX_DIM",
            "ALONE_MAX_PARAM_RHAT"]
 
 #: a mixture run whose own checks fail (divergences, its weights' R-hat or ESS) runs once more with twice the draws
@@ -60,9 +59,10 @@ def mixture_run_settings(data, overrides=None):
     return mixture_settings(base, overrides)
 
 
-def _mixture(model, data, draws, mixture_kwargs, random_seed, kept=None):
-    """The mixture opinion and the run's info (with the error where it could not run); the run that counts gives
-    its draws to ``kept`` (a :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
+def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None):
+    """Mixture importance sampling (one MCMC run for every observation): the opinion and the run's info (with the
+    error where it could not run); the run that counts gives its draws to ``kept`` (a
+    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
     settings = mixture_run_settings(data, mixture_kwargs)
     try:
         run = run_mixture(model, draws.theta, settings, random_seed)
@@ -92,36 +92,24 @@ def _mixture(model, data, draws, mixture_kwargs, random_seed, kept=None):
     return Opinion("mixture", run.elpd, run.mcse, run.ok, alone), info
 
 
-def second_opinions(pw, plain, model, data, draws, obs_idx, k_threshold, unconverged, mixture, mixture_kwargs, smc,
-                    random_seed, kept=None):
-    """Run the second opinions asked for, settle every observation (``pw`` in place); the mixture run's draws go to
-    ``kept`` (a :class:`~ppl_loo.workflow.loo.kept.KeptDraws`).
-
-    Returns ``(evidence, notes, extras)`` (:func:`~ppl_loo.workflow.loo.vouch.rule.settle`; ``extras``: the result's
-    ``mixture_info`` and ``smc_info``, None for what did not run).
-    """
-    opinions, info, smc_info = [], None, None
-    if mixture is True or (mixture == "auto" and pw.doubtful.any()):
-        op, info = _mixture(model, data, draws, mixture_kwargs, random_seed, kept)
-        opinions += [op] if op is not None else []
-    if smc is not False and not unconverged and not draws.approx:
-        if smc is True:
-            targets = np.asarray(obs_idx, dtype=int)
-        else:  # what is still doubtful, what only maps of the posterior draws vouch for where plain PSIS failed,
-            # and what the mixture run vouches for alone (SMC, where it runs, is its second opinion)
-            trial = copy.deepcopy(pw)
-            evidence, _ = settle(trial, plain, k_threshold, opinions, converged=True)
-            checked = opinions[0].ok if opinions else np.zeros(pw.elpd.shape[0], bool)
-            risky = (evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
-            targets = np.flatnonzero(trial.doubtful | risky | (evidence == "mixture"))
-        d = int(np.asarray(draws.theta).shape[1])
-        if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
-            smc_info = {"skipped": f"{d} parameters, above smc='auto''s {SMC_AUTO_MAX_DIM} (tempered SMC's moves "
-                                   "cost minutes per observation there: on the ovarian horseshoe regression, d = 3,075, "
-                                   "13 observations did not finish in 12 minutes on two busy cores); smc=True runs it",
-                        "observations": [], "particles": 0, "n_ok": 0, "seconds": 0.0}
-        elif targets.size:
-            op, smc_info = run_smc(model, draws, targets, random_seed)
-            opinions.append(op)
-    evidence, notes = settle(pw, plain, k_threshold, opinions, converged=not unconverged)
-    return evidence, notes, {"mixture_info": info, "smc_info": smc_info}
+def smc_stage(model, draws, v, plain, ev, smc, random_seed):
+    """Tempered SMC (``smc=``) on what the verdict ``v`` leaves unsettled and on what only maps of the posterior
+    draws vouch for where plain PSIS failed (k-hat above 0.5) and no passing mixture estimate checked it (maps of the
+    same draws can miss together); only where the draws of the observation converged (SMC starts from them).
+    ``smc=True``: every observation the search examined. Returns ``(opinion or None, info or None)``."""
+    if smc is False or draws.approx:
+        return None, None
+    if smc is True:
+        targets = np.asarray(sorted(ev.search), dtype=int)
+    else:
+        checked = ev.opinions[0].ok if ev.opinions else np.zeros(v.elpd.shape[0], bool)
+        risky = (v.evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
+        targets = np.flatnonzero((v.unsettled | risky) & ev.conv.ok)
+    d = int(np.asarray(draws.theta).shape[1])
+    if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
+        return None, {"skipped": f"{d} parameters, above smc='auto''s {SMC_AUTO_MAX_DIM} (tempered SMC's moves "
+                                 "cost minutes per observation in that many dimensions); smc=True runs it",
+                      "observations": [], "particles": 0, "n_ok": 0, "seconds": 0.0}
+    if not targets.size:
+        return None, None
+    return run_smc(model, draws, targets, random_seed)

@@ -110,7 +110,7 @@ def engine_candidates(pw, plain, i, k_threshold):
 
 
 def settle(pw, plain, k_threshold, opinions, converged):
-    """Apply the rule to ``pw`` (a :class:`~ppl_loo.workflow.loo.adapt.Pointwise` after the search) in place.
+    """Apply the rule to ``pw`` (a :class:`~ppl_loo.workflow.loo.verdict.Pointwise` after the search) in place.
 
     Parameters
     ----------
@@ -119,8 +119,8 @@ def settle(pw, plain, k_threshold, opinions, converged):
     k_threshold : float
     opinions : list of Opinion
         The second opinions that ran, in order of preference (mixture first, then SMC).
-    converged : bool
-        Whether the posterior draws converged.
+    converged : bool or array of bool (n,)
+        Whether the posterior draws converged, per observation (the draws of its log-likelihood).
 
     Returns
     -------
@@ -129,6 +129,7 @@ def settle(pw, plain, k_threshold, opinions, converged):
         observation stays doubtful (appended to ``res.reason``).
     """
     n = pw.elpd.shape[0]
+    converged = np.broadcast_to(np.asarray(converged, bool), (n,))
     vouched = ~pw.doubtful & converged
     evidence = np.where(vouched, np.where(pw.use_adapted, "adapted", "psis"), "").astype(object)
     notes = np.full(n, "", dtype=object)
@@ -150,8 +151,8 @@ def settle(pw, plain, k_threshold, opinions, converged):
             evidence[i] = f"adapted+{op.name}"
             risky[i] = False
     for i in np.flatnonzero(~vouched):
-        _settle_one(pw, i, engine_candidates(pw, plain, i, k_threshold), opinions, converged, evidence, notes,
-                    float(plain.elpd[i]))
+        _settle_one(pw, i, engine_candidates(pw, plain, i, k_threshold), opinions, bool(converged[i]), evidence,
+                    notes, float(plain.elpd[i]))
     pw.doubtful[:] = evidence == ""
     return evidence.astype(str), notes.astype(str)
 
