@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from ppl_loo.numerics.batched_nuts import BatchedTarget, batched_nuts, lanes_per_batch
 from ppl_loo.numerics.bridge import bridge_log_ratio, mean_log_ratio
-from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, rank_rhat
+from ppl_loo.workflow.loo.inputs import RHAT_NOT_MIXED, RHAT_VOUCH, rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 from ppl_loo.workflow.loo.messages import warn_refit_budget, warn_refits_not_converged
 
@@ -479,9 +479,10 @@ def check_refit_args(refit, refit_kwargs, random_seed, data, n):
 
 
 def refit_converged(rec):
-    """A refit is vouched for when its draws converged: R-hat of every unconstrained parameter and of
-    ``log p(y_i | theta)`` at most :data:`~ppl_loo.workflow.loo.inputs.RHAT_VOUCH`, as the main fit's draws."""
-    return bool(rec["rhat_loglik"] <= RHAT_VOUCH and rec.get("rhat_max", 1.0) <= RHAT_VOUCH)
+    """A refit is vouched for when the draws of its estimate converged, as the main fit's are judged: the R-hat of
+    ``log p(y_i | theta)`` at most :data:`~ppl_loo.workflow.loo.inputs.RHAT_VOUCH`, and its parameters mixed (largest
+    R-hat at most :data:`~ppl_loo.workflow.loo.inputs.RHAT_NOT_MIXED`)."""
+    return bool(rec["rhat_loglik"] <= RHAT_VOUCH and rec.get("rhat_max", 1.0) <= RHAT_NOT_MIXED)
 
 
 def refit_stage(model, data, draws, refit, refit_kwargs, random_seed, progressbar, *, doubtful, flagged, k_final,

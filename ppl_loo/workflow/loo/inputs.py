@@ -7,7 +7,7 @@ import re
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH",
+__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH", "RHAT_NOT_MIXED",
            "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
            "obs_label_list",
            "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels"]
@@ -18,6 +18,9 @@ SAMPLE_DIMS = ("chain", "draw")
 #: them, plain PSIS or adapted, can be vouched for (ovarian horseshoe, benchmarks/truth: R-hat 1.065, an
 #: observation with k-hat 0.49 was 0.27 nats optimistic, 3.7 combined SEs)
 RHAT_VOUCH = 1.01
+#: a largest parameter R-hat above this means chains that have not mixed (Gelman et al. 2013), not a chance excess of
+#: :data:`RHAT_VOUCH` over many coordinates: such draws vouch for no estimate, whatever its own R-hat
+RHAT_NOT_MIXED = 1.1
 #: PSIS fits a Pareto tail to at least 5 draws: ``floor(S / 5) >= 5`` needs ``S >= 25`` (arviz_stats too)
 MIN_DRAWS = 25
 

@@ -35,12 +35,12 @@ import numpy as np
 
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K
 from ppl_loo.workflow.exact.refit import refit_converged
-from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, rank_rhat
+from ppl_loo.workflow.loo.inputs import RHAT_NOT_MIXED, RHAT_VOUCH, rank_rhat
 from ppl_loo.workflow.loo.plain import pointwise_reasons
 from ppl_loo.workflow.loo.vouch.rule import settle
 
 __all__ = ["Pointwise", "Convergence", "Evidence", "Rules", "Verdict", "verdict", "convergence", "search_decision",
-           "VOUCH_MAX_SE", "MIN_LL_ESS", "RHAT_NOT_MIXED"]
+           "VOUCH_MAX_SE", "MIN_LL_ESS"]
 
 #: the largest Monte Carlo SE (nats) at which one estimate settles an observation: two SEs either side of it span
 #: one nat, the size of a difference in one ``elpd_i`` that changes a model comparison's conclusion; above it the
@@ -49,9 +49,6 @@ VOUCH_MAX_SE = 0.25
 #: the draws vouch for an observation only where the bulk ESS of its log-likelihood draws is at least this
 #: (Vehtari et al. 2021: below 100 the R-hat and the Monte Carlo SE themselves are unreliable)
 MIN_LL_ESS = 100.0
-#: a largest parameter R-hat above this means chains that have not mixed (Gelman et al. 2013), not a chance excess
-#: over many coordinates: the draws then vouch for no observation, whatever its own R-hat
-RHAT_NOT_MIXED = 1.1
 
 
 @dataclass
@@ -260,8 +257,8 @@ def _reasons(pw, ev, rules, waiting, notes):
     for i in np.flatnonzero(pw.doubtful & pw.refit):
         rec = ev.refits.get(int(i), {})
         reason[i] = (f"the refit without it did not converge (R-hat of log p(y_i | theta) "
-                     f"{rec.get('rhat_loglik', float('nan')):.3f}, largest parameter R-hat "
-                     f"{rec.get('rhat_max', float('nan')):.3f}, above {RHAT_VOUCH}); more refit draws "
+                     f"{rec.get('rhat_loglik', float('nan')):.3f}, at most {RHAT_VOUCH} needed; largest parameter "
+                     f"R-hat {rec.get('rhat_max', float('nan')):.3f}, at most {RHAT_NOT_MIXED}); more refit draws "
                      "(refit_kwargs) may settle it")
     for i in np.flatnonzero(pw.doubtful & ~pw.refit):
         k = pw.k[i]
