@@ -20,7 +20,7 @@ import ppl_loo as pl
 from ppl_loo.datasets import load_ovarian
 from ppl_loo.models import LogisticRegression
 from ppl_loo.sampling import sample_nuts
-from ppl_loo.workflow.loo.inputs import RHAT_VOUCH
+from ppl_loo.workflow.loo.inputs import RHAT_NOT_MIXED
 
 __all__ = ["add_parser", "demo", "run"]
 
@@ -125,9 +125,9 @@ def _report(plain, res, y, out):
           "the normalizer and in-sample bounds)", file=out)
     print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {int(np.sum((k0 > 0.7) & (kw > 0.7)))} "
           f"of {int(np.sum(k0 > 0.7))} left", file=out)
-    why = (f"the draws have not converged, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
-           "alone is vouched for" if res.max_rhat > RHAT_VOUCH else
-           "no two independent estimates agree: res.reason says what each gave")
+    why = (f"the draws have not mixed, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
+           "alone is vouched for" if res.max_rhat > RHAT_NOT_MIXED else
+           "no two independent estimates agree, or none is precise enough: res.reason says what each gave")
     n_doubt = int(np.sum(res.doubtful.values))
     print(f"doubtful: {n_doubt} observations" + (f" ({why})" if n_doubt else ""), file=out)
     print(f"elpd_loo  plain PSIS: {plain.elpd:9.2f}  (SE {plain.se:.2f}, p_loo {plain.p:.1f})", file=out)

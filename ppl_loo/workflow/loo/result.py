@@ -12,7 +12,7 @@ import xarray as xr
 from arviz_stats.utils import ELPDDataLOO
 from xarray import DataArray
 
-from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, obs_label_list, with_stan_labels
+from ppl_loo.workflow.loo.inputs import RHAT_NOT_MIXED, RHAT_VOUCH, obs_label_list, with_stan_labels
 
 __all__ = ["LooResult", "loo_datatree"]
 
@@ -47,9 +47,10 @@ class LooResult(ELPDDataLOO):
       non-k criterion that also triggers adaptation (see :func:`ppl_loo.loo`);
     - ``doubtful``: True where the engine cannot vouch for the estimate (``docs/method.md``,
       section 5: the rule and its effect on the ground-truth suite); such an observation's
-      ``elpd_i`` is the plain PSIS value unless a refit replaced it. Every observation not refit is
-      doubtful when the MCMC draws have not converged (``max_rhat`` above 1.01); its ``elpd_i`` is
-      then what the search gave (a confirmed candidate's, else plain PSIS);
+      ``elpd_i`` is the plain PSIS value unless a refit replaced it. An observation whose log-likelihood draws
+      have not converged (R-hat above 1.01 or bulk ESS below 100; every one when the parameters' ``max_rhat`` is
+      above 1.1) is doubtful unless estimates from other draws settle it; so is one whose best estimate has an SE
+      above 0.25 nats (``docs/method.md``, section 9);
     - ``reason``: why an observation is doubtful, in words (``""`` where nothing is wrong), e.g.
       ``"k-hat 1.10 above 0.70: ..."`` or ``"k-hat nan could not be estimated: 93% of the draws tie ..."``;
       every NaN or infinite ``elpd_i`` or ``pareto_k`` (other than ``-inf``: exactly uniform weights, a
@@ -163,9 +164,12 @@ class LooResult(ELPDDataLOO):
                          f"q alone good enough (k of p(theta|y_-i)/q <= {self.good_k:.2f}) for {int(ok.sum())} of "
                          f"{ok.size} observations")
         lines += self.p_loo_lines()
-        if self.max_rhat > RHAT_VOUCH:
-            lines.append(f"The draws have not converged (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}): "
-                         "no estimate from them alone is vouched for.")
+        if self.max_rhat > RHAT_NOT_MIXED:
+            lines.append(f"The draws have not mixed (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}, above "
+                         f"{RHAT_NOT_MIXED}): no estimate from them alone is vouched for.")
+        elif self.max_rhat > RHAT_VOUCH:
+            lines.append(f"The largest parameter R-hat is {self.max_rhat:.3f} ({self.max_rhat_var}), above {RHAT_VOUCH}: "
+                         "the draws vouch only for observations whose log-likelihood draws converged.")
         if self._flag("doubtful").any():
             lines.append("Doubtful observations keep the search's elpd_i (the mixture estimate where only it passed its "
                          "checks; res.reason gives every estimate); pl.loo(..., refit='doubtful', "
