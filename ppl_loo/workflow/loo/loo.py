@@ -1,10 +1,11 @@
 """``ppl_loo.loo``: adaptive importance-sampling LOO-CV (workflow layer).
 
-DataTree in, :class:`~ppl_loo.workflow.loo.result.LooResult` out: the draws under the model
-(:mod:`.draws`), plain PSIS on every observation and the observations to examine (:mod:`.plain`),
-the adaptive search and what is reported for each (:mod:`.adapt`), the convergence of the draws,
-the refits (:mod:`.refit`), the warnings (:mod:`.messages`) and the result over the observation
-dims of the log-likelihood variable. The numerics live in :mod:`ppl_loo.numerics`.
+DataTree in, :class:`~ppl_loo.workflow.loo.result.LooResult` out. The schedule of stages, cheapest per settled
+observation first, each on what the earlier ones left unsettled: the draws under the model (:mod:`.draws`), plain
+PSIS and the observations it does not settle (:mod:`.plain`), mixture importance sampling (:mod:`.vouch.opinions`),
+the adaptive search (:mod:`.adapt`), tempered SMC, the refits (:mod:`ppl_loo.workflow.exact.refit`); after each,
+the verdict (:mod:`.verdict`) on the evidence so far; then the warnings (:mod:`.messages`) and the result over the
+observation dims of the log-likelihood variable. The numerics live in :mod:`ppl_loo.numerics`.
 """
 
 from __future__ import annotations
@@ -149,8 +150,10 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         Mixture importance sampling as an independent second opinion (:func:`ppl_loo.loo_mixture`; Silva &
         Zanella 2023): one extra MCMC run of the model on the mixture of all LOO posteriors, with the original
         fit's settings (at least 1,000 warmup iterations and draws per chain), about the cost of one fit.
-        ``"auto"`` (default): run it when an observation is doubtful after the search; True: always (it then
-        also checks every estimate the search vouched for); False: never. Its diagnostics are
+        ``"auto"`` (default): before the search when more observations are unsettled by plain PSIS than one batch
+        of the search examines (the search then runs only on what it leaves unsettled), else after the search when
+        an observation is still unsettled (``docs/method.md``, section 9); True: always, before the search (it
+        then also checks every estimate the search vouches for); False: never. Its diagnostics are
         ``res.mixture_info``.
     mixture_kwargs : dict, optional
         Overrides of the mixture run's settings read from the fit: ``chains``, ``draws``, ``warmup``,
@@ -172,10 +175,15 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         (:class:`~ppl_loo.workflow.loo.draws.LogLikMismatchError`) naming the observation that differs most.
         False: a warning instead, and the model's values are used (as they always are).
 
-    Each ``elpd_i`` says which evidence vouches for it (``res.evidence``, :mod:`ppl_loo.workflow.loo.vouch.rule`):
-    estimates from independent draws (the search's, mixture IS, SMC, a refit) that agree within 3 combined
-    Monte Carlo SEs, or a mixture estimate that passes its run's checks where no other estimate exists
-    (``"mixture"``); ``doubtful`` where estimates disagree or none could run.
+    The stages run cheapest per settled observation first, each on what the earlier ones left unsettled: plain
+    PSIS, mixture IS, the search, SMC, refits; one pure function, the verdict
+    (:func:`ppl_loo.workflow.loo.verdict.verdict`), turns their evidence into the answer (``docs/method.md``,
+    section 9). Each ``elpd_i`` says which evidence vouches for it (``res.evidence``,
+    :mod:`ppl_loo.workflow.loo.vouch.rule`): estimates from independent draws (the search's, mixture IS, SMC, a
+    refit) that agree within 3 combined Monte Carlo SEs, or a mixture estimate that passes its run's checks where
+    no other credible estimate exists (``"mixture"``); an estimate settles its observation only with an SE of at
+    most 0.25 nats; convergence is judged per observation (the R-hat and ESS of its log-likelihood draws);
+    ``doubtful`` where estimates disagree, none is precise enough, or none could run.
 
     Every observation with k-hat above ``k_threshold``, NaN or ``+inf`` (mostly tied log-likelihood
     draws, a very heavy tail) that no adapted proposal fixed is ``doubtful``, with a ``reason`` and a
