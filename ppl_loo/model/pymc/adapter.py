@@ -358,6 +358,26 @@ class PyMCModel(PosteriorModel):
         out = [np.exp(v) for v in self._cdf_fn(params)]
         return (out[0], out[1]) if self.discrete_outcome else out[0]
 
+    @cached_property
+    def _predictive_fn(self):
+        """The jit-compiled simulator of :meth:`predictive_draws` (None without a JAX sampler of the distribution)."""
+        from ppl_loo.model.pymc.pvi import predictive_simulator
+
+        return predictive_simulator(self)
+
+    @property
+    def has_predictive_draws(self) -> bool:
+        """Whether :meth:`predictive_draws` can simulate the observed variable (PyTensor has a JAX sampler of it)."""
+        return self._predictive_fn is not None
+
+    def predictive_draws(self, theta, key) -> np.ndarray:
+        """One replicated data set ``y_rep`` of the observed variable per unconstrained point: ``(M, n)`` from
+        ``theta`` ``(M, dim)`` and a JAX key (PyTensor's JAX sampler of the observed distribution; compiled once per
+        shape of ``theta``). For :func:`ppl_loo.loo_score` at the adapted proposals' points."""
+        if self._predictive_fn is None:
+            raise ValueError(f"PyTensor has no JAX sampler of the distribution of {self.var_name!r}.")
+        return np.asarray(self._predictive_fn(jnp.asarray(theta, dtype=jnp.float64), key), dtype=np.float64)
+
     # ------------------------------------------------------------------ line evaluations
     #: rows of ``X`` per block of the GLM line evaluations: None decides by memory
     #: (:func:`ppl_loo.numerics.glm_lines.line_block_rows`), 0 never blocks, a positive int forces blocks
