@@ -20,11 +20,12 @@ import hashlib
 import weakref
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.workflow.approx.stored_q import pvi_log_q, stored_gaussian
-from ppl_loo.workflow.loo.engine import proposal_points
+from ppl_loo.workflow.loo.engine import compiled_engine, config_from_plain, engine_data
 
 __all__ = ["WeightedPoints", "result_points", "evaluated", "entry_cache", "posterior_draws", "BUILT"]
 
@@ -181,14 +182,42 @@ def _adapted_rows(data, res, model, theta, ll):
     if not adapted.sizes["adapted"]:
         return
     stored = stored_gaussian(data)
-    points = proposal_points(model, theta, res.engine_config,
-                             None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
-                             None if stored is None else stored[1], pvi_log_q(data, theta))
+    log_q_fn = pvi_log_q(data, theta)
+    cfg, posterior_draws = config_from_plain(res.engine_config)
+    _, points, _, _ = compiled_engine(model, cfg, posterior_draws, 1, log_q_fn)
+    edata = engine_data(model, theta, res.engine_config,
+                        None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
+                        None if stored is None else stored[1])
+    jitted = _jitted_points(model, (cfg, posterior_draws, log_q_fn), points)
     for j, i in enumerate(np.asarray(adapted["adapted"].values)):
-        pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
+        pts = jitted(edata, int(i), jnp.asarray(ll[:, i]), str(adapted["adapted_transform"].values[j]),
+                     float(adapted["adapted_hbar"].values[j]))
         lw = np.asarray(adapted.values[j], dtype=np.float64)
         keep = np.isfinite(lw)
         yield int(i), np.asarray(pts, dtype=np.float64)[keep], lw[keep], "adapted"
+
+
+def _jitted_points(model, key, points):
+    """``points(data, i, ll0, name, step)`` of the search (one candidate's pooled points), jit-compiled once per
+    model, engine and candidate name (and step, for ``mm_iter``, whose step is its number of iterations), kept in the
+    model's cache with its compiled engine. Called eagerly it would run op by op, and compile its ``lax.scan``
+    (``mm_iter``) again at every call."""
+    cache = model.cache.setdefault("candidate_points", {})
+
+    def at(data, i, ll0, name, step):
+        static = name == "mm_iter"
+        k = (key, name, int(step) if static else None)
+        fn = cache.get(k)
+        if fn is None:
+            if static:
+                fn = jax.jit(lambda d, i_, l_, n=name, s=int(step): points(d, i_, l_, n, s))
+            else:
+                fn = jax.jit(lambda d, i_, l_, s, n=name: points(d, i_, l_, n, s))
+            cache[k] = fn
+        i = jnp.asarray(i)
+        return fn(data, i, ll0) if static else fn(data, i, ll0, jnp.asarray(step, dtype=ll0.dtype))
+
+    return at
 
 
 def _kept_rows(res, model):
