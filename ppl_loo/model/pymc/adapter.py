@@ -34,6 +34,7 @@ from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.jax_model import read_draws
 from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.pymc.graph import jaxify
+from ppl_loo.model.pymc.pvi import predictive_simulator
 from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
 from ppl_loo.model.pymc.variables import (bernoulli_var_target, constrained_placeholders, forward_transforms,
                                           free_variables, glm_note, observation_layout, observed_variable_name)
@@ -361,8 +362,6 @@ class PyMCModel(PosteriorModel):
     @cached_property
     def _predictive_fn(self):
         """The jit-compiled simulator of :meth:`predictive_draws` (None without a JAX sampler of the distribution)."""
-        from ppl_loo.model.pymc.pvi import predictive_simulator
-
         return predictive_simulator(self)
 
     @property

@@ -27,7 +27,8 @@ import numpy as np
 from ppl_loo.workflow.approx.stored_q import pvi_log_q, stored_gaussian
 from ppl_loo.workflow.loo.engine import compiled_engine, config_from_plain, engine_data
 
-__all__ = ["WeightedPoints", "result_points", "evaluated", "entry_cache", "posterior_draws", "BUILT"]
+__all__ = ["WeightedPoints", "result_points", "evaluated", "entry_cache", "posterior_draws", "blocks", "own_function",
+           "BUILT"]
 
 #: how many times the points of a result were built (not reused) in this process (tests count it)
 BUILT = {"points": 0}
