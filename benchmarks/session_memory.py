@@ -91,7 +91,7 @@ def logistic(n, p, seed=1):
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, p))
-    beta = rng.normal(size=p) * 0.4
+    beta = rng.normal(size=p) * 0.25  # no observation with all y_rep equal: the SCRPS defined everywhere
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(X @ beta - 0.3)))).astype(int)
     with pm.Model() as m:
         b = pm.Normal("b", 0.0, 1.0, shape=p)
@@ -211,19 +211,24 @@ def main():
     for r in range(rounds):
         row = {"round": r, "calls": {}}
         for spec in specs:
+            m0 = n_maps()
             dt, res, err = timed(lambda: pl.loo(spec["data"], spec["model"], progressbar=False, random_seed=1))
-            calls = {"loo": {"s": dt, "error": err}}
+            calls = {"loo": {"s": dt, "error": err, "maps_delta": n_maps() - m0}}
             if res is not None:
                 for name, call in after_loo_calls(pl, spec, res).items():
+                    m0 = n_maps()
                     t, _, e = timed(call)
-                    calls[name] = {"s": t, "error": e}
+                    calls[name] = {"s": t, "error": e, "maps_delta": n_maps() - m0}
             row["calls"][spec["name"]] = calls
             names = list(calls)
         row["maps"], row["rss_mb"] = n_maps(), rss_mb()
         rows.append(row)
         times = "  ".join(f"{spec['name']}: " + " ".join(f"{c['s']:.2f}" for c in row["calls"][spec["name"]].values())
                           for spec in specs)
-        print(f"round {r:2d}  maps {row['maps']:6d}  rss {row['rss_mb']:8.1f} MiB  |  {times}", flush=True)
+        d_loo = sum(c["loo"]["maps_delta"] for c in row["calls"].values())
+        d_after = sum(v["maps_delta"] for c in row["calls"].values() for k, v in c.items() if k != "loo")
+        print(f"round {r:2d}  maps {row['maps']:6d} (pl.loo {d_loo:+5d}, after-LOO {d_after:+5d})  rss "
+              f"{row['rss_mb']:8.1f} MiB  |  {times}", flush=True)
     print("columns per model:", ", ".join(names))
 
     # the logistic regression: first call on a new result, second call, arviz_stats' plain PSIS, one pm.sample
@@ -244,7 +249,13 @@ def main():
 
     maps = [row["maps"] for row in rows]
     rss = [row["rss_mb"] for row in rows]
-    summary = {"maps_first_round": maps[0], "maps_last_round": maps[-1],
+    later = rows[1:]
+    loo_maps = sum(c["maps_delta"] for row in later for calls in row["calls"].values() for k, c in calls.items()
+                   if k == "loo")
+    after_maps = sum(c["maps_delta"] for row in later for calls in row["calls"].values() for k, c in calls.items()
+                     if k != "loo")
+    summary = {"maps_first_round": maps[0], "maps_added_by_pl_loo_after_first_round": loo_maps,
+               "maps_added_by_after_loo_calls_after_first_round": after_maps, "maps_last_round": maps[-1],
                "maps_growth_after_first_round": maps[-1] - maps[0], "maps_max_after_first": max(maps[1:] or maps),
                "rss_mb_first_round": rss[0], "rss_mb_last_round": rss[-1],
                "rss_mb_growth_after_first_round": rss[-1] - rss[0],
