@@ -19,6 +19,11 @@ What each backend provides:
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+
+import numpy as np
+
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.build import from_adapter
 from ppl_loo.model.jax.base import PosteriorModel
@@ -31,7 +36,7 @@ from ppl_loo.model.stan.posterior import loo_adapter
 from ppl_loo.model.stan.pvi import is_stan_model, stan_pvi_model
 from ppl_loo.stan.model import StanModel
 
-__all__ = ["as_model"]
+__all__ = ["as_model", "pymc_adapter"]
 
 _NOT_A_MODEL = ("Pass a pymc.Model, a pl.StanModel, a pl.JaxModel, a closed-form model from pl.models"
                 "{extra}.")
@@ -78,7 +83,7 @@ def as_model(obj, *, var_name=None, data=None, pvi=False, simulator=None, probs=
         if value is not None:
             raise ValueError(f"{name}= is a PVI input; pl.loo does not use it.")
     if _is_pymc_model(obj):
-        obj = PyMCModel(obj, var_name=var_name)
+        obj = pymc_adapter(obj, var_name)
     if isinstance(obj, StanModel):
         obj = loo_adapter(obj, var_name=var_name, data=data)
     if isinstance(obj, SimulatorModel):
@@ -87,6 +92,53 @@ def as_model(obj, *, var_name=None, data=None, pvi=False, simulator=None, probs=
         raise TypeError(f"model of type {type(obj).__name__} is not a ppl_loo model. "
                         + _NOT_A_MODEL.format(extra=", or None for plain PSIS-LOO"))
     return from_adapter(obj, kind=_kind(obj), labels=_labels(obj))
+
+
+#: the adapters of the PyMC models used last, ``(id(model), var_name) -> (model, fingerprint, PyMCModel)``, most recent
+#: last: a model's graphs are compiled to JAX (and its structure detected) once, not once per call of ``pl.loo`` or an
+#: after-LOO function. A map with weak keys would not release anything here (the adapter holds its model), so the map
+#: is bounded instead: the adapters of models used longer ago are dropped, with their compiled programs
+_PYMC_ADAPTERS: OrderedDict = OrderedDict()
+#: how many PyMC adapters are kept
+PYMC_ADAPTERS_KEPT = 8
+
+
+def pymc_adapter(model, var_name=None) -> PyMCModel:
+    """The :class:`PyMCModel` of ``model``, reused while the model is unchanged.
+
+    The adapter compiles the model's graphs with its shared variables (``pm.Data``) as constants, so it is reused
+    only while :func:`_pymc_fingerprint` (the model's variables and the values of its shared variables) is the one
+    it was built with; ``pm.set_data`` or a new variable builds a new one. At most :data:`PYMC_ADAPTERS_KEPT` are
+    kept (the most recently used).
+    """
+    key = (id(model), var_name)
+    fingerprint = _pymc_fingerprint(model)
+    hit = _PYMC_ADAPTERS.get(key)
+    if hit is not None and hit[0] is model and hit[1] == fingerprint:
+        _PYMC_ADAPTERS.move_to_end(key)
+        return hit[2]
+    adapter = PyMCModel(model, var_name=var_name)
+    _PYMC_ADAPTERS[key] = (model, fingerprint, adapter)
+    _PYMC_ADAPTERS.move_to_end(key)
+    while len(_PYMC_ADAPTERS) > PYMC_ADAPTERS_KEPT:
+        _PYMC_ADAPTERS.popitem(last=False)
+    return adapter
+
+
+def _pymc_fingerprint(model) -> tuple:
+    """What a :class:`PyMCModel` depends on: the identity of every named variable (a new or replaced variable changes
+    it) and a digest of every shared variable's value (``pm.Data``, changed by ``pm.set_data``)."""
+    from pytensor.compile.sharedvalue import SharedVariable
+
+    digest = hashlib.blake2b(digest_size=16)
+    ids = []
+    for name, var in model.named_vars.items():
+        ids.append((name, id(var)))
+        if isinstance(var, SharedVariable):
+            value = var.get_value(borrow=True)
+            digest.update(repr((getattr(value, "shape", None), str(getattr(value, "dtype", "")))).encode())
+            digest.update(memoryview(np.ascontiguousarray(value)).cast("B"))
+    return tuple(ids), tuple(id(v) for v in model.observed_RVs), digest.hexdigest()
 
 
 def _kind(adapter) -> str:
@@ -110,7 +162,7 @@ def _labels(adapter) -> tuple:
 
 def _pvi(obj, var_name, simulator, probs, observed, categories) -> Model:
     if _is_pymc_model(obj):
-        obj = PyMCModel(obj, var_name=var_name)
+        obj = pymc_adapter(obj, var_name)
     if isinstance(obj, PyMCModel):
         no_user_fns(simulator, probs, "PyMC", "they are derived from the observed variable")
         if observed is not None:

@@ -34,6 +34,7 @@ from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.jax_model import read_draws
 from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.pymc.graph import jaxify
+from ppl_loo.model.pymc.pvi import predictive_simulator
 from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
 from ppl_loo.model.pymc.variables import (bernoulli_var_target, constrained_placeholders, forward_transforms,
                                           free_variables, glm_note, observation_layout, observed_variable_name)
@@ -357,6 +358,24 @@ class PyMCModel(PosteriorModel):
                              "cdf=callable(params) -> P(y_rep_i <= y_i | theta).")
         out = [np.exp(v) for v in self._cdf_fn(params)]
         return (out[0], out[1]) if self.discrete_outcome else out[0]
+
+    @cached_property
+    def _predictive_fn(self):
+        """The jit-compiled simulator of :meth:`predictive_draws` (None without a JAX sampler of the distribution)."""
+        return predictive_simulator(self)
+
+    @property
+    def has_predictive_draws(self) -> bool:
+        """Whether :meth:`predictive_draws` can simulate the observed variable (PyTensor has a JAX sampler of it)."""
+        return self._predictive_fn is not None
+
+    def predictive_draws(self, theta, key) -> np.ndarray:
+        """One replicated data set ``y_rep`` of the observed variable per unconstrained point: ``(M, n)`` from
+        ``theta`` ``(M, dim)`` and a JAX key (PyTensor's JAX sampler of the observed distribution; compiled once per
+        shape of ``theta``). For :func:`ppl_loo.loo_score` at the adapted proposals' points."""
+        if self._predictive_fn is None:
+            raise ValueError(f"PyTensor has no JAX sampler of the distribution of {self.var_name!r}.")
+        return np.asarray(self._predictive_fn(jnp.asarray(theta, dtype=jnp.float64), key), dtype=np.float64)
 
     # ------------------------------------------------------------------ line evaluations
     #: rows of ``X`` per block of the GLM line evaluations: None decides by memory

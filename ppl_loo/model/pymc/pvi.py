@@ -26,7 +26,7 @@ from ppl_loo.model.build import category_index, pvi_model, simulate_terms
 from ppl_loo.numerics.vi.objective import Terms
 from ppl_loo.model.pymc.graph import jaxify, value_labels
 
-__all__ = ["pymc_pvi_model"]
+__all__ = ["pymc_pvi_model", "predictive_simulator"]
 
 
 def _extra_sampler(op_name):
@@ -122,6 +122,21 @@ def pymc_pvi_model(base, *, categories=None):
         eval_loglik=jax.jit(loglik), eval_probs=None if probs is None else jax.jit(probs),
         eval_predict=predict, notes=notes,
     )
+
+
+def predictive_simulator(base):
+    """``simulate(theta (M, d), key) -> (M, n)``, jit-compiled: one replicated data set of the observed variable per
+    unconstrained draw, from PyTensor's JAX sampler of its distribution (the simulator of :func:`pymc_pvi_model`'s
+    predictive draws); None where there is none (no JAX sampler, a multivariate observed variable)."""
+    obs_rv = base.model[base.var_name]
+    y = None if base.observed is None else np.asarray(base.observed)
+    rv_shape = tuple(y.shape) if y is not None else tuple(base.obs_shape)
+    if rv_shape != tuple(base.obs_shape) or not base.factorizes:
+        return None
+    notes = {}
+    params_fn = _distribution_params(base, obs_rv, notes)
+    _, predict = _simulator(base, obs_rv, params_fn, rv_shape, False, True, notes)
+    return predict
 
 
 def _log_prior(logp, loglik, theta):

@@ -14,9 +14,12 @@ This module owns the weighted predictive draws ``(y_rep_i, log w)`` of every obs
   (:mod:`ppl_loo.workflow.loo.kept`) and their weights the same way; where they were not kept (a refit read from a
   checkpoint) it falls back to plain PSIS, with :func:`ppl_loo.loo_expectation`'s warning.
 
-The score of each observation is ``arviz_stats``' own array function (``array_stats.loo_score``: the
-probability-weighted-moment estimator of Taillardat et al. 2016 for the CRPS, the weighted Gini mean difference for
-the SCRPS of Bolin & Wallin 2023), both as maximization scores (the CRPS negated), as ``arviz_stats.loo_score``.
+The score of each observation is ``arviz_stats``' (``array_stats.loo_score``: the probability-weighted-moment
+estimator of Taillardat et al. 2016 for the CRPS, the weighted Gini mean difference for the SCRPS of Bolin & Wallin
+2023), both as maximization scores (the CRPS negated), as ``arviz_stats.loo_score``, with its sums in a form without
+cancellation (:func:`weighted_scores`), so that the SCRPS of a binary or other discrete outcome is finite wherever
+its draws are not all equal. The points, and the ``y_rep_i`` simulated there for a given integer seed, are built once
+per result (:mod:`ppl_loo.workflow.downstream.points`).
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ from collections import namedtuple
 import arviz_stats
 import numpy as np
 import xarray as xr
-from arviz_stats.base import array_stats
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.workflow.downstream.expectation import adapted_points, checked_model, warn_unkept
+from ppl_loo.workflow.downstream.expectation import checked_model, warn_unkept
+from ppl_loo.workflow.downstream.points import blocks, entry_cache
 
-__all__ = ["loo_score", "SCORES"]
+__all__ = ["loo_score", "SCORES", "weighted_scores"]
 
 #: the scores of :func:`loo_score` (``arviz_stats.loo_score``' ``kind``)
 SCORES = ("crps", "scrps")
@@ -88,29 +91,90 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         return _plain(data, res, kind, pointwise)
     n = y_obs.size
     lw = np.asarray(res.log_weights.transpose("chain", "draw", ...).values, dtype=float).reshape(-1, n)
-    scores = _scores(y_pred.T, y_obs, lw.T, kind)
+    scores = weighted_scores(y_pred.T, y_obs, lw.T, kind)
     used = np.full(n, "psis", dtype=object)
-    if getattr(res, "engine_config", None) is not None:  # computed with a model: it may have adapted
-        for i, x, lw_i, source in _adapted_samples(data, res, model, random_seed, simulate):
-            scores[i], used[i] = _scores(x[None], y_obs[i:i + 1], lw_i[None], kind)[0], source
+    other = _other_weights(res)
+    # refused before any simulation: a score that stays plain PSIS's and is not finite
+    _check_finite(res, scores, np.setdiff1d(np.arange(n), other), kind, y_pred.T)
+    if other.size:
+        y_rep, lws, obs, sources = _adapted_samples(data, res, model, random_seed, simulate, other.size)
+        if obs.size:
+            scores[obs] = weighted_scores(y_rep, y_obs[obs], lws, kind)
+            used[obs] = sources
+            _check_finite(res, scores, obs, kind, y_rep)
+    else:
+        warn_unkept(res, used)
     return _result(res, scores, used, kind, pointwise)
+
+
+def _other_weights(res):
+    """The flat indices of the observations whose ``elpd_i`` has other weights than plain PSIS (adapted, or kept
+    refit or mixture draws), from the result alone."""
+    if getattr(res, "engine_config", None) is None:
+        return np.zeros(0, dtype=np.int64)
+    parts = [np.asarray(w[dim].values, dtype=np.int64) for w, dim in
+             ((getattr(res, "adapted_log_weights", None), "adapted"), (getattr(res, "kept_log_weights", None), "kept"))
+             if w is not None]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def weighted_scores(y_rep, y_obs, log_weights, kind):
+    """CRPS or SCRPS ``(n,)`` of weighted draws, as ``arviz_stats`` defines them (larger is better): draws ``y_rep``
+    ``(n, M)`` with log weights ``(n, M)`` (``-inf``: no weight) at ``y_obs`` ``(n,)``, one observation per row.
+
+    With the normalized weights ``w``, ``A = sum_s w_s |y_s - y|`` and the weighted Gini mean difference
+    ``G = sum_s sum_t w_s w_t |y_s - y_t|``, ``CRPS = -(A - G / 2)`` and ``SCRPS = -A / G - log(G) / 2`` (Bolin &
+    Wallin 2023), ``arviz_stats``' probability-weighted-moment forms of the same sums. ``G`` is computed as
+    ``2 sum_k (y_(k+1) - y_(k)) F_k (1 - F_k)`` over the sorted draws (``F_k`` the weight up to the ``k``-th, ``1 -
+    F_k`` summed from above): a sum of non-negative terms, exact for tied draws (a discrete or binary outcome: ``G =
+    2 p (1 - p)`` for 0/1 draws with weight ``p`` on 1) where ``2 F^- + w - 1`` cancels, and positive whenever two
+    draws of positive weight differ. Draws of zero weight change nothing (padding).
+    """
+    y_rep = np.asarray(y_rep, dtype=float)
+    lw = np.asarray(log_weights, dtype=float)
+    y_obs = np.asarray(y_obs, dtype=float).reshape(-1, 1)
+    w = np.exp(lw - np.max(lw, axis=1, keepdims=True))
+    w /= np.sum(w, axis=1, keepdims=True)
+    a = np.sum(np.where(w > 0, w * np.abs(y_rep - y_obs), 0.0), axis=1)
+    order = np.argsort(y_rep, axis=1, kind="mergesort")
+    x = np.take_along_axis(y_rep, order, axis=1)
+    ws = np.take_along_axis(w, order, axis=1)
+    below = np.cumsum(ws, axis=1)[:, :-1]
+    above = np.cumsum(ws[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    g = 2.0 * np.sum(np.diff(x, axis=1) * below * above, axis=1)
+    if kind == "crps":
+        return -(a - g / 2.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -(a / g) - 0.5 * np.log(g)
+
+
+def _check_finite(res, scores, index, kind, draws):
+    """A ValueError naming the observations ``index`` whose score is not finite, and why."""
+    index = np.asarray(index, dtype=np.int64)
+    bad = index[~np.isfinite(scores[index])]
+    if not bad.size:
+        return
+    names = ", ".join(res.obs_labels(bad, limit=10)) + (" and more" if bad.size > 10 else "")
+    if kind == "scrps":
+        raise ValueError(f"the scrps of {bad.size} observation(s) ({names}) is not defined by their draws: every "
+                         "draw of positive weight has the same value y_rep_i (or a value is not finite), so the mean "
+                         "difference E|Y - Y'| of the predictive is 0 and SCRPS = -E|Y - y| / E|Y - Y'| - log(E|Y - "
+                         "Y'|) / 2 is not finite (arviz_stats.loo_score gives NaN there). More posterior predictive "
+                         "draws may vary, or use kind='crps', which is defined for a constant predictive.")
+    raise ValueError(f"the {kind} of {bad.size} observation(s) ({names}) is not finite: non-finite "
+                     "posterior_predictive draws or observed values.")
 
 
 def _plain(data, res, kind, pointwise):
     """A plain PSIS-LOO result (it keeps no weights): ``arviz_stats.loo_score`` itself, the pointwise scores with
     the coordinate ``weights`` (all ``"psis"``)."""
-    out = arviz_stats.loo_score(data, var_name=res.var_name, kind=kind, pointwise=pointwise)
+    out = arviz_stats.loo_score(data, var_name=res.var_name, kind=kind, pointwise=True)
+    values = np.asarray(out.pointwise.values, dtype=float).reshape(-1)
+    _check_finite(res, values, np.arange(values.size), kind, None)
     if not pointwise:
-        return out
+        return namedtuple(kind.upper(), ["mean", "se"])(out.mean, out.se)
     return out._replace(pointwise=out.pointwise.rename(kind).assign_coords(
         weights=(out.pointwise.dims, np.full(out.pointwise.shape, "psis"))))
-
-
-def _scores(y_rep, y_obs, log_weights, kind):
-    """Scores ``(n,)`` of draws ``y_rep`` ``(n, M)`` with log weights ``(n, M)`` at ``y_obs`` ``(n,)``:
-    ``arviz_stats``' own array function, one observation per row."""
-    out = array_stats.loo_score(y_rep, y_obs, log_weights, kind=kind, chain_axis=None, draw_axis=-1)
-    return np.asarray(out, dtype=float).reshape(-1)
 
 
 def _predictive(data, res):
@@ -140,73 +204,113 @@ def _predictive(data, res):
     return y_pred, y_obs
 
 
-def _adapted_samples(data, res, model, random_seed, simulate):
-    """``[(i, y_rep_i at the kept points, their log weights, source)]`` of every observation with other weights than
-    plain PSIS (``source``: adapted, refit, mixture)."""
-    n_adapted = sum(int(w.sizes[dim]) for w, dim in ((res.adapted_log_weights, "adapted"),
-                                                    (getattr(res, "kept_log_weights", None), "kept")) if w is not None)
-    if not n_adapted:  # nothing to simulate: no model needed (refit/mixture ones without kept draws are still named)
-        warn_unkept(res, np.full(res.n_data_points, "psis", dtype=object))
-        return []
+def _adapted_samples(data, res, model, random_seed, simulate, n_other):
+    """``(y_rep (a, M), log weights (a, M), observations (a,), sources (a,))``: the draws of every observation with
+    other weights than plain PSIS (``source``: adapted, refit, mixture), ``y_rep_i`` simulated at its points, rows
+    padded with weight 0. Every input is checked before the points are built or anything is simulated."""
     if random_seed is None:
-        raise ValueError(f"{n_adapted} observation(s) use adapted proposals, refit or mixture draws, whose y_rep_i are "
+        raise ValueError(f"{n_other} observation(s) use adapted proposals, refit or mixture draws, whose y_rep_i are "
                          "simulated at those points: pass random_seed=<int> to pl.loo_score.")
     model = checked_model(data, res, model, "loo_score")
     if simulate is not None and not callable(simulate):
         raise TypeError("`simulate` must be a callable simulate(params, rng) -> array (M, *obs_shape).")
-    points = _adapted_points(data, res, model)  # also warns where refit/mixture/SMC draws are not kept
-    if not points:
-        return []
-    if simulate is None:
-        if not isinstance(model.source, PyMCModel):
-            raise ValueError(f"{len(points)} observation(s) use adapted proposals, refit or mixture draws, and the "
-                             f"model ({type(model.source).__name__}) cannot simulate y_rep at their points: pass "
-                             "simulate=callable(params, rng) -> y_rep (M, *obs_shape) to pl.loo_score.")
-        simulate = _pymc_simulator(model.source)
-    rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
-    return _simulated(simulate, points, rng, res.n_data_points)
-
-
-def _adapted_points(data, res, model):
-    """``[(i, params at the kept points, their log weights, source)]`` of every observation with other weights than
-    plain PSIS (the points :func:`ppl_loo.loo_expectation` weights); warns, as it does, where refit or mixture draws are
-    not kept."""
-    out = list(adapted_points(data, res, model))
+    if simulate is None and not (isinstance(model.source, PyMCModel) and model.source.factorizes):
+        raise ValueError(f"{n_other} observation(s) use adapted proposals, refit or mixture draws, and the "
+                         f"model ({type(model.source).__name__}) cannot simulate y_rep at their points: pass "
+                         "simulate=callable(params, rng) -> y_rep (M, *obs_shape) to pl.loo_score.")
+    entry = entry_cache(data, res, model)
+    pts = entry.points
     used = np.full(res.n_data_points, "psis", dtype=object)
-    for i, _, _, source in out:
-        used[i] = source
-    warn_unkept(res, used)
+    used[pts.obs] = pts.source
+    warn_unkept(res, used)  # refit/mixture/SMC draws the result did not keep
+    if not pts.obs.size:
+        empty = np.zeros((0, 1))
+        return empty, empty, pts.obs, pts.source
+    seed = _seed_key(random_seed)
+    key = None if seed is None else (seed, "model" if simulate is None else simulate)
+    y_rep = entry.simulated.get(key) if key is not None else None
+    if y_rep is None:
+        rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
+        if simulate is None:
+            y_rep = _model_simulated(model, pts, rng)
+        else:
+            y_rep = _simulated(simulate, pts, constrained_rows(pts, model), rng, res.n_data_points)
+        if key is not None:
+            entry.simulated[key] = y_rep
+    sizes = np.diff(pts.bounds)
+    m = int(sizes.max())
+    y_pad = np.zeros((pts.obs.size, m))
+    lw_pad = np.full((pts.obs.size, m), -np.inf)
+    for j, _, rows, _ in pts.sets():
+        y_pad[j, :sizes[j]] = y_rep[rows]
+        lw_pad[j, :sizes[j]] = pts.log_weights[rows]
+    return y_pad, lw_pad, pts.obs, pts.source
+
+
+def _seed_key(random_seed):
+    """The seed as a cache key (an int), or None for a ``Generator`` (its draws depend on its state)."""
+    if isinstance(random_seed, (int, np.integer)) and not isinstance(random_seed, bool):
+        return int(random_seed)
+    return None
+
+
+def constrained_rows(pts, model):
+    """The result's other-than-PSIS points as constrained parameters ``name -> (R, ...)``, converted in blocks of
+    ``S`` rows (the shape of the posterior draws: one compilation)."""
+    S = pts.theta.shape[0]
+    parts = []
+    for start, stop, block in blocks(pts.rows, S):
+        parts.append({k: np.asarray(v)[:stop - start] for k, v in model.constrain(block).items()})
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _model_simulated(model, pts, rng):
+    """``y_rep`` ``(R,)``: one draw of each row's own observation at the row, from the model's own simulator (a PyMC
+    model's JAX sampler of its observed distribution, in blocks of ``S`` rows; ``pm.sample_posterior_predictive``
+    where there is none)."""
+    adapter = model.source
+    S = pts.theta.shape[0]
+    if not adapter.has_predictive_draws:
+        params = constrained_rows(pts, model)
+        y = _simulated(_pymc_simulator(adapter), pts, params, rng, adapter.n_obs)
+        return y
+    import jax
+
+    key = jax.random.key(int(rng.integers(2**62)))
+    out = np.empty(pts.rows.shape[0])
+    for b, (start, stop, block) in enumerate(blocks(pts.rows, S)):
+        y_rep = adapter.predictive_draws(block, jax.random.fold_in(key, b)).reshape(S, -1)
+        out[start:stop] = y_rep[np.arange(stop - start), pts.row_obs[start:stop]]
+    if not np.all(np.isfinite(out)):
+        raise ValueError("the model's simulator returned non-finite y_rep at the adapted points.")
     return out
 
 
-def _simulated(simulate, points, rng, n):
-    """``[(i, y_rep_i (M_i,), log weights (M_i,), source)]``: ``simulate`` called once per group of observations (their
-    points concatenated, column ``i`` kept from observation ``i``'s block)."""
-    out = []
-    for group in _groups(points, n):
-        sizes = [len(item[2]) for item in group]
-        rows = sum(sizes)
-        params = {k: np.concatenate([item[1][k] for item in group]) for k in group[0][1]}
-        y_rep = np.asarray(simulate(params, rng), dtype=float)
+def _simulated(simulate, pts, params, rng, n):
+    """``y_rep`` ``(R,)`` of each row's own observation: ``simulate`` called once per group of observations (their
+    points consecutive rows, column ``i`` kept from observation ``i``'s block)."""
+    out = np.empty(pts.rows.shape[0])
+    for first, last in _groups(np.diff(pts.bounds), n):
+        lo, hi = int(pts.bounds[first]), int(pts.bounds[last])
+        rows = hi - lo
+        y_rep = np.asarray(simulate({k: v[lo:hi] for k, v in params.items()}, rng), dtype=float)
         if y_rep.size != rows * n or not np.all(np.isfinite(y_rep)):
             raise ValueError(f"simulate returned an array of shape {y_rep.shape} (or non-finite values) at {rows} "
                              f"points; expected ({rows}, *obs_shape) with {n} observations, all finite.")
-        y_rep = y_rep.reshape(rows, n)
-        for (i, _, lw, source), end, size in zip(group, np.cumsum(sizes), sizes):
-            out.append((i, y_rep[end - size:end, i], lw, source))
+        out[lo:hi] = y_rep.reshape(rows, n)[np.arange(rows), pts.row_obs[lo:hi]]
     return out
 
 
-def _groups(points, n):
-    """``points`` in consecutive groups of at most ``_MAX_VALUES`` simulated values (``points x n``) each (one
-    observation per group where one alone has more)."""
-    groups, rows = [[]], 0
-    for item in points:
-        m = len(item[2])
-        if groups[-1] and (rows + m) * n > _MAX_VALUES:
-            groups, rows = groups + [[]], 0
-        groups[-1].append(item)
-        rows += m
+def _groups(sizes, n):
+    """``(first, last)`` set indices of consecutive groups of observations' points with at most ``_MAX_VALUES``
+    simulated values (``points x n``) each (one observation per group where one alone has more)."""
+    groups, first, rows = [], 0, 0
+    for j, m in enumerate(sizes):
+        if j > first and (rows + m) * n > _MAX_VALUES:
+            groups.append((first, j))
+            first, rows = j, 0
+        rows += int(m)
+    groups.append((first, len(sizes)))
     return groups
 
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import warnings
 
-import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
 from ppl_loo.model import as_model
-from ppl_loo.workflow.loo.engine import proposal_points
-from ppl_loo.workflow.approx.stored_q import pvi_log_q, stored_gaussian
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
+from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function
 
-__all__ = ["loo_expectation", "expectation", "checked_model", "adapted_points", "kept_points", "posterior_draws",
-           "warn_unkept"]
+__all__ = ["loo_expectation", "expectation", "summarized", "checked_model", "warn_unkept"]
 
 
 @uses_x64
@@ -76,19 +73,25 @@ def expectation(data, res, values, model, kind="mean", probs=None, with_khat=Tru
     if not callable(values):
         raise TypeError("`values` must be a callable values(params) -> array (M, *obs_shape).")
     probs = _checked_kind(kind, probs)
-    theta, ll = posterior_draws(data, res, model)
-    S, n = ll.shape
-    f0 = np.asarray(values(model.constrain(theta)), dtype=float).reshape(S, -1)
-    if f0.shape[1] != n:
-        raise ValueError(f"`values` returned {f0.shape[1]} values per draw; the model has {n} observations.")
-    if not np.all(np.isfinite(f0)):
+    entry = entry_cache(data, res, model)
+    outs, is_tuple = evaluated(entry, values, model, own_function(values, model))
+    if is_tuple:
+        raise ValueError("`values` returned a tuple; it must return one array (M, *obs_shape).")
+    return summarized(res, entry.points, *outs[0], kind, probs, with_khat)
+
+
+def summarized(res, pts, at_draws, at_rows, kind="mean", probs=None, with_khat=True):
+    """The DataArray of :func:`loo_expectation` from a function's values at the posterior draws ``(S, n)`` and at the
+    result's other-than-PSIS points ``(R,)`` (:func:`ppl_loo.workflow.downstream.points.evaluated`)."""
+    S, n = pts.ll.shape
+    if not np.all(np.isfinite(at_draws)):
         raise ValueError("`values` returned non-finite values at the posterior draws.")
     lw_psis = np.asarray(res.log_weights.transpose("chain", "draw", ...).values).reshape(S, n).T
-    sets = [(f0[:, i], lw_psis[i], -ll[:, i]) for i in range(n)]  # (values, weights, weights for k-hat)
+    sets = [(at_draws[:, i], lw_psis[i], -pts.ll[:, i]) for i in range(n)]  # (values, weights, weights for k-hat)
     used = np.full(n, "psis", dtype=object)
-    for i, params, lw, source in adapted_points(data, res, model, theta, ll):
-        fi = np.asarray(values(params), dtype=float).reshape(lw.size, -1)[:, i]
-        sets[i], used[i] = (fi, lw, None if source == "refit" else lw), source
+    for _, i, rows, source in pts.sets():
+        lw = pts.log_weights[rows]
+        sets[i], used[i] = (at_rows[rows], lw, None if source == "refit" else lw), source
     warn_unkept(res, used)
     out = np.array([weighted_summary(x, lw, kind, probs) for x, lw, _ in sets])
     # a refit's draws are equally weighted draws of the LOO posterior: no importance sampling, no k-hat (NaN)
@@ -123,45 +126,6 @@ def _checked_kind(kind, probs):
     return p
 
 
-def adapted_points(data, res, model, theta=None, ll=None):
-    """``(i, params, log weights, source)`` of every observation whose ``elpd_i`` does not use the plain PSIS
-    weights: ``source`` ``"adapted"`` (its adapted proposal's transformed draws, rebuilt with ``model``, the checked
-    adapter), ``"refit"`` or ``"mixture"`` (the draws the result kept, :mod:`ppl_loo.workflow.loo.kept`); ``params``
-    are the points as constrained parameters (``model.constrain``), ``-inf`` weights dropped. ``theta`` and ``ll``
-    are the posterior draws and their log-likelihood (:func:`posterior_draws` when not given). Shared by
-    :func:`loo_expectation` and :func:`ppl_loo.loo_score`."""
-    adapted = res.adapted_log_weights
-    if adapted.sizes["adapted"]:
-        if theta is None or ll is None:
-            theta, ll = posterior_draws(data, res, model)
-        stored = stored_gaussian(data)
-        points = proposal_points(model, theta, res.engine_config,
-                                 None if res.log_q is None else res.log_q.transpose("chain", "draw").values,
-                                 None if stored is None else stored[1], pvi_log_q(data, theta))
-        for j, i in enumerate(np.asarray(adapted["adapted"].values)):
-            pts = points(i, ll[:, i], adapted["adapted_transform"].values[j], adapted["adapted_hbar"].values[j])
-            lw = np.asarray(adapted.values[j])
-            keep = np.isfinite(lw)
-            yield int(i), model.constrain(np.asarray(pts)[keep]), lw[keep], "adapted"
-    yield from kept_points(res, model)
-
-
-def kept_points(res, model):
-    """``(i, params, log weights, source)`` of the observations whose refit or mixture draws ``res`` kept."""
-    lws = getattr(res, "kept_log_weights", None)
-    if lws is None or not lws.sizes["kept"]:
-        return
-    sets = np.asarray(res.kept_draws.values, dtype=np.float64)
-    if sets.shape[-1] != model.dim:
-        raise ValueError(f"the result kept draws of {sets.shape[-1]} parameters, the model has {model.dim}: pass the "
-                         "model the result was computed with.")
-    for j, i in enumerate(np.asarray(lws["kept"].values)):
-        lw = np.asarray(lws.values[j], dtype=np.float64)
-        keep = np.isfinite(lw)
-        pts = sets[int(lws["kept_set"].values[j])][keep]
-        yield int(i), model.constrain(pts), lw[keep], str(lws["kept_source"].values[j])
-
-
 def warn_unkept(res, used):
     """A warning naming the observations whose ``elpd_i`` came from draws the result does not keep (a refit read
     from a checkpoint, draws beyond the kept budget): their expectations use the plain PSIS weights."""
@@ -184,18 +148,3 @@ def checked_model(data, res, model, caller):
         raise ValueError(f"{caller} needs model=: the model the result was computed with "
                          f"(pl.{caller}(data, res, ..., model=model)).")
     return as_model(model, var_name=res.var_name, data=data)
-
-
-def posterior_draws(data, res, model):
-    """The unconstrained posterior draws ``(S, d)`` of ``data`` and the log-likelihood ``(S, n)`` there."""
-    if "posterior" not in getattr(data, "children", {}):
-        raise ValueError("`data` has no posterior group: pass the DataTree the result was computed from.")
-    theta = np.asarray(model.unconstrain(data["posterior"].to_dataset()), dtype=np.float64)
-    if theta.shape[0] != res.n_samples:
-        raise ValueError(f"`data` has {theta.shape[0]} posterior draws but the result was computed from "
-                         f"{res.n_samples}: pass the data the result was computed from.")
-    ll = np.asarray(model.log_lik(jnp.asarray(theta)))
-    if ll.shape[1] != res.n_data_points:
-        raise ValueError(f"model= has {ll.shape[1]} observations but the result {res.n_data_points}: pass the "
-                         "model the result was computed with.")
-    return theta, ll

@@ -15,7 +15,8 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.workflow.downstream.expectation import checked_model, expectation
+from ppl_loo.workflow.downstream.expectation import checked_model, summarized
+from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function, posterior_draws
 
 __all__ = ["loo_pit", "plot_loo_pit"]
 
@@ -59,24 +60,22 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
                              "for a discrete outcome).")
     elif not callable(cdf):
         raise TypeError("`cdf` must be a callable cdf(params) -> array (M, *obs_shape) or a tuple of two.")
-    theta0 = np.asarray(model.unconstrain(data["posterior"].to_dataset()))[:1]
-    discrete = isinstance(cdf(model.constrain(theta0)), tuple)
+    if random_seed is None and _discrete(data, res, model, cdf):  # refused before the points are built
+        raise ValueError("the outcome is discrete: its LOO-PIT is randomized; pass random_seed=<int> to pl.loo_pit.")
+    entry = entry_cache(data, res, model)
+    outs, discrete = evaluated(entry, cdf, model, own_function(cdf, model), name="cdf")
+    if discrete and len(outs) != 2:
+        raise ValueError("cdf must return one array for a continuous outcome, or the tuple "
+                         "(P(y_rep <= y), P(y_rep < y)) for a discrete one, at every call.")
     if discrete and random_seed is None:
         raise ValueError("the outcome is discrete: its LOO-PIT is randomized; pass random_seed=<int> to pl.loo_pit.")
-
-    def part(j):
-        def values(params):
-            out = cdf(params)
-            if isinstance(out, tuple) != discrete or (discrete and len(out) != 2):
-                raise ValueError("cdf must return one array for a continuous outcome, or the tuple "
-                                 "(P(y_rep <= y), P(y_rep < y)) for a discrete one, at every call.")
-            return _probability(out[j] if discrete else out)
-        return values
-
-    upper = expectation(data, res, part(0), model)
+    for at_draws, at_rows in outs:
+        _probability(at_draws)
+        _probability(at_rows)
+    upper = summarized(res, entry.points, *outs[0])
     if not discrete:
         return _named(upper.clip(0.0, 1.0), upper)
-    lower = expectation(data, res, part(1), model, with_khat=False)
+    lower = summarized(res, entry.points, *outs[1], with_khat=False)
     rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
     pit = lower + rng.uniform(size=upper.shape) * (upper - lower)
     return _named(pit.clip(0.0, 1.0), upper)
@@ -107,6 +106,14 @@ def plot_loo_pit(data, res, *, model=None, cdf=None, random_seed=None, backend=N
     pit = loo_pit(data, res, model=model, cdf=cdf, random_seed=random_seed)
     tree = xr.DataTree.from_dict({"loo_pit": xr.Dataset({res.var_name or "y": pit})})
     return azp.plot_ecdf_pit(tree, group="loo_pit", sample_dims=list(pit.dims), backend=backend, **kwargs)
+
+
+def _discrete(data, res, model, cdf):
+    """Whether ``cdf`` is of a discrete outcome (it returns a tuple): the model's own flag where it has one, else one
+    call at the posterior draws (the shape of the later calls: nothing compiled for this alone)."""
+    if own_function(cdf, model) and hasattr(model.source, "discrete_outcome"):
+        return bool(model.source.discrete_outcome)
+    return isinstance(cdf(model.constrain(posterior_draws(data, res, model))), tuple)
 
 
 def _probability(values):
