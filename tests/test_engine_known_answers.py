@@ -128,7 +128,7 @@ def test_change_of_variables_check_exact_draws_pass_other_draws_fail():
     exact = _regression_tree(model, m + rng.normal(size=(2, 500, 4)) @ np.linalg.cholesky(C).T)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning at all on exact draws
-        res = pl.loo(exact, model, progressbar=False, influence_threshold=0.0)  # adapt every observation
+        res = pl.loo(exact, model, progressbar=False, adapt="all")  # adapt every observation
     ratio = res.candidates["max_log_ratio"]
     assert np.all(np.isfinite(ratio)) and np.nanmax(ratio) < bound - 10
     assert not res.doubtful.values.any()

@@ -233,43 +233,54 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data)
     conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
     rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)
-    ev = Evidence(plain, conv, flagged)
-    v = verdict(ev, rules)
     kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions
-    info = {"mixture_info": None, "smc_info": None}
-
-    def with_mixture(ev):
-        op, info["mixture_info"] = mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept)
-        return ev if op is None else ev.with_opinion(op)
-
-    # the schedule, cheapest per settled observation first: one mixture run settles every observation it can before
-    # the search, which costs per observation, runs on more than one batch of them
-    todo = flagged & v.unsettled
-    if stored is None and (mixture is True or (mixture == "auto" and todo.sum() > _one_batch(batch_size))):
-        ev = with_mixture(ev)
-        v = verdict(ev, rules)
-    obs_idx = np.flatnonzero(flagged if adapt == "all" else flagged & v.unsettled)
-    results = run_search(model, draws, cfg, obs_idx, batch_size, progressbar, False if client is None else client)
-    ev = ev.with_search(dict(zip(obs_idx.tolist(), results)), candidate_labels(cfg))
-    v = verdict(ev, rules)
-    if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
-        ev = with_mixture(ev)
-        v = verdict(ev, rules)
-    op, info["smc_info"] = smc_stage(model, draws, v, plain, ev, smc, random_seed)
-    if op is not None:
-        ev = ev.with_opinion(op)
-        v = verdict(ev, rules)
-    refit_info = refit_stage(model, data, draws, refit, refit_kwargs, random_seed, progressbar, doubtful=v.unsettled,
-                             flagged=flagged, k_final=v.k, kept=kept)
-    if refit_info:
-        ev = ev.with_refits(refit_info)
-        v = verdict(ev, rules)
+    stages = dict(mixture=mixture, mixture_kwargs=mixture_kwargs, smc=smc, refit=refit, refit_kwargs=refit_kwargs,
+                  adapt=adapt, batch_size=batch_size, progressbar=progressbar, random_seed=random_seed,
+                  client=False if client is None else client)
+    ev, v, info, refit_info = _schedule(Evidence(plain, conv, flagged), rules, model, data, draws, cfg, kept,
+                                        stored is None, stages)
     cands = _candidates(ev, cfg, draws, n, S, stored is None)
     _warn(v, cands, conv, k_threshold, len(ev.search),
           _which(data, draws.var_name, model, v.doubtful & ~v.refit, v.reason))
     return _result(data, model, draws, plain, v, cands, cfg, flagged, refit_info, lpd=lpd, **info,
                    **kept.arrays(v.transform), max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold,
                    **approx_summary(draws, plain, k_threshold))
+
+
+def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
+    """The stages, cheapest per settled observation first, each on what the verdict on the evidence so far leaves
+    unsettled (``docs/method.md``, section 9): ``(evidence, verdict, {mixture_info, smc_info}, refit_info)``."""
+    v = verdict(ev, rules)
+    info = {"mixture_info": None, "smc_info": None}
+
+    def with_mixture(ev):
+        op, info["mixture_info"] = mixture_stage(model, data, draws, o["mixture_kwargs"], o["random_seed"], kept)
+        return ev if op is None else ev.with_opinion(op)
+
+    mixture, flagged = o["mixture"], ev.examine
+    # one mixture run settles every observation it can before the search, which costs per observation, runs on more
+    # than one batch of them
+    todo = flagged & v.unsettled
+    if in_memory and (mixture is True or (mixture == "auto" and todo.sum() > _one_batch(o["batch_size"]))):
+        ev = with_mixture(ev)
+        v = verdict(ev, rules)
+    obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
+    results = run_search(model, draws, cfg, obs_idx, o["batch_size"], o["progressbar"], o["client"])
+    ev = ev.with_search(dict(zip(obs_idx.tolist(), results)), candidate_labels(cfg))
+    v = verdict(ev, rules)
+    if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
+        ev = with_mixture(ev)
+        v = verdict(ev, rules)
+    op, info["smc_info"] = smc_stage(model, draws, v, ev.plain, ev, o["smc"], o["random_seed"])
+    if op is not None:
+        ev = ev.with_opinion(op)
+        v = verdict(ev, rules)
+    refit_info = refit_stage(model, data, draws, o["refit"], o["refit_kwargs"], o["random_seed"], o["progressbar"],
+                             doubtful=v.unsettled, flagged=flagged, k_final=v.k, kept=kept)
+    if refit_info:
+        ev = ev.with_refits(refit_info)
+        v = verdict(ev, rules)
+    return ev, v, info, refit_info
 
 
 def _one_batch(batch_size):
@@ -285,7 +296,7 @@ def _convergence(draws, stored, flagged, max_rhat, rhat_where):
     if stored is None:
         return convergence(draws.ll, draws.n_chains, max_rhat, rhat_where, draws.approx)
     idx = np.flatnonzero(flagged)
-    some = convergence(np.asarray(draws.ll.ll), draws.n_chains, max_rhat, rhat_where, draws.approx)
+    some = convergence(draws.ll.values, draws.n_chains, max_rhat, rhat_where, draws.approx)
     n = flagged.shape[0]
     rhat, ess, ok = np.full(n, np.nan), np.full(n, np.nan), np.full(n, not max_rhat > RHAT_NOT_MIXED)
     rhat[idx], ess[idx], ok[idx] = some.rhat, some.ess, some.ok
