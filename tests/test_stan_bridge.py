@@ -19,6 +19,7 @@ pytest.importorskip("httpstan")
 if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
+from data_paths import EIGHT_SCHOOLS
 from ppl_loo.stan import (
     StanCompileError,
     StanDataError,
@@ -31,7 +32,7 @@ from ppl_loo.stan import (
 ROOT = Path(__file__).resolve().parents[1]
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
-CMDSTAN_CSV = Path("/work/shared/data/cmdstan-eight-schools/output_1.csv")
+CMDSTAN_CSV = EIGHT_SCHOOLS / "output_1.csv"
 
 EIGHT_DATA = {
     "J": 8,
@@ -86,14 +87,13 @@ def central_fd(f, x, h=1e-6):
 
 # ---------------------------------------------------------------- structure, names, cache
 def test_names_and_dims_match_cmdstan_header(eight):
-    header = next(ln for ln in CMDSTAN_CSV.read_text().splitlines() if not ln.startswith("#")) if CMDSTAN_CSV.exists() else None
+    header = next(ln for ln in CMDSTAN_CSV.read_text().splitlines() if not ln.startswith("#"))
     names = eight.constrained_param_names(include_tp=True, include_gq=True)
     assert eight.dim == 10 and eight.param_num() == 10 and eight.param_num(True, True) == 34
     assert eight.unconstrained_param_names()[:3] == ["mu", "tau", "theta_tilde.1"]
     assert eight.get_dims() == {"mu": (), "tau": (), "theta_tilde": (8,), "theta": (8,), "log_lik": (8,), "y_hat": (8,)}
     assert eight.get_dims(False, False) == {"mu": (), "tau": (), "theta_tilde": (8,)}
-    if header is not None:
-        assert names == header.split(",")[7:]
+    assert names == header.split(",")[7:]
 
 
 def test_second_construction_uses_cache(eight):
@@ -182,8 +182,6 @@ def test_matches_pystan(eight):
 
 # ---------------------------------------------------------------- transforms
 def _cmdstan_draws():
-    if not CMDSTAN_CSV.exists():
-        pytest.skip("CmdStan eight-schools output not available")
     lines = [ln for ln in CMDSTAN_CSV.read_text().splitlines() if ln and not ln.startswith("#")]
     header = lines[0].split(",")
     values = np.array([[float(v) for v in ln.split(",")] for ln in lines[1:]])
@@ -293,8 +291,6 @@ def test_domain_errors_reject_or_raise(eight):
 
 def test_data_forms_and_threads():
     """Data as an R dump file (CmdStan's format) or JSON text give the same model; default threads."""
-    if not CMDSTAN_CSV.exists():
-        pytest.skip("CmdStan eight-schools data not available")
     from_r = StanModel(EIGHT, CMDSTAN_CSV.with_name("eight_schools.data.R"))
     from_json = StanModel(EIGHT, data_to_json(EIGHT_DATA))
     assert from_r.data["J"] == 8 and from_r.n_threads >= 1

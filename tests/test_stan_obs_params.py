@@ -36,6 +36,7 @@ from scipy import integrate, stats
 from scipy.special import gammaln, logsumexp
 
 import ppl_loo as pl
+from data_paths import EIGHT_SCHOOLS
 from ppl_loo.model.stan.posterior import LOG_LIK, StanPosterior, loo_adapter
 from ppl_loo.stan.derived import loglik_program
 
@@ -252,10 +253,7 @@ def test_cmdstan_csv_without_loo_extra():
     """What a CmdStan user writes: the CSV files, the program, the data file, nothing else. The shipped draws
     (4 x 100, R-hat 1.03) are all doubtful, and the estimates lie within MC error of the exact answer
     where they have a finite SE; no false alarm about the CSV's 6 significant digits."""
-    es = next((p for p in (Path(__file__).resolve().parents[2] / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
-    if es is None:
-        pytest.fail("../shared/data/cmdstan-eight-schools not found")
+    es = EIGHT_SCHOOLS
     dt = pl.from_cmdstan(sorted(str(p) for p in es.glob("output_*.csv")))
     assert dt.attrs["sig_figs"] == 6
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", es / "eight_schools.data.R")

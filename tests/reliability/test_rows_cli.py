@@ -25,15 +25,13 @@ from scipy.stats import norm
 
 import ppl_loo as pl
 from ppl_loo.cli import main
+from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
 from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
-OPTIMIZE = ROOT / "tests" / "data" / "cmdstan_optimize_rosenbrock_mle.csv"
+OPTIMIZE = DATA / "cmdstan_optimize_rosenbrock_mle.csv"
 
-assert ES_DIR is not None, "../shared/data/cmdstan-eight-schools is missing (the repository needs ../shared beside it)"
 ES_DATA = ES_DIR / "eight_schools.data.R"
 
 

@@ -1,6 +1,6 @@
 """Reliability rows of ``pl.from_cmdstan`` (CmdStan CSV files): broken files, other CmdStan methods, duplicates.
 
-Real CmdStan output: the eight-schools CSV files in ``shared/data/cmdstan-eight-schools`` (CmdStan 2.18,
+Real CmdStan output: the eight-schools CSV files in ``tests/data/cmdstan-eight-schools`` (CmdStan 2.18,
 ``method=sample``) and cmdstanpy's optimize output (``tests/data``). The variational and laplace files are
 written here in the format of CmdStan 2.37's ``method=variational`` and 2.39's ``method=laplace`` output, from
 a Gaussian ``q`` drawn here, for the conjugate normal model ``stan_models/normal_known_sigma.stan`` whose
@@ -20,16 +20,13 @@ import pytest
 from scipy.stats import norm
 
 import ppl_loo as pl
+from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
 from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
-OPTIMIZE = ROOT / "tests" / "data" / "cmdstan_optimize_rosenbrock_mle.csv"
+OPTIMIZE = DATA / "cmdstan_optimize_rosenbrock_mle.csv"
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
 FIX = "give the csv files cmdstan wrote"
-
-assert ES_DIR is not None, "../shared/data/cmdstan-eight-schools is missing (the repository needs ../shared beside it)"
 
 
 @functools.cache
