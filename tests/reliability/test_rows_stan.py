@@ -157,7 +157,7 @@ ROWS = [
     Row("pl.StanModel", "overwrite and escaping", "shared (0777) cache folder is made private",
         shared_cache_mode, check=lambda v: (v[0] == 0o700 and v[1] == []) or pytest.fail(str(v)), warns=None),
     Row("pl.StanModel", "duplicates", "four processes compile the same broken program", four_broken_compiles,
-        check=check_four_broken, warns=None, issue16=True),
+        check=check_four_broken, warns=None, regression=True),
     Row("pl.loo (refit)", "options", "checkpoint is not a path",
         lambda: refit_with_checkpoint(3), error=ValueError, says=("checkpoint=3", "file path")),
     Row("pl.loo (refit)", "files", "garbled checkpoint file", garbled_checkpoint, error=ValueError,
