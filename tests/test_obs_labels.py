@@ -1,4 +1,4 @@
-"""The problem observations named as the user names them (issue 26, item 3; R's ``pareto_k_ids``): 1-based
+"""The problem observations named as the user names them (as R's ``pareto_k_ids``): 1-based
 ``log_lik[8]`` for Stan draws (the CmdStan CSV column ``log_lik.8``), the coordinate values for other DataTrees;
 which observations had plain PSIS's k-hat above the threshold, and what became of each. Real CmdStan CSV files
 (``tests/data/cmdstan-eight-schools``) and ``arviz_stats.loo`` on the same draws as the reference."""

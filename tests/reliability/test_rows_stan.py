@@ -1,7 +1,7 @@
-"""Reliability rows of the Stan compile cache and of resumable refits (issue 16).
+"""Reliability rows of the Stan compile cache and of resumable refits.
 
 The SIGINT tests (Ctrl-C during a compile, a Stan-backed search and refits) are in
-``test_interrupts.py``: they time a subprocess rather than check one call's value or error.
+``test_interrupts.py``: they signal a subprocess rather than check one call's value or error.
 """
 
 from __future__ import annotations
