@@ -97,7 +97,7 @@ def release_compiled_code():
     Each XLA executable holds about six memory mappings and they are freed only when its function is; one
     process running the whole suite compiles tens of thousands of them and reached the kernel's limit on
     mappings (``vm.max_map_count``, 65530): LLVM's next code allocation failed and the process died of a
-    segfault inside ``backend_compile`` (CI, stop 22). A user's session compiles a small fraction of that; the
+    segfault inside ``backend_compile``. A user's session compiles a small fraction of that; the
     persistent compilation cache makes the recompiles after this cheap.
     """
     yield

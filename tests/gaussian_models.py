@@ -80,7 +80,8 @@ def normal_mean_model(y, sigma=1.0, tau=10.0):
 
 
 def leverage_regression(seed=1, n=40):
-    """Linear regression with two high-leverage gross outliers (the hard case of issue 2)."""
+    """Linear regression with two high-leverage gross outliers (the hard case for plain PSIS: deleting either one
+    moves the posterior far from the full-data posterior)."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 2))
     x[0] = [6.0, 5.0]

@@ -1,4 +1,4 @@
-"""The layout the design asks for (DESIGN.md, issue 13), checked on the source: imports point down
+"""The layout the design asks for (DESIGN.md), checked on the source: imports point down
 (numerics < bridge, readers < model adapters < workflow < user surface), no import cycles, no private
 name imported from another module, no ppl_loo import hidden inside a function, no function over 60
 lines of code, numerics free of xarray, and ``import ppl_loo`` loads neither PyMC nor PyTensor."""

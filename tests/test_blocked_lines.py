@@ -1,4 +1,4 @@
-"""Line evaluations of a logistic regression in blocks of observations (issue 17, part E): the blocked
+"""Line evaluations of a logistic regression in blocks of observations (bounded memory for large n): the blocked
 path equals the unblocked one to 1e-10, in the model's functions and in every pointwise array of pl.loo."""
 
 import warnings

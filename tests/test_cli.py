@@ -29,6 +29,7 @@ if shutil.which("g++") is None:  # pragma: no cover
 import ppl_loo as pl
 from ppl_loo.cli import main
 from cli_tools import run_cli
+from data_paths import EIGHT_SCHOOLS as ES_DIR
 from ppl_loo.cli.inputs import observed_mapping, read_csvs
 from ppl_loo.stan import as_data_dict
 from ppl_loo.stan.sampler import sample_cmdstan_csv
@@ -36,8 +37,6 @@ from ppl_loo.stan.sampler import sample_cmdstan_csv
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
 Y = [0.3, -0.5, 1.1, 0.2, -0.9, 0.4, 0.0, 0.7, -0.2, 0.5, -0.4, 6.0]  # the last one an outlier
 DATA = {"N": len(Y), "y": Y, "sigma": 1.0, "mu0": 0.0, "tau0": 2.0}
 NARROW = {**DATA, "tau0": 0.1}  # a prior that pulls mu to 0: the second model of the comparisons
@@ -247,8 +246,6 @@ def test_csv_files_of_another_program(work):
     code, out, err = run_cli("loo", EIGHT, "--data", work / "data.json", work / "csv")
     assert code == 2  # the data do not even fit eight schools' data block
     assert "the data do not match the program's data block" in _one_error_line(err, work / "data.json")
-    if ES_DIR is None:
-        pytest.skip("shared eight-schools data missing")
     code, out, err = run_cli("loo", EIGHT, "--data", ES_DIR / "eight_schools.data.R", work / "csv")
     line = _one_error_line(err, work / "csv" / "output_1.csv")
     assert code == 2 and "no column for the parameter 'tau' of eight_schools_noncentered.stan" in line
@@ -281,7 +278,6 @@ def test_posterior_predictive_mapping_errors(work):
     assert code == 2 and "'y_hat' is not a variable of the CmdStan output" in line and "log_lik" in line
 
 
-@pytest.mark.skipif(ES_DIR is None, reason="shared eight-schools data missing")
 def test_posterior_predictive_mapping_reads_observed_data():
     paths = sorted(str(p) for p in ES_DIR.glob("output_*.csv"))
     data = as_data_dict(ES_DIR / "eight_schools.data.R")

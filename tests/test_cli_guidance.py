@@ -1,4 +1,4 @@
-"""What ``ppl-loo loo`` tells a command-line user (issue 26, item 6): advice in the command line's terms
+"""What ``ppl-loo loo`` tells a command-line user: advice in the command line's terms
 (``--refit doubtful --seed N``, not ``pl.loo(...)``), "no --data given" instead of Stan's "variable does not
 exist", and which path gives the log-likelihood when the CSV files have no column for it. Real compiled Stan
 programs and Stan's own NUTS (``stan_models/normal_known_sigma.stan``, whose LOO has a closed form)."""

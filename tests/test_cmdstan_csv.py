@@ -8,18 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data_paths import EIGHT_SCHOOLS as DATA_DIR
 from ppl_loo.io import from_cmdstan, read_cmdstan_csv, read_rdump
 from ppl_loo.model.stan.posterior import loo_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path("/work/shared/data/cmdstan-eight-schools")
-if not DATA_DIR.is_dir():  # pragma: no cover
-    DATA_DIR = ROOT.parent / "shared" / "data" / "cmdstan-eight-schools"
 CSV_FILES = [DATA_DIR / f"output_{i}.csv" for i in range(1, 5)]
 RDATA = DATA_DIR / "eight_schools.data.R"
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
-
-pytestmark = pytest.mark.skipif(not all(p.exists() for p in CSV_FILES), reason="shared CmdStan data missing")
 
 
 def _raw_rows(path):

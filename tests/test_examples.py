@@ -5,7 +5,8 @@ its output is checked against known values.
   the outlier's Pareto k must come below the threshold after adaptation;
 - ``notebook_compare.py``: eight schools in PyMC, centred vs non-centred: the same model, elpd_loo
   about -30.7 (the value of the R ``loo`` vignette) for both;
-- ``cmdstan_eight_schools.sh``: the command-line walk-through on the shared CmdStan output; its
+- ``cmdstan_eight_schools.sh``: the command-line walk-through on real CmdStan output
+  (``tests/data/cmdstan-eight-schools``); its
   saved non-centred result equals ``pl.loo`` run here on the same files.
 """
 
@@ -25,11 +26,10 @@ import pytest
 import xarray as xr
 
 import ppl_loo as pl
+from data_paths import EIGHT_SCHOOLS as ES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
 EIGHT_SCHOOLS_ELPD = -30.7  # R loo's vignette and arviz's eight-schools example: elpd_loo about -30.7 (SE 1.4)
 
 
@@ -84,7 +84,6 @@ def test_notebook_compare(tmp_path):
     assert EXAMPLES.joinpath("notebook_compare.py").read_text().count("# %%") >= 5  # jupytext percent cells
 
 
-@pytest.mark.skipif(ES_DIR is None, reason="shared eight-schools CmdStan output missing")
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler for Stan")
 def test_cmdstan_walkthrough(tmp_path):
     env = {**_env(), "PPL_LOO": f"{sys.executable} -m ppl_loo.cli", "ES_DATA": str(ES_DIR), "DRAWS": "300"}

@@ -1,5 +1,5 @@
 """The after-LOO functions weight the draws ``elpd_i`` came from where it came from a refit or from mixture importance
-sampling (issue 28): the result keeps those draws (:mod:`ppl_loo.workflow.loo.kept`).
+sampling: the result keeps those draws (:mod:`ppl_loo.workflow.loo.kept`).
 
 Known answers: the closed-form LOO posterior of the linear predictor ``x_i' beta`` of a Gaussian regression with
 high-leverage outliers (normal, mean ``x_i' m_-i``, variance ``x_i' C_-i x_i``) and its LOO-PIT

@@ -1,5 +1,5 @@
 """``pl.loo_expectation(..., kind=, probs=)``: LOO means, variances, sds, medians and quantiles with the adapted
-weights, and each estimate's own k-hat (issue 28).
+weights, and each estimate's own k-hat.
 
 Known answers: identical to ``arviz_stats.loo_expectations`` (values and k-hats, to 1e-8) on a model where plain
 PSIS handles every observation; the closed form of the LOO posterior of the linear predictor ``x_i' beta`` of a

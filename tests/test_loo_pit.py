@@ -1,4 +1,4 @@
-"""``pl.loo_pit``: LOO-PIT with the adapted weights and the exact predictive CDF (issue 28).
+"""``pl.loo_pit``: LOO-PIT with the adapted weights and the exact predictive CDF.
 
 Known answers: identical to ``arviz_stats.loo_pit`` (to 1e-12) where nothing is adapted, when the CDF given is the
 indicator of the same posterior predictive draws that ``arviz_stats`` counts; the closed form

@@ -1,4 +1,4 @@
-"""``pl.loo_score``: LOO CRPS and SCRPS with the adapted weights (issue 28).
+"""``pl.loo_score``: LOO CRPS and SCRPS with the adapted weights.
 
 Known answers: identical to ``arviz_stats.loo_score`` (mean, SE, pointwise scores and k-hats, to 1e-8) where nothing
 is adapted; the closed-form CRPS and SCRPS of the exact LOO predictive ``N(m_i, s_i^2)`` of a Gaussian regression

@@ -1,4 +1,4 @@
-"""``pl.loo_r2`` and ``pl.loo_metrics`` with the adapted weights (issue 28).
+"""``pl.loo_r2`` and ``pl.loo_metrics`` with the adapted weights.
 
 Known answers: identical to ``arviz_stats.loo_r2`` / ``loo_metrics`` (to 1e-10) where nothing is adapted (the
 posterior predictive group holding the predictive means arviz_stats averages); on a Gaussian regression with two

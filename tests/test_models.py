@@ -5,7 +5,7 @@ Every assertion compares with a known answer: a SciPy log density, an identity
 Timing of NUTS and PSIS lives in ``benchmarks/`` (``benchmarks/nuts.py``, ``benchmarks/psis.py``).
 """
 
-from pathlib import Path
+import hashlib
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,7 @@ import pytest
 import xarray as xr
 from scipy import special, stats
 
+from data_paths import OVARIAN
 from ppl_loo.datasets import load_ovarian
 from ppl_loo.models import JaxModel, LogisticRegression, PosteriorModel, ReluNet
 from ppl_loo.model.jax.bijectors import (
@@ -30,7 +31,9 @@ from ppl_loo.sampling import sample_nuts
 
 pytestmark = pytest.mark.x64  # calls the models' and bijectors' JAX functions directly: the user's own JAX code (conftest.py)
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "ovarian"
+#: SHA-256 of the full ``ovarian_x.csv`` parsed by ``np.loadtxt(..., delimiter=",")`` (float64, C order): the
+#: source file itself is 1.6 MB and not in the repository (tests/data/README.md)
+OVARIAN_X_SHA256 = "04cd9e02e5e641f2f6ab7e93717d444ff79542b088c4426b7e810b12c97546b7"
 
 
 # ---------------------------------------------------------------------------------- fixtures
@@ -439,11 +442,16 @@ def test_load_ovarian():
     assert int(y.sum()) == 30 and set(np.unique(y)) == {0, 1}
     np.testing.assert_allclose(X.mean(axis=0), 0.0, atol=1e-12)
     np.testing.assert_allclose(X.std(axis=0, ddof=1), 1.0, rtol=1e-12)
-    if SHARED.exists():
-        raw = np.loadtxt(SHARED / "ovarian_x.csv", delimiter=",")
-        ref = (raw - raw.mean(0)) / raw.std(0, ddof=1)
-        np.testing.assert_allclose(X, np.nan_to_num(ref), rtol=0, atol=1e-12)
-        np.testing.assert_array_equal(y, np.loadtxt(SHARED / "ovarian_y.csv").astype(int))
+    # the shipped raw values are the source CSV's: all of them by their hash, the first 8 columns by value
+    raw, y_raw = load_ovarian(standardized=False)
+    np.testing.assert_array_equal(y_raw, y)
+    assert hashlib.sha256(np.ascontiguousarray(raw, dtype=np.float64).tobytes()).hexdigest() == OVARIAN_X_SHA256
+    excerpt = np.loadtxt(OVARIAN / "ovarian_x_columns_1-8.csv", delimiter=",")
+    np.testing.assert_array_equal(raw[:, :8], excerpt)
+    np.testing.assert_array_equal(y, np.loadtxt(OVARIAN / "ovarian_y.csv").astype(int))
+    # standardized by an independent formula from the raw values
+    ref = (raw - raw.mean(0)) / raw.std(0, ddof=1)
+    np.testing.assert_allclose(X, np.nan_to_num(ref), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("prior", ["normal", "horseshoe"])

@@ -1,13 +1,12 @@
-"""The problem observations named as the user names them (issue 26, item 3; R's ``pareto_k_ids``): 1-based
+"""The problem observations named as the user names them (as R's ``pareto_k_ids``): 1-based
 ``log_lik[8]`` for Stan draws (the CmdStan CSV column ``log_lik.8``), the coordinate values for other DataTrees;
 which observations had plain PSIS's k-hat above the threshold, and what became of each. Real CmdStan CSV files
-(``../shared/data/cmdstan-eight-schools``) and ``arviz_stats.loo`` on the same draws as the reference."""
+(``tests/data/cmdstan-eight-schools``) and ``arviz_stats.loo`` on the same draws as the reference."""
 
 from __future__ import annotations
 
 import glob
 import warnings
-from pathlib import Path
 
 import arviz_stats as azs
 import numpy as np
@@ -16,16 +15,12 @@ import xarray as xr
 from arviz_base import from_dict
 
 import ppl_loo as pl
+from data_paths import EIGHT_SCHOOLS as ES
 
-ROOT = Path(__file__).resolve().parents[1]
-ES = next((p for p in (ROOT.parent / "shared/data/cmdstan-eight-schools", Path("/work/shared/data/cmdstan-eight-schools"))
-           if p.is_dir()), None)
 
 
 @pytest.fixture(scope="module")
 def eight():
-    if ES is None:
-        pytest.skip("shared eight-schools data missing")
     tree = pl.from_cmdstan(sorted(glob.glob(str(ES / "output_*.csv"))))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

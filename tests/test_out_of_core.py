@@ -1,4 +1,4 @@
-"""Out-of-core ``pl.loo`` (issue 17, item 1): a dask-backed log-likelihood read in chunks of observations
+"""Out-of-core ``pl.loo`` (a log-likelihood larger than memory): a dask-backed log-likelihood read in chunks of observations
 gives the numbers of the in-memory path, never loads the whole ``(S, n)`` array, and with a model
 evaluates the model only on the observations plain PSIS flags."""
 

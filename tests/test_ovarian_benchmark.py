@@ -1,4 +1,4 @@
-"""The ovarian benchmark (issue 5) in its reduced mode, end to end, so that it cannot rot.
+"""The ovarian benchmark (``benchmarks/ovarian/``) in its reduced mode, end to end, so that it cannot rot.
 
 Runs ``benchmarks/ovarian/run.py --reduced`` (real Stan NUTS through PyStan on the project's
 ``stan_models/``, real refits, NumPyro ADVI, ``pl.loo`` on every resampling, arviz_stats plain and
@@ -113,7 +113,7 @@ def test_adaptive_beats_plain_psis_on_the_same_draws(reduced):
         # transformation brings k below 0.7 for most of them
         assert plain.mean() > 20
         assert every.mean() <= 0.25 * plain.mean()
-        # the engine's own answer: a low k is not enough (issue 12, docs/method.md section 4); what it
+        # the engine's own answer: a low k is not enough (docs/method.md section 4); what it
         # cannot vouch for keeps plain PSIS and is marked doubtful, so nothing above 0.7 goes unmarked
         assert np.all(final <= plain)
         assert np.all(final <= doubtful)

@@ -144,7 +144,7 @@ def test_line_eval_equals_generic(kind):
 
 @pytest.mark.parametrize("kind", ["normal", "hier"])
 def test_line_eval_in_blocks_equals_unblocked(kind):
-    """Issue 17 (part E): the logit recomputed in blocks of 5 rows (18 observations: the last block
+    """The logit recomputed in blocks of 5 rows (18 observations: the last block
     padded), the offset included, gives the cached-logit evaluation to 1e-10."""
     m, mb = PyMCModel(_model(kind)), PyMCModel(_model(kind))
     mb.line_block_rows = 5

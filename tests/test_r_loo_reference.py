@@ -1,4 +1,4 @@
-"""ppl_loo against R's ``loo`` package (2.5.1, Debian's) on the same input (issue 28).
+"""ppl_loo against R's ``loo`` package (2.5.1, Debian's) on the same input.
 
 Given R's own PSIS weights, the LOO mean (``E_loo``) and the predictive metrics are identical to R's to 1e-8;
 loo 2.5.1's variance, quantile and expectation k-hat are defined differently from ``arviz_stats`` 1.3's (which

@@ -1,4 +1,4 @@
-"""The scale benchmark (issue 17) in its reduced mode, end to end, so that it cannot rot.
+"""The scale benchmark (``benchmarks/scale.py``) in its reduced mode, end to end, so that it cannot rot.
 
 Runs ``benchmarks/scale.py --reduced`` (n = 10^3 and 10^4, S = 400, the stores written to zarr chunk by chunk,
 every measurement in its own process) into a temporary directory and checks, with known answers:

@@ -8,7 +8,6 @@ schools program once more through httpstan (cached by httpstan in ``~/.cache/htt
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ pytest.importorskip("httpstan")
 if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
+from data_paths import EIGHT_SCHOOLS
 from ppl_loo.stan import (
     StanCompileError,
     StanDataError,
@@ -31,7 +31,7 @@ from ppl_loo.stan import (
 ROOT = Path(__file__).resolve().parents[1]
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
-CMDSTAN_CSV = Path("/work/shared/data/cmdstan-eight-schools/output_1.csv")
+CMDSTAN_CSV = EIGHT_SCHOOLS / "output_1.csv"
 
 EIGHT_DATA = {
     "J": 8,
@@ -86,26 +86,23 @@ def central_fd(f, x, h=1e-6):
 
 # ---------------------------------------------------------------- structure, names, cache
 def test_names_and_dims_match_cmdstan_header(eight):
-    header = next(ln for ln in CMDSTAN_CSV.read_text().splitlines() if not ln.startswith("#")) if CMDSTAN_CSV.exists() else None
+    header = next(ln for ln in CMDSTAN_CSV.read_text().splitlines() if not ln.startswith("#"))
     names = eight.constrained_param_names(include_tp=True, include_gq=True)
     assert eight.dim == 10 and eight.param_num() == 10 and eight.param_num(True, True) == 34
     assert eight.unconstrained_param_names()[:3] == ["mu", "tau", "theta_tilde.1"]
     assert eight.get_dims() == {"mu": (), "tau": (), "theta_tilde": (8,), "theta": (8,), "log_lik": (8,), "y_hat": (8,)}
     assert eight.get_dims(False, False) == {"mu": (), "tau": (), "theta_tilde": (8,)}
-    if header is not None:
-        assert names == header.split(",")[7:]
+    assert names == header.split(",")[7:]
 
 
 def test_second_construction_uses_cache(eight):
     lib = eight.build.library
     assert lib.exists() and lib.parent.parent == cache_dir()
     mtime = lib.stat().st_mtime_ns
-    t0 = time.perf_counter()
     again = StanModel(EIGHT.read_text(), EIGHT_DATA)
-    elapsed = time.perf_counter() - t0
+    # loaded from the cache, not compiled again: the same library file, untouched
     assert again.compiled is False
     assert again.build.library == lib and lib.stat().st_mtime_ns == mtime
-    assert elapsed < 5.0, elapsed
     x = _points(eight.dim)
     np.testing.assert_array_equal(again.log_density(x), eight.log_density(x))
 
@@ -182,8 +179,6 @@ def test_matches_pystan(eight):
 
 # ---------------------------------------------------------------- transforms
 def _cmdstan_draws():
-    if not CMDSTAN_CSV.exists():
-        pytest.skip("CmdStan eight-schools output not available")
     lines = [ln for ln in CMDSTAN_CSV.read_text().splitlines() if ln and not ln.startswith("#")]
     header = lines[0].split(",")
     values = np.array([[float(v) for v in ln.split(",")] for ln in lines[1:]])
@@ -293,8 +288,6 @@ def test_domain_errors_reject_or_raise(eight):
 
 def test_data_forms_and_threads():
     """Data as an R dump file (CmdStan's format) or JSON text give the same model; default threads."""
-    if not CMDSTAN_CSV.exists():
-        pytest.skip("CmdStan eight-schools data not available")
     from_r = StanModel(EIGHT, CMDSTAN_CSV.with_name("eight_schools.data.R"))
     from_json = StanModel(EIGHT, data_to_json(EIGHT_DATA))
     assert from_r.data["J"] == 8 and from_r.n_threads >= 1
@@ -307,4 +300,5 @@ def test_data_forms_and_threads():
 def test_time_gradient(eight):
     x = _points(eight.dim, n=1, seed=10)[0]
     t = eight.time_gradient(x, n_reps=200)
-    assert 0 < t < 1e-2
+    # the C++ timing loop ran and reports seconds per gradient; how fast is the benchmark's business
+    assert isinstance(t, float) and np.isfinite(t) and t > 0

@@ -3,7 +3,7 @@
 
 Uses the programs of ``stan_models/`` and one small inline program (compiled once, 30-60 s each,
 then cached in ``$PPL_LOO_STAN_CACHE`` or ``~/.cache/ppl_loo/stan``), the CmdStan eight-schools
-output in ``shared/data/cmdstan-eight-schools`` and, for the normal-mean model, a PyStan 3 fit.
+output in ``tests/data/cmdstan-eight-schools`` and, for the normal-mean model, a PyStan 3 fit.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import xarray as xr
 
 import ppl_loo as pl
+from data_paths import EIGHT_SCHOOLS as ES_DIR
 from ppl_loo.model.stan.posterior import StanPosterior, loo_adapter
 from ppl_loo.workflow.loo.inputs import stack_draws
 from ppl_loo.workflow.loo.verdict import convergence
@@ -32,9 +33,6 @@ pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the us
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "stan_models"
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools",
-                           ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
 
 
 def es_extra(theta, i):
@@ -56,8 +54,6 @@ def fd_hessian(grad_fn, theta, h=1e-5):
 # ----------------------------------------------------------------------------- eight schools
 @pytest.fixture(scope="module")
 def eight_schools():
-    if ES_DIR is None:
-        pytest.skip("shared/data/cmdstan-eight-schools not found")
     dt = pl.from_cmdstan(sorted(str(p) for p in ES_DIR.glob("output_*.csv")))
     # what a CmdStan user writes: the program, its R dump data file, the CSV files
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", ES_DIR / "eight_schools.data.R",

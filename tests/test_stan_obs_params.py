@@ -36,6 +36,7 @@ from scipy import integrate, stats
 from scipy.special import gammaln, logsumexp
 
 import ppl_loo as pl
+from data_paths import EIGHT_SCHOOLS
 from ppl_loo.model.stan.posterior import LOG_LIK, StanPosterior, loo_adapter
 from ppl_loo.stan.derived import loglik_program
 from ppl_loo.workflow.loo.verdict import convergence
@@ -254,10 +255,7 @@ def test_cmdstan_csv_without_loo_extra():
     (4 x 100, R-hat 1.03) are doubtful wherever an observation's log-likelihood draws have not mixed, and the
     estimates lie within MC error of the exact answer
     where they have a finite SE; no false alarm about the CSV's 6 significant digits."""
-    es = next((p for p in (Path(__file__).resolve().parents[2] / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
-    if es is None:
-        pytest.fail("../shared/data/cmdstan-eight-schools not found")
+    es = EIGHT_SCHOOLS
     dt = pl.from_cmdstan(sorted(str(p) for p in es.glob("output_*.csv")))
     assert dt.attrs["sig_figs"] == 6
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", es / "eight_schools.data.R")

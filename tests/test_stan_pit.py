@@ -1,4 +1,4 @@
-"""``pl.loo_pit`` of a Stan program without ``cdf=`` (issue 28): the predictive CDF is Stan's own ``_lcdf`` of the
+"""``pl.loo_pit`` of a Stan program without ``cdf=``: the predictive CDF is Stan's own ``_lcdf`` of the
 distribution in each ``log_lik`` statement, in a derived program (:func:`ppl_loo.stan.derived.cdf_program`).
 
 Known answers: identical (1e-12) to the CDF written by hand with scipy at the same points, for a continuous outcome

@@ -4,7 +4,7 @@ program and data never trips the check (a CmdStan CSV's 6 significant digits, Py
 
 Real compiled Stan programs: ``stan_models/normal_known_sigma.stan`` sampled by Stan's NUTS in-process (the
 program and data of ``tests/test_cli.py``: its compiled library is reused from the cache), the real CmdStan CSV
-files of eight schools in ``shared/data/cmdstan-eight-schools``, a Student-t variant of the normal program; and
+files of eight schools in ``tests/data/cmdstan-eight-schools``, a Student-t variant of the normal program; and
 a PyMC Poisson model with its exact (conjugate) posterior draws.
 """
 
@@ -26,6 +26,7 @@ if shutil.which("g++") is None:  # pragma: no cover
 
 import ppl_loo as pl
 from cli_tools import run_cli
+from data_paths import EIGHT_SCHOOLS as ES_DIR
 from ppl_loo.model import as_model
 from ppl_loo.stan import as_data_dict
 from ppl_loo.stan.sampler import sample_cmdstan_csv
@@ -34,8 +35,6 @@ from ppl_loo.workflow.loo.draws import LogLikMismatchError, loo_draws
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
 Y = [0.3, -0.5, 1.1, 0.2, -0.9, 0.4, 0.0, 0.7, -0.2, 0.5, -0.4, 6.0]  # as tests/test_cli.py
 DATA = {"N": len(Y), "y": Y, "sigma": 1.0, "mu0": 0.0, "tau0": 2.0}
 EDITED = {**DATA, "y": Y[:3] + [Y[3] + 0.25] + Y[4:]}  # y[4] edited after sampling
@@ -98,7 +97,6 @@ def test_same_program_and_data_pass_and_match_the_closed_form(work):
     assert 0 < np.max(np.abs(stored - draws.ll)) < 1e-4  # rounded to 6 digits, and well within the tolerance
 
 
-@pytest.mark.skipif(ES_DIR is None, reason="shared eight-schools data missing")
 def test_real_cmdstan_csv_of_eight_schools_pass():
     tree = pl.from_cmdstan(sorted(str(p) for p in ES_DIR.glob("output_*.csv")))
     model = as_model(pl.StanModel(EIGHT, ES_DIR / "eight_schools.data.R"), data=tree)
@@ -153,8 +151,6 @@ def test_csv_files_of_another_program_are_refused(work):
     assert code == 2 and out == ""
     assert "differs from student.stan's" in line and str(work / "data.json") in line
     assert "another model" in line or "other data" in line
-    if ES_DIR is None:
-        return
     # eight schools' CmdStan CSV files (mu, tau, theta_tilde, ...) with the normal program and 8 observations:
     # its only parameter mu is there, the log_lik columns have the right shape, and the values are another model's
     (work / "eight.json").write_text(json.dumps({**DATA, "N": 8, "y": [28, 8, -3, 7, -1, 1, 18, 12], "sigma": 10.0}))
@@ -165,7 +161,6 @@ def test_csv_files_of_another_program_are_refused(work):
     assert "the CSV files have columns normal_known_sigma.stan does not declare (tau, theta_tilde" in line
 
 
-@pytest.mark.skipif(ES_DIR is None, reason="shared eight-schools data missing")
 def test_wrong_log_lik_variable_is_refused(tmp_path):
     csvs = [str(p) for p in sorted(ES_DIR.glob("output_*.csv"))]
     code, out, err = run_cli("loo", EIGHT, "--data", ES_DIR / "eight_schools.data.R", *csvs, "--log-lik", "y_hat",

@@ -1,4 +1,4 @@
-"""Readers of other tools' output, built on the ecosystem's libraries (issue 13).
+"""Readers of other tools' output, built on the ecosystem's libraries.
 
 * :func:`from_cmdstan` (:mod:`.cmdstan`): CmdStan CSV files (``cmdstanpy.from_csv``), a cmdstanpy
   ``CmdStanMCMC`` (``arviz_base.from_cmdstanpy``) or a PyStan 3 fit (:mod:`.pystan`,

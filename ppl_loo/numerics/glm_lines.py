@@ -1,4 +1,4 @@
-"""Line evaluations of a Bernoulli-logit linear predictor in blocks of observations (issue 17, part E).
+"""Line evaluations of a Bernoulli-logit linear predictor in blocks of observations (bounded memory at large n).
 
 Along ``theta + t delta`` the logit of observation ``i`` is ``(b + t db) . x_i`` (``b``, ``db`` the
 coefficient block of the draw and of the displacement), so the full-data log-likelihood of every step

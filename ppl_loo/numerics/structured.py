@@ -8,8 +8,8 @@ Its Jacobian is therefore
 
     J = I + \\alpha \\nabla\\nabla\\mu_i(\\theta) + \\nabla\\mu_i(\\theta)\\, u^\\top      (*)
 
-with one scalar ``alpha`` and one vector ``u`` per draw (000 Eq. 32-33, 001 Eq. 26 with the
-Hessian restored; 000 S.34 for LL). The orientation (``J`` or ``J^T``) does not change the
+with one scalar ``alpha`` and one vector ``u`` per draw (Chang et al. 2024 Eq. 32-33, Chang et al. v3 Eq. 26 with the
+Hessian restored; Chang et al. 2024 S.34 for LL). The orientation (``J`` or ``J^T``) does not change the
 determinant.
 
 * KL / Var descent (``kappa = 1, 2``): ``Q = A grad(mu)``, ``grad A = A b`` with
@@ -22,16 +22,22 @@ Two model classes have Hessians with known structure, which gives ``O(P)`` deter
 without forming a ``P x P`` matrix:
 
 * logistic regression (:func:`glm_logdet`): ``Hess(mu) = 0``, matrix-determinant lemma
-  (001 Eq. 28, 000 Eq. 35-36);
+  (Chang et al. v3 Eq. 28, Chang et al. 2024 Eq. 35-36);
 * a one-hidden-layer ReLU network (:func:`relu_logdet`): ``Hess(mu)`` has eigenvalues
   ``+-|u_k|`` on a 2-dimensional subspace per active hidden unit and 0 elsewhere
-  (001 Eq. 29-32, 000 Eq. 42-44 and S.2.1 / S.17-S.36).
+  (Chang et al. v3 Eq. 29-32, Chang et al. 2024 Eq. 42-44 and S.2.1 / S.17-S.36).
 
 All functions are pure ``jax.numpy``, broadcast over arbitrary leading axes (draws ``S``, a grid
 of step sizes ``G``, ...) and can be wrapped in :func:`jax.jit`. They return
 ``(logabsdet, sign)`` with the convention of :func:`jax.numpy.linalg.slogdet`: a zero determinant
 gives ``logabsdet = -inf`` and ``sign = 0``. A signed determinant ``<= 0`` means that ``T`` is not
 locally invertible at that draw; the sign is returned so the caller can flag it (nothing raises).
+
+Papers: "Chang et al. 2024" is Chang, Li, Xu, Yao, Porcino and Chow, "Gradient-flow adaptive importance
+sampling for Bayesian leave one out cross-validation with application to sigmoidal classification models"
+(arXiv:2402.08151, with its supplement: equations ``S.N``); "Chang et al. v3" is its revision, "Perturbative
+partial moment matching and gradient-flow adaptive importance sampling transformations for Bayesian leave one
+out cross-validation" (arXiv:2402.08151v3), whose numbering a bare "Eq. N" follows.
 """
 
 from __future__ import annotations
@@ -66,9 +72,9 @@ def _slog(det):
 def kl_var_coefficients(h, A, b):
     """Coefficients ``(alpha, u)`` of (*) for KL (``kappa = 1``) or Var (``kappa = 2``) descent.
 
-    ``Q = A grad(mu)`` with ``A = (1 - 2y) pi(theta|D) exp(kappa mu (1 - 2y))`` (001 Eq. 25)
+    ``Q = A grad(mu)`` with ``A = (1 - 2y) pi(theta|D) exp(kappa mu (1 - 2y))`` (Chang et al. v3 Eq. 25)
     and ``grad A = A b`` where ``b = grad log pi(theta|D) + kappa (1 - 2y) grad(mu)``
-    (000 Eq. 32-33). Then ``J = I + h A Hess(mu) + grad(mu) (h A b)^T``.
+    (Chang et al. 2024 Eq. 32-33). Then ``J = I + h A Hess(mu) + grad(mu) (h A b)^T``.
 
     Parameters
     ----------
@@ -93,7 +99,7 @@ def kl_var_coefficients(h, A, b):
 
 
 def ll_coefficients(h, mu, y, grad_mu):
-    """Coefficients ``(alpha, u)`` of (*) for log-likelihood descent (000 S.34).
+    """Coefficients ``(alpha, u)`` of (*) for log-likelihood descent (Chang et al. 2024 S.34).
 
     ``T(theta) = theta - h grad log l_i = theta - h (y - sigmoid(mu)) grad(mu)``, hence
     ``J = I - h (y - sigmoid(mu)) Hess(mu) + grad(mu) (h sigmoid(mu)(1 - sigmoid(mu)) grad(mu))^T``.
@@ -130,10 +136,10 @@ def ll_coefficients(h, mu, y, grad_mu):
 
 
 def glm_logdet(alpha, u, x):
-    """Exact ``log|det J|`` and ``sign(det J)`` of (*) for a linear predictor (001 Eq. 28).
+    """Exact ``log|det J|`` and ``sign(det J)`` of (*) for a linear predictor (Chang et al. v3 Eq. 28).
 
     For ``mu = x . beta`` the Hessian vanishes and ``grad(mu) = x``, so ``J = I + x u^T`` and by
-    the matrix-determinant lemma ``det J = 1 + u . x`` (001 Eq. 28, 000 Eq. 35-36). With
+    the matrix-determinant lemma ``det J = 1 + u . x`` (Chang et al. v3 Eq. 28, Chang et al. 2024 Eq. 35-36). With
     ``u = h A b`` this is ``1 + h A x^T [grad log pi + kappa (1 - 2y) x]`` (KL/Var); with the
     LL coefficients it is ``1 + h sigmoid(mu)(1 - sigmoid(mu)) |x|^2 > 0``.
 
@@ -226,7 +232,7 @@ def _preactivation(W1, x):
 
 
 def relu_mu(W1, W2, b2, x):
-    """Logit of a one-hidden-layer ReLU net, ``mu = W2 . relu(W1 x) + b2`` (000 Ex. 4.1).
+    """Logit of a one-hidden-layer ReLU net, ``mu = W2 . relu(W1 x) + b2`` (Chang et al. 2024 Ex. 4.1).
 
     Parameters
     ----------
@@ -248,7 +254,7 @@ def relu_mu(W1, W2, b2, x):
 
 
 def relu_grad_mu(W1, W2, b2, x):
-    """Closed-form ``grad(mu)`` of the ReLU net as a flat ``P``-vector (000 S.28-S.31).
+    """Closed-form ``grad(mu)`` of the ReLU net as a flat ``P``-vector (Chang et al. 2024 S.28-S.31).
 
     ``d mu / d b2 = 1`` (S.28), ``d mu / d (W2)_k = a((z_1)_k)`` (S.29) and
     ``d mu / d (W1)_{kj} = (W2)_k a'((z_1)_k) x_j`` (S.30-S.31), with ``a = ReLU`` and the
@@ -282,11 +288,11 @@ def relu_grad_mu(W1, W2, b2, x):
 
 
 def relu_unit_terms(alpha, u, W1, W2, x):
-    """Per-hidden-unit factors of the ReLU determinant of (*) (000 S.2.1, notes section 4).
+    """Per-hidden-unit factors of the ReLU determinant of (*) (Chang et al. 2024 S.2.1, notes section 4).
 
     In the orthonormal basis ``{n_k = u~_k/|u_k|, e_k}`` of the ``W1``-row-``k`` / ``(W2)_k``
     plane of an active unit ``k``, ``Hess(mu)`` is ``[[0, |u_k|], [|u_k|, 0]]`` (eigenvalues
-    ``+-|u_k|``, eigenvectors ``v_k^{+-} = (n_k +- e_k)/sqrt 2``, 000 Eq. 42-44, S.27) and
+    ``+-|u_k|``, eigenvectors ``v_k^{+-} = (n_k +- e_k)/sqrt 2``, Chang et al. 2024 Eq. 42-44, S.27) and
     ``M = I + alpha Hess(mu)`` restricted to it is ``[[1, alpha|u_k|], [alpha|u_k|, 1]]``.
     This returns
 
@@ -359,17 +365,17 @@ def relu_logdet(alpha, u, W1, W2, x, u_scale=None):
     ``mu = W2 . relu(W1 x) + b2`` with parameters ordered ``(vec(W1) row-major, W2, b2)``.
     Write ``M = I + alpha Hess(mu)`` and ``g = grad(mu)``. ``Hess(mu)`` has eigenvalues
     ``+-|u_k|`` (``|u_k|^2 = a'_k |x|^2``) on one plane per active unit and 0 elsewhere
-    (001 Eq. 29-32, 000 Eq. 42-44 / S.21-S.27) and ``g`` lies in the span of those planes and
+    (Chang et al. v3 Eq. 29-32, Chang et al. 2024 Eq. 42-44 / S.21-S.27) and ``g`` lies in the span of those planes and
     the ``b2`` axis (S.32-S.33). The adjugate form of the matrix-determinant lemma,
-    ``det(M + g u^T) = det M + u^T adj(M) g`` (001 Eq. 28 generalized; it equals
-    ``det M (1 + u^T M^{-1} g)`` of 000 S.35-S.36 when ``M`` is invertible), then gives
+    ``det(M + g u^T) = det M + u^T adj(M) g`` (Chang et al. v3 Eq. 28 generalized; it equals
+    ``det M (1 + u^T M^{-1} g)`` of Chang et al. 2024 S.35-S.36 when ``M`` is invertible), then gives
 
     .. math::
 
         \\det J = (1 + u_{b_2}) \\prod_k d_k + \\sum_k N_k \\prod_{j \\ne k} d_j
 
     with ``d_k, N_k`` from :func:`relu_unit_terms`. This covers the KL/Var formula of the notes
-    (section 4, ``alpha = h A``, ``u = h A b``) and the LL formula 000 S.36
+    (section 4, ``alpha = h A``, ``u = h A b``) and the LL formula Chang et al. 2024 S.36
     (``alpha = -h g``, ``u = h q grad(mu)``). Cost ``O(H p)`` per draw; no ``P x P`` matrix is
     formed. Each factor is rescaled by ``max(|d_k|, 1)`` before the products, so large ``H`` or
     ``alpha`` neither overflow nor lose the sign.

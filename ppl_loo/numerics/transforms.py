@@ -4,7 +4,7 @@ Every transformation of the papers, and the project's own, is written as a *line
 draw: ``phi(t) = theta + t * delta`` where ``delta`` (shape ``(S, d_b)``, on the adapted block
 of the parameters) does not depend on the step ``t``. The step grid is ``t = hbar``:
 
-- PMM1, PMM2 (001 Eq. 15; Paananen et al. 2021 MM1/MM2 at hbar = 1): ``hbar`` multiplies ``Q``
+- PMM1, PMM2 (Chang et al. v3 Eq. 15; Paananen et al. 2021 MM1/MM2 at hbar = 1): ``hbar`` multiplies ``Q``
   directly (notes, item 8.6);
 - MM3, the full-covariance map of Paananen et al. (``L_w L^-1``), at hbar = 1 only;
 - KL descent (Eq. 18), variance descent (Eq. 19) and log-likelihood descent (Elvira et al.
@@ -21,6 +21,12 @@ signed determinant ``<= 0`` means the map is not invertible at that draw (notes 
 
 All functions here are pure and jit-able; the model enters only through per-draw JAX functions
 passed in by the adaptive search, :mod:`ppl_loo.numerics.loo`.
+
+Papers: "Chang et al. 2024" is Chang, Li, Xu, Yao, Porcino and Chow, "Gradient-flow adaptive importance
+sampling for Bayesian leave one out cross-validation with application to sigmoidal classification models"
+(arXiv:2402.08151, with its supplement: equations ``S.N``); "Chang et al. v3" is its revision, "Perturbative
+partial moment matching and gradient-flow adaptive importance sampling transformations for Bayesian leave one
+out cross-validation" (arXiv:2402.08151v3), whose numbering a bare "Eq. N" follows.
 """
 
 from typing import NamedTuple
@@ -135,7 +141,7 @@ def _const_logdet(logdet_t, S):
 
 # ----------------------------------------------------------------------------- moment matching
 def pmm1(ctx: ObsContext, ts) -> Proposal:
-    """PMM1 (001 Eq. 15): ``T(theta) = theta + hbar (theta_bar_w - theta_bar)``; Jacobian 1."""
+    """PMM1 (Chang et al. v3 Eq. 15): ``T(theta) = theta + hbar (theta_bar_w - theta_bar)``; Jacobian 1."""
     S = ctx.theta_b.shape[0]
     shift = weighted_mean(ctx.theta_b, ctx.lw_raw) - ctx.mean_b
     ones = jnp.ones((S, 1), dtype=ctx.theta_b.dtype)
@@ -149,7 +155,7 @@ def pmm1(ctx: ObsContext, ts) -> Proposal:
 
 
 def pmm2(ctx: ObsContext, ts) -> Proposal:
-    """PMM2 (001 Eq. 15): ``theta + hbar (v_w^1/2 v^-1/2 (theta - theta_bar) + theta_bar_w - theta)``.
+    """PMM2 (Chang et al. v3 Eq. 15): ``theta + hbar (v_w^1/2 v^-1/2 (theta - theta_bar) + theta_bar_w - theta)``.
 
     ``v`` and ``v_w`` are the plain and weighted componentwise variances about the plain mean
     (Paananen's T2). Jacobian ``prod_a |1 + hbar (r_a - 1)|`` with ``r = sqrt(v_w / v)``,

@@ -1,4 +1,4 @@
-"""Stan in ppl_loo (issue 4): an in-process bridge, CmdStan / PyStan output in, adaptive LOO out.
+"""Stan in ppl_loo: an in-process bridge, CmdStan / PyStan output in, adaptive LOO out.
 
 >>> import ppl_loo as pl
 >>> data = pl.from_cmdstan(["output_1.csv", "output_2.csv"])            # doctest: +SKIP

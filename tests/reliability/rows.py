@@ -9,8 +9,9 @@ Each ``test_rows_*.py`` module holds ``ROWS``, a list of :class:`Row`, and runs 
   ``arviz_stats`` or an identity), with ``warns=`` the warning a user should see (its message containing
   ``says``), or ``warns=None`` and no warning from ppl_loo at all.
 
-``issue16=True`` marks the 22 cases reported in issue 16. ``python tests/reliability/table.py`` prints the
-table of rows (by entry point and kind) that ``docs/reliability.md`` shows.
+``regression=True`` marks the inputs that earlier versions handled wrongly (an error without the fix, a wrong
+answer or a crash): those rows keep them fixed. ``python tests/reliability/table.py`` prints the table of rows
+(by entry point and kind) that ``docs/reliability.md`` shows.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Row:
     says: tuple[str, ...] = ()  # the error's (or warning's) message contains each of these
     check: Callable[[Any], None] | None = None  # asserts the value is right
     warns: type[Warning] | None = None
-    issue16: bool = False
+    regression: bool = False  # an input that earlier versions handled wrongly
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):

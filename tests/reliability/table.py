@@ -2,7 +2,7 @@
 
     python tests/reliability/table.py            # counts (text)
     python tests/reliability/table.py --markdown # the tables of docs/reliability.md
-    python tests/reliability/table.py --json F   # the rows as JSON (entry, kind, case, outcome, issue16)
+    python tests/reliability/table.py --json F   # the rows as JSON (entry, kind, case, outcome, regression)
 
 Rows come from the ``ROWS`` lists of ``tests/reliability/test_rows_*.py`` (see rows.py); nothing is run.
 """
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # rows.py here, data_paths.py in tests/
 
 from rows import KINDS  # noqa: E402
 
@@ -47,24 +47,24 @@ def main(argv=None):
     entries = sorted({r.entry for _, r in rows})
     kinds = [k for k in KINDS if any(r.kind == k for _, r in rows)]
     count = collections.Counter((r.entry, r.kind) for _, r in rows)
-    n16 = sum(r.issue16 for _, r in rows)
+    n_reg = sum(r.regression for _, r in rows)
     if args.json:
         Path(args.json).write_text(json.dumps([dict(file=f, entry=r.entry, kind=r.kind, case=r.case, outcome=outcome(r),
-                                                    issue16=r.issue16) for f, r in rows], indent=1))
+                                                    regression=r.regression) for f, r in rows], indent=1))
     if args.markdown:
-        print(f"{len(rows)} rows ({n16} of them the cases reported in issue 16).\n")
+        print(f"{len(rows)} rows ({n_reg} of them regressions: inputs that earlier versions handled wrongly).\n")
         print("| entry point | " + " | ".join(kinds) + " | total |")
         print("|---|" + "---:|" * (len(kinds) + 1))
         for e in entries:
             cells = [str(count[(e, k)] or "") for k in kinds]
             print(f"| `{e}` | " + " | ".join(cells) + f" | {sum(count[(e, k)] for k in kinds)} |")
         print("| total | " + " | ".join(str(sum(count[(e, k)] for e in entries)) for k in kinds) + f" | {len(rows)} |")
-        print("\n| entry point | kind | case | expected | issue 16 |")
+        print("\n| entry point | kind | case | expected | regression |")
         print("|---|---|---|---|:-:|")
         for _, r in sorted(rows, key=lambda fr: (fr[1].entry, KINDS.index(fr[1].kind), fr[1].case)):
-            print(f"| `{r.entry}` | {r.kind} | {r.case} | {outcome(r)} | {'yes' if r.issue16 else ''} |")
+            print(f"| `{r.entry}` | {r.kind} | {r.case} | {outcome(r)} | {'yes' if r.regression else ''} |")
         return
-    print(f"{len(rows)} rows, {n16} of them issue 16's cases")
+    print(f"{len(rows)} rows, {n_reg} of them regressions")
     w = max(len(e) for e in entries) if entries else 10
     for e in entries:
         parts = ", ".join(f"{k}: {count[(e, k)]}" for k in kinds if count[(e, k)])

@@ -70,7 +70,7 @@ J, P = "pl.JaxModel", "pl.pvi"
 ROWS = [
     Row(J, "names", "var_name not in the data's log_likelihood group",
         lambda: pl.loo(tree("obs"), model(var_name="y"), progressbar=False), error=ValueError,
-        says=("var_name='y'", "['obs']", "var_name=..."), issue16=True),
+        says=("var_name='y'", "['obs']", "var_name=..."), regression=True),
     Row(J, "names", "var_name matching the data's log_likelihood group",
         lambda: pl.loo(tree("obs"), model(var_name="obs"), progressbar=False), check=check_elpd, warns=None),
     Row(J, "names", "pl.loo(var_name=) overriding the model's", lambda: pl.loo(tree("obs"), model(), var_name="obs",
@@ -99,7 +99,7 @@ ROWS = [
         lambda v: jst.norm.logpdf(v["mu"]), lambda v: jnp.zeros(3)), error=ValueError,
         says=("log_prior", "'mu'", "not declared in params")),
     Row(P, "options", "CRPS score without observed=", lambda: pvi(score="crps", simulator=sim), error=ValueError,
-        says=("score='crps'", "observed=", "shape (8,)"), issue16=True),
+        says=("score='crps'", "observed=", "shape (8,)"), regression=True),
     Row(P, "options", "quadratic score without observed=", lambda: pvi(score="quadratic",
         probs=lambda v: jnp.stack([jnp.full(Y.shape, 0.5), jnp.full(Y.shape, 0.5)], -1)), error=ValueError,
         says=("quadratic", "observed=")),

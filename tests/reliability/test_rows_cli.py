@@ -25,15 +25,13 @@ from scipy.stats import norm
 
 import ppl_loo as pl
 from ppl_loo.cli import main
+from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
 from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
-OPTIMIZE = ROOT / "tests" / "data" / "cmdstan_optimize_rosenbrock_mle.csv"
+OPTIMIZE = DATA / "cmdstan_optimize_rosenbrock_mle.csv"
 
-assert ES_DIR is not None, "../shared/data/cmdstan-eight-schools is missing (the repository needs ../shared beside it)"
 ES_DATA = ES_DIR / "eight_schools.data.R"
 
 
@@ -203,32 +201,32 @@ ROWS = [
         check=fails(tmp() / "bad.json", "not a readable JSON data file", "JSON (.json) or R dump")),
     # ------------------------------------------------------------------ ppl-loo loo: the CSV files
     Row(L, "files", "missing CSV file", lambda: loo(tmp() / "nothere.csv"),
-        check=fails(tmp() / "nothere.csv", "no such CSV file", "output_*.csv"), issue16=True),
+        check=fails(tmp() / "nothere.csv", "no such CSV file", "output_*.csv"), regression=True),
     Row(L, "files", "empty CSV file", lambda: loo(write("empty.csv", "")),
         check=fails(tmp() / "empty.csv", "empty", "give the CSV files")),
     Row(L, "files", "truncated CSV file", lambda: loo(es(2), truncated()),
-        check=fails(tmp() / "truncated.csv", "truncated", "give the CSV files"), issue16=True),
+        check=fails(tmp() / "truncated.csv", "truncated", "give the CSV files"), regression=True),
     Row(L, "files", "binary CSV file", lambda: loo(write("binary.csv", data=bytes(range(256)) * 8)),
         check=fails(tmp() / "binary.csv", "binary", "give the CSV files")),
     Row(L, "files", "CSV header and no draws", lambda: loo(header_only()),
-        check=fails(tmp() / "header_only.csv", "no draws", "give the CSV files"), issue16=True),
+        check=fails(tmp() / "header_only.csv", "no draws", "give the CSV files"), regression=True),
     Row(L, "files", "CSV of another program", lambda: loo(write("other.csv", "a,b\n1,2\n")),
         check=fails(tmp() / "other.csv", "not CmdStan output", "give the CSV files")),
     Row(L, "files", "glob matching nothing", lambda: loo(str(tmp() / "zz_*.csv")),
         check=fails(tmp() / "zz_*.csv", "no file matches", "pattern")),
     Row(L, "CmdStan methods", "method=optimize output (subprocess)", lambda: loo(OPTIMIZE, via_subprocess=True),
-        check=fails(OPTIMIZE, "method=optimize", "method=sample"), issue16=True),
+        check=fails(OPTIMIZE, "method=optimize", "method=sample"), regression=True),
     Row(L, "CmdStan methods", "method=variational output: Eq. 13, exact LOO", vb_through_cli, check=check_vb_cli,
-        warns=None, issue16=True),
+        warns=None, regression=True),
     # ------------------------------------------------------------------ ppl-loo loo: duplicates
     Row(L, "duplicates", "the same CSV file twice (read once, with a warning)", lambda: loo(es(1), es(1), extra=(
         "--posterior-predictive", "theta=zz")), check=warned_then_failed(f"{es(1)} is given twice; it is read once",
-        ES_DATA, "no data entry 'zz'"), issue16=True),
+        ES_DATA, "no data entry 'zz'"), regression=True),
     Row(L, "duplicates", "a copy of a chain (identical draws)", lambda: loo(es(1), copy_of(1), extra=("--log-lik", "zz")),
         check=warned_then_failed("identical draws", es(1), "'zz' is not a variable", "--log-lik")),
     # ------------------------------------------------------------------ ppl-loo loo: options and outputs
     Row(L, "options", "--k-threshold x (subprocess)", lambda: loo(es(), extra=("--k-threshold", "x"), via_subprocess=True),
-        check=fails("argument --k-threshold", "invalid float value: 'x'", prefix=None), issue16=True),
+        check=fails("argument --k-threshold", "invalid float value: 'x'", prefix=None), regression=True),
     Row(L, "options", "--k-threshold out of range", lambda: loo(es(), extra=("--k-threshold", "5")),
         check=fails("--k-threshold", "(0, 1]", "--k-threshold 0.7")),
     Row(L, "options", "--posterior-predictive naming no data entry", lambda: loo(es(), extra=("--posterior-predictive",

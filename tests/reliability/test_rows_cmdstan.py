@@ -1,6 +1,6 @@
 """Reliability rows of ``pl.from_cmdstan`` (CmdStan CSV files): broken files, other CmdStan methods, duplicates.
 
-Real CmdStan output: the eight-schools CSV files in ``shared/data/cmdstan-eight-schools`` (CmdStan 2.18,
+Real CmdStan output: the eight-schools CSV files in ``tests/data/cmdstan-eight-schools`` (CmdStan 2.18,
 ``method=sample``) and cmdstanpy's optimize output (``tests/data``). The variational and laplace files are
 written here in the format of CmdStan 2.37's ``method=variational`` and 2.39's ``method=laplace`` output, from
 a Gaussian ``q`` drawn here, for the conjugate normal model ``stan_models/normal_known_sigma.stan`` whose
@@ -20,16 +20,13 @@ import pytest
 from scipy.stats import norm
 
 import ppl_loo as pl
+from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
 from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
-ES_DIR = next((p for p in (ROOT / "shared/data/cmdstan-eight-schools", ROOT.parent / "shared/data/cmdstan-eight-schools",
-                           Path("/work/shared/data/cmdstan-eight-schools")) if p.is_dir()), None)
-OPTIMIZE = ROOT / "tests" / "data" / "cmdstan_optimize_rosenbrock_mle.csv"
+OPTIMIZE = DATA / "cmdstan_optimize_rosenbrock_mle.csv"
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
 FIX = "give the csv files cmdstan wrote"
-
-assert ES_DIR is not None, "../shared/data/cmdstan-eight-schools is missing (the repository needs ../shared beside it)"
 
 
 @functools.cache
@@ -269,19 +266,19 @@ F = "pl.from_cmdstan"
 ROWS = [
     # ------------------------------------------------------------------ files
     Row(F, "files", "missing file", lambda: pl.from_cmdstan(str(tmp() / "nothere.csv")), error=FileNotFoundError,
-        says=("nothere.csv", "no such", FIX), issue16=True),
+        says=("nothere.csv", "no such", FIX), regression=True),
     Row(F, "files", "directory in the list of files", lambda: pl.from_cmdstan([es(1), str(ES_DIR)]), error=ValueError,
         says=(str(ES_DIR), "is a directory", "give the directory alone")),
     Row(F, "files", "empty file", lambda: pl.from_cmdstan(write("empty.csv", "")), error=ValueError,
-        says=("empty.csv", "empty", FIX), issue16=True),
+        says=("empty.csv", "empty", FIX), regression=True),
     Row(F, "files", "header and no draws", lambda: pl.from_cmdstan(header_only()), error=ValueError,
-        says=("header_only.csv", "no draws", FIX), issue16=True),
+        says=("header_only.csv", "no draws", FIX), regression=True),
     Row(F, "files", "truncated file", lambda: pl.from_cmdstan([es(2), truncated()]), error=ValueError,
-        says=("truncated.csv", "truncated", FIX), issue16=True),
+        says=("truncated.csv", "truncated", FIX), regression=True),
     Row(F, "files", "garbled value", lambda: pl.from_cmdstan(garbled()), error=ValueError,
-        says=("garbled.csv", "'abc'", FIX), issue16=True),
+        says=("garbled.csv", "'abc'", FIX), regression=True),
     Row(F, "files", "binary file", lambda: pl.from_cmdstan(write("binary.csv", data=bytes(range(256)) * 8)),
-        error=ValueError, says=("binary.csv", "binary", FIX), issue16=True),
+        error=ValueError, says=("binary.csv", "binary", FIX), regression=True),
     Row(F, "files", "CSV of another program", lambda: pl.from_cmdstan(write("other.csv", "a,b,c\n1,2,3\n")),
         error=ValueError, says=("other.csv", "not CmdStan output", FIX)),
     Row(F, "files", "not UTF-8 text", lambda: pl.from_cmdstan(write("latin1.csv", data="lp__,\xe9\n1,2\n".encode("latin-1"))),
@@ -290,16 +287,16 @@ ROWS = [
         error=ValueError, says=("no CmdStan CSV files",)),
     # ------------------------------------------------------------------ CmdStan methods
     Row(F, "CmdStan methods", "method=variational read as the approximation's draws",
-        lambda: pl.from_cmdstan(vb_csv()), check=check_vb_tree, warns=None, issue16=True),
+        lambda: pl.from_cmdstan(vb_csv()), check=check_vb_tree, warns=None, regression=True),
     Row("pl.loo (model)", "CmdStan methods", "method=variational: Eq. 13 weights, exact LOO", vb_loo,
-        check=check_vb_loo, warns=None, issue16=True),
+        check=check_vb_loo, warns=None, regression=True),
     Row("pl.loo (plain)", "CmdStan methods", "method=variational without the model",
         lambda: pl.loo(pl.from_cmdstan(vb_csv())), error=ValueError,
         says=("variational approximation", "pass the model", "pl.StanModel")),
     Row(F, "CmdStan methods", "method=variational, two files", lambda: pl.from_cmdstan([vb_csv(), vb_csv(200, 6)]),
         error=ValueError, says=("normal_vb.csv", "method=variational", "give one file")),
     Row(F, "CmdStan methods", "method=optimize (real CmdStan output)", lambda: pl.from_cmdstan(OPTIMIZE), error=ValueError,
-        says=("rosenbrock_mle.csv", "method=optimize", "point estimate", "method=sample", "pl.laplace"), issue16=True),
+        says=("rosenbrock_mle.csv", "method=optimize", "point estimate", "method=sample", "pl.laplace"), regression=True),
     Row("pl.loo (model)", "CmdStan methods", "method=laplace: Eq. 13 weights with log_q__, exact LOO", laplace_loo,
         check=check_laplace_loo, warns=None),
     Row(F, "CmdStan methods", "method=laplace header on sampler columns", lambda: pl.from_cmdstan(with_method("laplace")),
@@ -324,7 +321,7 @@ ROWS = [
         error=KeyError, says=("'y_rep'", "not a variable", "theta")),
     # ------------------------------------------------------------------ duplicates
     Row(F, "duplicates", "the same file twice", two_identical(lambda: [es(1), es(2), es(1)]), check=lambda t: None,
-        warns=UserWarning, says=("output_1.csv is given twice", "r-hat"), issue16=True),
+        warns=UserWarning, says=("output_1.csv is given twice", "r-hat"), regression=True),
     Row(F, "duplicates", "a copy of a chain", two_identical(lambda: [es(1), copy_of(1)]), check=check_two_chains,
         warns=UserWarning, says=("copy_of_output_1.csv and", "identical draws")),
     Row(F, "duplicates", "four distinct chains: no warning", lambda: pl.from_cmdstan(str(ES_DIR)),

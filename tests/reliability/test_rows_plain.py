@@ -279,16 +279,16 @@ def other_var():
 ROWS = [
     # ties and constants
     Row(E, "ties and constants", "saturated Bernoulli column (95% of draws tie)", lambda: pl.loo(with_column(saturated())),
-        check=check_ties, warns=UserWarning, says=("y[y_dim_0=0]", "tie", "pl.loo(data, model)"), issue16=True),
+        check=check_ties, warns=UserWarning, says=("y[y_dim_0=0]", "tie", "pl.loo(data, model)"), regression=True),
     Row(E, "ties and constants", "clipped likelihood (90% of draws at the cap)", lambda: pl.loo(with_column(clipped())),
-        check=lambda r: doubtful_at(r, 0, "k-hat"), warns=UserWarning, says=("y[y_dim_0=0]",), issue16=True),
+        check=lambda r: doubtful_at(r, 0, "k-hat"), warns=UserWarning, says=("y[y_dim_0=0]",), regression=True),
     Row(E, "ties and constants", "all-constant column: exact LOO density", lambda: pl.loo(with_column(-1.25)),
         check=check_constant, warns=None),
     Row(E, "extreme magnitudes", "Student-t(1.2) tail of the log ratios", lambda: pl.loo(with_column(heavy())),
-        check=lambda r: doubtful_at(r, 0, "k-hat"), warns=UserWarning, says=("y[y_dim_0=0]",), issue16=True),
+        check=lambda r: doubtful_at(r, 0, "k-hat"), warns=UserWarning, says=("y[y_dim_0=0]",), regression=True),
     # extreme magnitudes
     Row(E, "extreme magnitudes", "log-likelihood times 1e298", lambda: pl.loo(big_tree()), check=check_big,
-        warns=UserWarning, says=("no usable Pareto k-hat", "exp(700)"), issue16=True),
+        warns=UserWarning, says=("no usable Pareto k-hat", "exp(700)"), regression=True),
     Row(E, "extreme magnitudes", "column shifted by c_i up to 1e8: elpd_i shifts by c_i",
         lambda: shift_identity(1e8), check=check_shift, warns=None),
     Row(E, "extreme magnitudes", "log-likelihood times 1e200: equals arviz_stats, finite se",
@@ -296,15 +296,15 @@ ROWS = [
     # k above the threshold
     Row(E, "ties and constants", "k-hat above 0.7 warns (as arviz_stats.loo)", lambda: pl.loo(outlier_tree()),
         check=check_high_k, warns=UserWarning, says=("greater than", "y[y_dim_0=0]", "pl.loo(data, model)"),
-        issue16=True),
+        regression=True),
     # dimensions
     Row(E, "dimensions", "obs dims ('b', 'a') with coords: values follow the coords",
         lambda: (pl.loo(transposed()[0], reff=1.0), transposed()[1]), check=check_transposed, warns=None),
     # shapes, NaN
     Row(E, "shapes and types", "2 chains x 1 draw", lambda: pl.loo(few(2, 1)), error=ValueError,
-        says=("2 draws", "at least 25", "sample more"), issue16=True),
+        says=("2 draws", "at least 25", "sample more"), regression=True),
     Row(E, "shapes and types", "4 chains x 5 draws (fewer than PSIS needs)", lambda: pl.loo(few(4, 5)),
-        error=ValueError, says=("20 draws", "at least 25"), issue16=True),
+        error=ValueError, says=("20 draws", "at least 25"), regression=True),
     Row(E, "shapes and types", "data is a numpy array", lambda: pl.loo(np.ones((4, 100, 3))), error=ValueError,
         says=("no 'log_likelihood' group", "model=")),
     Row(E, "shapes and types", "data is a string", lambda: pl.loo("fit.nc"), error=TypeError,
@@ -315,7 +315,7 @@ ROWS = [
         says=("log_likelihood['y']", "1 non-finite")),
     # options
     Row(E, "options", "k_threshold='x'", lambda: pl.loo(tree(*base()), k_threshold="x"),
-        error=ValueError, says=("k_threshold='x'", "at most 1"), issue16=True),
+        error=ValueError, says=("k_threshold='x'", "at most 1"), regression=True),
     Row(E, "options", "k_threshold='0.7' (a string)", lambda: pl.loo(tree(*base()), k_threshold="0.7"),
         error=ValueError, says=("k_threshold='0.7'", "at most 1")),
     Row(E, "options", "k_threshold=1.5", lambda: pl.loo(tree(*base()), k_threshold=1.5), error=ValueError,
@@ -342,7 +342,7 @@ ROWS = [
         says=("'loo'", "overwrite=True")),
     Row(A, "overwrite and escaping", "overwrite=True replaces it", overwritten, check=check_overwritten, warns=None),
     Row(A, "mismatched data and results", "result of 8 observations, data of 5", other_sizes, error=ValueError,
-        says=("y_dim_0", "8", "5", "computed from"), issue16=True),
+        says=("y_dim_0", "8", "5", "computed from"), regression=True),
     Row(A, "mismatched data and results", "other coordinates", other_coords, error=ValueError,
         says=("coordinates of 'y_dim_0'", "computed from")),
     Row(A, "mismatched data and results", "other log-likelihood variable", other_var, error=ValueError,

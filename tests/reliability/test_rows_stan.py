@@ -1,7 +1,7 @@
-"""Reliability rows of the Stan compile cache and of resumable refits (issue 16).
+"""Reliability rows of the Stan compile cache and of resumable refits.
 
 The SIGINT tests (Ctrl-C during a compile, a Stan-backed search and refits) are in
-``test_interrupts.py``: they time a subprocess rather than check one call's value or error.
+``test_interrupts.py``: they signal a subprocess rather than check one call's value or error.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ ROWS = [
     Row("pl.StanModel", "overwrite and escaping", "shared (0777) cache folder is made private",
         shared_cache_mode, check=lambda v: (v[0] == 0o700 and v[1] == []) or pytest.fail(str(v)), warns=None),
     Row("pl.StanModel", "duplicates", "four processes compile the same broken program", four_broken_compiles,
-        check=check_four_broken, warns=None, issue16=True),
+        check=check_four_broken, warns=None, regression=True),
     Row("pl.loo (refit)", "options", "checkpoint is not a path",
         lambda: refit_with_checkpoint(3), error=ValueError, says=("checkpoint=3", "file path")),
     Row("pl.loo (refit)", "files", "garbled checkpoint file", garbled_checkpoint, error=ValueError,

@@ -1,8 +1,8 @@
-"""One-hidden-layer ReLU network classifier (000 Ex. 4.1; notes, section 4).
+"""One-hidden-layer ReLU network classifier (Chang et al. 2024, Ex. 4.1; notes, section 4).
 
 ``mu = W2 . relu(W1 [x, 1]) + b2`` with the first-layer bias as the last column of ``W1``
 (notes 8.8), declared as a :class:`~ppl_loo.model.jax.base.ReluStructure` so that the engine can use
-the exact eigen-decomposition Jacobians (Eq. 29-32).
+the exact eigen-decomposition Jacobians (Eq. 29-32 of Chang et al., arXiv:2402.08151v3).
 """
 
 from __future__ import annotations
