@@ -34,7 +34,7 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_kwargs=
         With a ``posterior`` group: the chains start at posterior draws, and the fit's sampler settings
         (chains, draws, warmup, target acceptance, tree depth) are reused.
     model : pymc.Model, StanModel, JaxModel or a protocol model
-        A Stan program samples its derived mixture program with Stan's NUTS; the others NumPyro's NUTS on
+        A Stan program samples its derived mixture program with Stan's NUTS; the others BlackJAX's NUTS on
         ``logp(theta) + logsumexp_j(-log p(y_j | theta))``.
     var_name : str, optional
         The log-likelihood variable.

@@ -6,8 +6,10 @@ One extra MCMC run on ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
 
 - a Stan program through its derived mixture program (``target += log_sum_exp(-log_lik)`` after the model block,
   :func:`ppl_loo.stan.derived.mixture_program`), sampled by Stan's own NUTS: one gradient evaluation per step;
-- every other model (PyMC, JAX) with NumPyro's NUTS on ``logp(theta) + logsumexp(-loglik(theta))``, the same NUTS
-  the refits use, each chain started at a posterior draw.
+- a model with its own mixture sampler (``mixture_draws``: closed-form JAX models) with that;
+- every other model (PyMC, JAX) with BlackJAX's NUTS on ``logp(theta) + logsumexp(-loglik(theta))``, the batched
+  refits' sampler (:func:`~ppl_loo.numerics.batched_nuts.batched_nuts`), each chain started at a posterior draw and
+  run on its own CPU core, its compiled program kept in the model's cache for the next run.
 
 The run's settings are the original fit's (chains, draws, warmup, target acceptance, tree depth; as ``refit=``
 reads them), with at least 1,000 warmup iterations and draws per chain, so it costs about one fit. Its own
@@ -29,7 +31,7 @@ import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.mixture import mixture_linearization, mixture_log_weights, mixture_loo
-from ppl_loo.numerics.nuts import nuts_draws
+from ppl_loo.numerics.batched_nuts import batched_nuts
 from ppl_loo.workflow.loo.inputs import rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 
@@ -109,16 +111,38 @@ def mixture_settings(settings, overrides=None):
     return out
 
 
-@uses_x64
-def _numpyro_mixture(model, init, settings, seed):
-    """NumPyro's NUTS on ``logp + logsumexp(-loglik)``: ``(chains, draws, d)`` draws and the divergences."""
-    def log_density(theta):
-        return model.logp(theta) + jax.scipy.special.logsumexp(-model.loglik(theta))
+def _mixture_programs(model):
+    """The mixture target's log density ``(theta, i)`` of ``model`` and where its compiled sampler is kept between
+    runs: the model's cache, as for the compiled search (:func:`~ppl_loo.workflow.loo.engine.compiled_engine`), so
+    that later runs on the model (``pl.loo`` again, a retried run) sample without compiling again."""
+    cache = getattr(model, "cache", None)
+    entry = cache.get("mixture_nuts") if isinstance(cache, dict) else None
+    if entry is None:
+        logp, loglik = model.logp, model.loglik
 
-    draws, div = nuts_draws(log_density, jnp.asarray(init), num_warmup=settings["warmup"],
-                            num_samples=settings["draws"], random_seed=seed, target_accept=settings["target_accept"],
-                            max_tree_depth=settings["max_tree_depth"])
-    return draws, {"sampler": "NumPyro NUTS on the mixture target", "divergences": int(np.sum(div))}
+        def log_density(theta, i):  # one target, the mixture of every LOO posterior (i unused)
+            return logp(theta) + jax.scipy.special.logsumexp(-loglik(theta))
+
+        entry = ({}, log_density)
+        if isinstance(cache, dict):
+            cache["mixture_nuts"] = entry
+    return entry
+
+
+@uses_x64
+def _blackjax_mixture(model, init, settings, seed, theta):
+    """BlackJAX's NUTS (:func:`~ppl_loo.numerics.batched_nuts.batched_nuts`: each chain a lane, the lanes over the
+    CPU cores) on ``logp + logsumexp(-loglik)``, from ``init`` ``(chains, d)`` with the posterior draws' variances
+    as the starting inverse mass matrix and Stan's window adaptation: ``(chains, draws, d)`` draws and the info."""
+    programs, log_density = _mixture_programs(model)
+    init = np.atleast_2d(np.asarray(init, dtype=np.float64))
+    var = np.var(np.asarray(theta, dtype=np.float64), axis=0)
+    imm = np.where(np.isfinite(var) & (var > 0), var, 1.0)
+    draws, div, _ = batched_nuts(log_density, init[None], np.zeros(1, int), num_warmup=settings["warmup"],
+                                 num_samples=settings["draws"], random_seeds=[seed],
+                                 target_accept=settings["target_accept"], max_tree_depth=settings["max_tree_depth"],
+                                 inverse_mass_matrix=imm, adaptation="window", programs=programs)
+    return draws[0], {"sampler": "BlackJAX NUTS on the mixture target", "divergences": int(np.sum(div))}
 
 
 def _sample(model, theta, settings, seed):
@@ -136,7 +160,7 @@ def _sample(model, theta, settings, seed):
     if not model.is_jax or model.logp is None or model.loglik is None:
         raise ValueError("the mixture run needs the model's log density and pointwise log-likelihood as JAX "
                          "functions (a pymc.Model, pl.StanModel or pl.JaxModel).")
-    call = functools.partial(_numpyro_mixture, model, init, settings, seed)
+    call = functools.partial(_blackjax_mixture, model, init, settings, seed, theta)
     return run_interruptible(call, model.source)
 
 
