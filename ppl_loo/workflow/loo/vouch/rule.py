@@ -158,22 +158,26 @@ def settle(pw, plain, k_threshold, opinions, converged):
 
 
 def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd):
-    """The first agreeing pair for a doubtful observation ``i``: one of the engine's estimates with a second
-    opinion, or two second opinions; else a passing mixture estimate alone where nothing else has an estimate (or
+    """The most precise agreeing pair for a doubtful observation ``i`` (the smallest SE of their pooled estimate):
+    one of the engine's estimates with a second opinion, or two second opinions; else a passing mixture estimate alone where nothing else has an estimate (or
     only the unconverged draws do) and it is not above plain PSIS's (:func:`mixture_alone_ok`); else the first
     passing second opinion's value (still doubtful)."""
     cands = list(engine)
+    best = None  # the agreeing pair whose pooled estimate is the most precise (the first such pair on a tie)
     for op in opinions:
         if not op.ok[i] or (op.name == "smc" and not converged):
             continue
         for name, e, s, label, k in cands:
             if agree(e, s, op.elpd[i], op.mcse[i]):
-                pw.elpd[i], pw.mcse[i] = _pooled(e, s, op.elpd[i], op.mcse[i])
-                pw.transform[i], pw.hbar[i] = label
-                pw.k[i], pw.use_adapted[i] = k, name == "adapted"
-                evidence[i] = f"{name}+{op.name}"
-                return
+                value, se = _pooled(e, s, op.elpd[i], op.mcse[i])
+                if best is None or se < best[1]:
+                    best = (value, se, label, k, name, op.name)
         cands.append((op.name, op.elpd[i], op.mcse[i], (op.name, np.nan), np.nan))
+    if best is not None:
+        pw.elpd[i], pw.mcse[i], (pw.transform[i], pw.hbar[i]), pw.k[i] = best[:4]
+        pw.use_adapted[i] = best[4] == "adapted"
+        evidence[i] = f"{best[4]}+{best[5]}"
+        return
     passing = [op for op in opinions if op.ok[i] and (op.name != "smc" or converged)]
     if not passing:
         return
