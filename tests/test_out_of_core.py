@@ -193,9 +193,11 @@ def model_runs(reg):
         return base.log_lik(theta, obs=obs)
 
     counted = base._replace(log_lik=counting)
-    ref = _quiet(pl.loo, data, counted, progressbar=False)
+    # the mixture run evaluates every observation at its own draws: out of core it does not run, so both paths go
+    # without it
+    ref = _quiet(pl.loo, data, counted, progressbar=False, mixture=False)
     asked_ref, asked[:] = list(asked), []
-    got = _quiet(pl.loo, _lazy(data, 64), counted, progressbar=False)
+    got = _quiet(pl.loo, _lazy(data, 64), counted, progressbar=False, mixture=False)
     return ref, got, asked_ref, list(asked)
 
 
@@ -240,6 +242,11 @@ def test_model_path_log_weights_are_lazy(model_runs):
 def test_model_path_refit_asks_for_memory(reg):
     with pytest.raises(ValueError, match=r"refit= needs the whole log-likelihood in memory"):
         pl.loo(_lazy(reg[1], 64), reg[0], refit="doubtful", random_seed=1, progressbar=False)
+
+
+def test_model_path_mixture_asks_for_memory(reg):
+    with pytest.raises(ValueError, match=r"mixture=True needs the whole log-likelihood in memory"):
+        pl.loo(_lazy(reg[1], 64), reg[0], mixture=True, progressbar=False)
 
 
 def test_model_path_result_round_trips(model_runs, tmp_path):

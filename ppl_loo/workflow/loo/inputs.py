@@ -7,7 +7,7 @@ import re
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH", "RHAT_NOT_MIXED",
+__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "fit_seconds", "rank_rhat", "RHAT_VOUCH", "RHAT_NOT_MIXED",
            "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
            "obs_label_list",
            "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels"]
@@ -109,6 +109,27 @@ def r_eff_of(data, n_samples):
         ess = post.azstats.ess(method="mean")
     vals = np.hstack([np.asarray(ess[v].values).ravel() for v in ess.data_vars])
     return float(vals.mean() / n_samples)
+
+
+def fit_seconds(data):
+    """The wall time of the fit that made ``data``'s draws, in seconds, where the data records it: ``pm.sample``'s
+    and ``pl.sample``'s ``posterior.attrs["sampling_time"]``, else the per-chain ``elapsed_time_warmup`` and
+    ``elapsed_time_sampling`` of a Stan fit (``sample_stats`` attributes, chains summed: run one after the other);
+    None where neither is there."""
+    try:
+        t = float(data["posterior"].attrs.get("sampling_time", np.nan))
+    except (TypeError, ValueError):
+        t = float("nan")
+    if np.isfinite(t) and t > 0:
+        return t
+    if "sample_stats" in data.children:
+        attrs = data["sample_stats"].attrs
+        parts = [np.asarray(attrs[k], dtype=float) for k in ("elapsed_time_warmup", "elapsed_time_sampling")
+                 if k in attrs]
+        total = float(sum(np.nansum(p) for p in parts)) if parts else float("nan")
+        if np.isfinite(total) and total > 0:
+            return total
+    return None
 
 
 def max_rhat_of(data):

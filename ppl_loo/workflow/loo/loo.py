@@ -10,6 +10,8 @@ observation dims of the log-likelihood variable. The numerics live in :mod:`ppl_
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import xarray as xr
 
@@ -25,7 +27,7 @@ from ppl_loo.workflow.loo.chunked import SearchedCandidates, chunked_plain, flag
 from ppl_loo.workflow.loo.distributed import resolve_client
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.engine import adapted_weights_array, config_to_plain, draws_array
-from ppl_loo.workflow.loo.inputs import (SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws,
+from ppl_loo.workflow.loo.inputs import (SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws, fit_seconds,
                                      get_log_likelihood, identical_chains, max_rhat_of, obs_labels, stan_labelled,
                                      with_stan_labels)
 from ppl_loo.workflow.loo.kept import KeptDraws
@@ -219,6 +221,10 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     names = names + approximation_transforms(draws, transforms, names)
     S, n = draws.theta.shape[0], (draws.ll.shape[1] if stored is None else int(np.prod(model.obs_shape or (1,))))
     check_refit_args(refit, refit_kwargs, random_seed, data, n)
+    if stored is not None and mixture is True:
+        raise ValueError("mixture=True needs the whole log-likelihood in memory (the mixture run evaluates every "
+                         "observation at its own draws); load the log_likelihood group first (data.load()), or leave "
+                         "mixture='auto', which does not run out of core.")
     check_opinion_args(mixture, smc, mixture_kwargs)
     k_threshold = khat_threshold(S) if k_threshold is None else k_threshold
     cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), jacobian,
@@ -258,15 +264,18 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
         return ev if op is None else ev.with_opinion(op)
 
     mixture, flagged = o["mixture"], ev.examine
-    # one mixture run settles every observation it can before the search, which costs per observation, runs on more
-    # than one batch of them
-    todo = flagged & v.unsettled
-    if in_memory and (mixture is True or (mixture == "auto" and todo.sum() > _one_batch(o["batch_size"]))):
+    # one mixture run, about the cost of one fit, settles every observation it can before the search, which costs
+    # per observation
+    if in_memory and (mixture is True or (mixture == "auto" and (flagged & v.unsettled).any())):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
     obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
-    results = run_search(model, draws, cfg, obs_idx, o["batch_size"], o["progressbar"], o["client"])
-    ev = ev.with_search(dict(zip(obs_idx.tolist(), results)), candidate_labels(cfg))
+    # where the mixture estimate vouches alone, the search's estimate corroborates it (and is the more precise): one
+    # batch of them, least precise first, a bounded cost
+    alone = np.flatnonzero(flagged & (v.evidence == "mixture"))
+    alone = alone[np.argsort(-v.mcse[alone], kind="stable")][:_one_batch(o["batch_size"])]
+    ev = _search_stage(ev, model, draws, cfg, obs_idx if o["adapt"] == "all" else np.union1d(obs_idx, alone), o,
+                       _refit_seconds(data, o["refit"]))
     v = verdict(ev, rules)
     if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
         ev = with_mixture(ev)
@@ -281,6 +290,47 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
         ev = ev.with_refits(refit_info)
         v = verdict(ev, rules)
     return ev, v, info, refit_info
+
+
+def _search_stage(ev, model, draws, cfg, obs_idx, o, refit_seconds):
+    """The search on ``obs_idx``. Where the observations it leaves unsettled go to refits (``refit="doubtful"`` or a
+    budget) and one refit's cost is known (``refit_seconds``), it first examines one batch, and it stops there when
+    its measured cost per observation times those still to examine exceeds their refits' cost: the refits, exact,
+    then settle them (:func:`_refit_seconds`)."""
+    labels = candidate_labels(cfg)
+    first = _one_batch(o["batch_size"])
+
+    def run(idx):
+        out = run_search(model, draws, cfg, idx, o["batch_size"], o["progressbar"], o["client"])
+        return ev.with_search(dict(zip(idx.tolist(), out)), labels)
+
+    if refit_seconds is None or obs_idx.size <= first:
+        return run(obs_idx)
+    t0 = time.perf_counter()
+    ev = run(obs_idx[:first])
+    per_obs = (time.perf_counter() - t0) / first
+    rest = obs_idx[first:]
+    refits_cost = rest.size * refit_seconds
+    if per_obs * rest.size > refits_cost and refits_cost <= _refit_budget(o["refit"]):
+        return ev
+    return run(rest)
+
+
+def _refit_seconds(data, refit):
+    """The cost of one refit, as the fit's own recorded wall time (:func:`~ppl_loo.workflow.loo.inputs.fit_seconds`),
+    where the observations the search leaves unsettled are refit (``refit="doubtful"`` or a time budget); None
+    otherwise or where the fit's time is not recorded. Refits run with the fit's settings, one after the other at
+    most: an upper bound of their cost (batched refits cost less)."""
+    if (isinstance(refit, str) and refit == "doubtful") or _refit_budget(refit) < np.inf:
+        return fit_seconds(data)
+    return None
+
+
+def _refit_budget(refit):
+    """``refit=``'s time budget in seconds (``inf``: none)."""
+    if isinstance(refit, (int, float, np.integer, np.floating)) and not isinstance(refit, bool):
+        return float(refit)
+    return np.inf
 
 
 def _one_batch(batch_size):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
 from ppl_loo.workflow.exact.refit import refit_settings
-from ppl_loo.workflow.loo.vouch.mixture import default_seed, mixture_run_ok, mixture_settings, run_mixture
+from ppl_loo.workflow.loo.vouch.mixture import MIN_ESS, default_seed, mixture_run_ok, mixture_settings, run_mixture
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 from ppl_loo.workflow.loo.vouch.smc import run_smc
 
@@ -66,7 +66,7 @@ def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None):
     settings = mixture_run_settings(data, mixture_kwargs)
     try:
         run = run_mixture(model, draws.theta, settings, random_seed)
-        if not mixture_run_ok(run.info):  # once more, twice as long, more careful steps
+        if not mixture_run_ok(run.info) and _retry_can_pass(run.info):  # once more, twice as long, more careful steps
             retry = {**settings, "draws": 2 * settings["draws"],
                      "target_accept": max(float(settings["target_accept"]), RETRY_TARGET_ACCEPT)}
             seed = (default_seed(draws.theta) if random_seed is None else int(random_seed)) + 1
@@ -90,6 +90,14 @@ def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None):
     # 1.15 over 4,615 parameters, passed every per-observation check and was 0.18 nats off one refit)
     alone = bool(np.nan_to_num(run.info.get("max_rhat", np.nan), nan=np.inf) <= ALONE_MAX_PARAM_RHAT)
     return Opinion("mixture", run.elpd, run.mcse, run.ok, alone), info
+
+
+def _retry_can_pass(info):
+    """Whether a second mixture run, twice as long and with more careful steps, can pass the checks the first failed:
+    not where the posterior's importance weights alone fail, with an ESS under half the minimum (twice the draws
+    about double it)."""
+    ess_only = mixture_run_ok({**info, "ess_posterior_weights": MIN_ESS})
+    return not ess_only or 2.0 * float(info["ess_posterior_weights"]) >= MIN_ESS
 
 
 def smc_stage(model, draws, v, plain, ev, smc, random_seed):
