@@ -617,6 +617,103 @@ class PoissonREPyMC:
         return None
 
 
+class BreastCancerPyMC:
+    """Logistic regression on the Wisconsin breast-cancer data (569 tumours, 30 standardized features) in PyMC,
+    with a Normal(0, 1) or a regularized-horseshoe prior on the coefficients: an ordinary data set on which plain
+    PSIS flags dozens of observations. The refits (``pm.sample`` without the observation, the main fit's settings)
+    cover the :attr:`n_refit` observations of highest plain k-hat above 0.7 (:meth:`refit_obs`)."""
+
+    backend = "pymc"
+    refit_k = 0.7
+    n_refit = 24
+    refit_obs_note = f"the {n_refit} with the highest plain PSIS k-hat above 0.7"
+
+    def __init__(self, prior):
+        from ppl_loo.datasets import load_breast_cancer
+
+        if prior not in ("normal", "horseshoe"):
+            raise ValueError(f"prior={prior!r}: 'normal' or 'horseshoe'")
+        self.prior = prior
+        self.name = f"breast_cancer_{prior}"
+        self.title = (f"Breast-cancer logistic regression (n = 569, p = 30), "
+                      f"{'Normal(0, 1)' if prior == 'normal' else 'regularized-horseshoe'} prior, PyMC")
+        self.X, self.y = load_breast_cancer()
+        self.n = len(self.y)
+
+    def build(self, keep=None, temper=None):
+        """The PyMC model on the observations ``keep`` (default all); ``temper=(i, beta)`` adds ``beta * log p(y_i |
+        theta)`` of an observation not in ``keep``."""
+        return breast_cancer_model(self.X, self.y, self.prior, keep, temper)
+
+    def model(self, data=None):
+        return self.build()
+
+    def fit(self, settings, seed):
+        import pymc as pm
+
+        m = self.build()
+        idata, wall = _pymc_sample(m, settings, seed)
+        with m:
+            pm.compute_log_likelihood(idata, progressbar=False)
+        idata["posterior"].attrs["diagnostics"] = str(_diag_from_tree(idata, wall))
+        return idata
+
+    def _loglik(self, post, i):
+        eta = np.asarray(post["alpha"]).ravel() + np.asarray(post["beta"]).reshape(-1, self.X.shape[1]) @ self.X[i]
+        return -np.logaddexp(0.0, -eta) if self.y[i] == 1 else -np.logaddexp(0.0, eta)
+
+    def refit(self, i, settings, seed, beta=0.0):
+        keep = np.flatnonzero(np.arange(self.n) != i)
+        idata, wall = _pymc_sample(self.build(keep, temper=None if beta == 0.0 else (i, beta)), settings, seed)
+        post = idata["posterior"].to_dataset()
+        return self._loglik(post, i).reshape(settings["chains"], -1), _diag_from_tree(idata, wall)
+
+    def truth_loglik(self, data):
+        post = data["posterior"].to_dataset()
+        C, D = post.sizes["chain"], post.sizes["draw"]
+        return np.stack([self._loglik(post, i).reshape(C, D) for i in range(self.n)], axis=-1)
+
+    def exact(self):
+        return None
+
+    def refit_obs(self, data):
+        """The :attr:`n_refit` observations of highest plain PSIS k-hat above :attr:`refit_k` on the main fit."""
+        from methods import plain
+
+        k = np.asarray(plain(self, data)["k"])
+        order = [int(i) for i in np.argsort(-k) if k[i] > self.refit_k]
+        return sorted(order[: self.n_refit])
+
+
+def breast_cancer_model(X, y, prior, keep=None, temper=None):
+    """The breast-cancer logistic regression in PyMC on rows ``keep`` of ``X``, ``y``: intercept Normal(0, 2.5);
+    coefficients Normal(0, 1) (``prior="normal"``) or the regularized horseshoe of Piironen & Vehtari (2017), non-
+    centred, with a prior guess of 5 relevant features, slab scale 2 and slab degrees of freedom 4; ``temper=(i, beta)``
+    adds ``beta * log p(y_i | theta)`` (the rungs of the stepping stones)."""
+    import pymc as pm
+
+    keep = np.arange(len(y)) if keep is None else np.asarray(keep)
+    n, p = len(keep), X.shape[1]
+    with pm.Model(coords={"obs": np.arange(n), "feature": np.arange(p)}) as m:
+        alpha = pm.Normal("alpha", 0.0, 2.5)
+        if prior == "normal":
+            beta = pm.Normal("beta", 0.0, 1.0, dims="feature")
+        else:
+            tau0 = 5.0 / (p - 5.0) * 2.0 / np.sqrt(n)
+            tau = pm.HalfStudentT("tau", nu=3, sigma=tau0)
+            lam = pm.HalfStudentT("lam", nu=3, sigma=1.0, dims="feature")
+            c2 = pm.InverseGamma("c2", alpha=2.0, beta=2.0 * 2.0**2)
+            lam_t = pm.math.sqrt(c2 * lam**2 / (c2 + tau**2 * lam**2))
+            z = pm.Normal("z", 0.0, 1.0, dims="feature")
+            beta = pm.Deterministic("beta", z * tau * lam_t, dims="feature")
+        pm.Bernoulli("y", logit_p=alpha + pm.math.dot(X[keep], beta), observed=y[keep], dims="obs")
+        if temper is not None:
+            i, b = temper
+            eta = alpha + pm.math.dot(X[i], beta)
+            pm.Potential("tempered", b * (-pm.math.log1pexp(-eta) if y[i] == 1 else -pm.math.log1pexp(eta)))
+    return m
+
+
 class StanProblem:
     """Stan programs compiled in-process (the httpstan toolchain) and sampled with Stan's own NUTS."""
 
@@ -823,4 +920,6 @@ def all_problems():
         "leverage_wide_stan": LeverageWideStan,
         "poisson_outliers": PoissonOutliers,
         "overdispersed_poisson": OverdispersedPoisson,
+        "breast_cancer_normal": lambda: BreastCancerPyMC("normal"),
+        "breast_cancer_horseshoe": lambda: BreastCancerPyMC("horseshoe"),
     }

@@ -56,6 +56,8 @@ SETTINGS = {
     "leverage_wide_stan": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
     "poisson_outliers": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
     "overdispersed_poisson": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
+    "breast_cancer_normal": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.8},
+    "breast_cancer_horseshoe": {"chains": 4, "warmup": 1000, "draws": 1000, "target_accept": 0.95},
 }
 SEED = 1
 #: refits whose settings differ from the main fit's: the ovarian horseshoe's refits (2-7 minutes each on
