@@ -151,3 +151,25 @@ def test_exact_autocorrelated_draws_with_rhat_above_threshold_by_chance():
     z = (res.elpd_i.values - exact) / res.mcse_elpd_i.values
     assert np.max(np.abs(z)) < 3.0
     assert np.all(res.mcse_elpd_i.values <= VOUCH_MAX_SE)
+
+
+def test_fit_seconds_reads_pymc_and_stan_timings():
+    """The fit's recorded wall time: ``pm.sample``'s ``sampling_time``, else a Stan fit's per-chain elapsed times
+    summed; None where neither is there (the refit-cost rule of the schedule then does not apply)."""
+    import xarray as xr
+
+    from ppl_loo.workflow.loo.inputs import fit_seconds
+    from ppl_loo.workflow.loo.loo import _refit_budget, _refit_seconds
+
+    post = xr.Dataset({"mu": (("chain", "draw"), np.zeros((2, 5)))})
+    pymc_like = xr.DataTree.from_dict({"posterior": post.assign_attrs(sampling_time=12.5)})
+    stats = xr.Dataset({"lp": (("chain", "draw"), np.zeros((2, 5)))}).assign_attrs(
+        elapsed_time_warmup=np.array([1.0, 2.0]), elapsed_time_sampling=np.array([0.5, 0.25]))
+    stan_like = xr.DataTree.from_dict({"posterior": post, "sample_stats": stats})
+    bare = xr.DataTree.from_dict({"posterior": post})
+    assert fit_seconds(pymc_like) == 12.5
+    assert fit_seconds(stan_like) == 3.75
+    assert fit_seconds(bare) is None
+    assert _refit_seconds(pymc_like, "doubtful") == 12.5 and _refit_seconds(pymc_like, 60.0) == 12.5
+    assert _refit_seconds(pymc_like, None) is None and _refit_seconds(pymc_like, "flagged") is None
+    assert _refit_budget(np.float64(30.0)) == 30.0 and _refit_budget("doubtful") == np.inf and _refit_budget(True) == np.inf
