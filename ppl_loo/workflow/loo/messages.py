@@ -30,14 +30,23 @@ def warn_unconverged(max_rhat, where, n_doubtful, which=""):
 
 
 def warn_doubtful(pw, k_threshold, which=""):
-    """Observations without a proposal the engine can vouch for (``which``: the first of them, with their
-    reasons)."""
+    """Observations the evidence does not settle (``which``: the first of them, with their reasons), counted by why:
+    draws that did not converge, an estimate too imprecise, estimates that disagree or none at all."""
     doubtful = pw.doubtful
+    reasons = np.asarray(pw.reason, dtype=str)[doubtful]
+    n_unconv = int(sum("have not converged" in r or "bulk ESS" in r or "have not mixed" in r for r in reasons))
+    n_imprecise = int(sum("an SE above" in r for r in reasons))
     n_failed = int(np.sum((pw.transform == "failed") & doubtful))
-    _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful): no two independent estimates of "
-          f"them agree (the search's: {n_failed} where no candidate passed every check with Pareto k at most "
-          f"{k_threshold:.2f}; the second opinions, mixture IS and SMC, where they ran: res.reason), so their "
-          f"elpd_i can be off by more than its Monte Carlo error. Together they carry "
+    parts = [f"{n} {what}" for n, what in (
+        (n_unconv, "whose log-likelihood draws did not converge"),
+        (n_imprecise, "whose best estimate is too imprecise to settle them"),
+        (n_failed, f"where no adapted proposal reached Pareto k {k_threshold:.2f}"))
+        if n]
+    rest = int(np.sum(doubtful)) - n_unconv - n_imprecise - n_failed
+    if rest > 0:
+        parts.append(f"{rest} where no two independent estimates agree")
+    _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful; why, per observation: res.reason): "
+          f"{'; '.join(parts)}. Their elpd_i can be off by more than its Monte Carlo error. Together they carry "
           f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: {_REFIT} "
           "refits the model without each of them.")
 
