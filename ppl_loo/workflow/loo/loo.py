@@ -270,10 +270,13 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
     obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
-    # where the mixture estimate vouches alone, the search's estimate corroborates it (and is the more precise): one
-    # batch of them, least precise first, a bounded cost
+    # where the mixture estimate vouches alone, the search's estimate corroborates it (and is the more precise): all of
+    # them where the model's structure makes the search cheap (a GLM: lines through the linear predictor), else one
+    # batch, least precise first, a bounded cost
     alone = np.flatnonzero(flagged & (v.evidence == "mixture"))
-    alone = alone[np.argsort(-v.mcse[alone], kind="stable")][:_one_batch(o["batch_size"])]
+    alone = alone[np.argsort(-v.mcse[alone], kind="stable")]
+    if model.structure is None:
+        alone = alone[:_one_batch(o["batch_size"])]
     ev = _search_stage(ev, model, draws, cfg, obs_idx if o["adapt"] == "all" else np.union1d(obs_idx, alone), o,
                        _refit_seconds(data, o["refit"]))
     v = verdict(ev, rules)
