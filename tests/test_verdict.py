@@ -36,7 +36,7 @@ def _search(elpd, se, trusted, k=0.3):
     agree) or not."""
     two = np.ones(2)
     return {"identity_ok": np.ones(2, bool), "best": 0, "usable": np.ones(2, bool), "checks_ok": np.ones(2, bool),
-            "k": k * two, "trusted": trusted, "elpd": elpd * two, "se": se * two, "se_best": se, "ess": 400 * two,
+            "k": k * two, "corroborated": trusted, "elpd": elpd * two, "se": se * two, "se_best": se, "ess": 400 * two,
             "tv": 0.5 * two}
 
 

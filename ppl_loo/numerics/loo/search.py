@@ -54,7 +54,8 @@ class ObsResult(NamedTuple):
     se: jnp.ndarray  # (C,) reported Monte Carlo SE: the larger of ``mcse`` and the spread over chains
     dev: jnp.ndarray  # (C,) log mean ratio minus its exact expectation (0, or -log 2 for a mixture)
     checks_ok: jnp.ndarray  # (C,) the normalizer and the in-sample bound checks passed (``candidate_checks``)
-    trusted: jnp.ndarray  # () ``best`` passes every check and is corroborated (``select_candidate``)
+    corroborated: jnp.ndarray  # () ``best`` passes every check and a candidate of another group agrees with it
+    #: (``select_candidate``; a fact about the candidates, which the verdict weighs with the other evidence)
     se_best: jnp.ndarray  # () the reported SE of ``best``: its own, and the spread of the corroborated candidates
     tv: jnp.ndarray  # (C,) total variation between the weight each draw (and its image) carries and plain PSIS's
 
@@ -77,10 +78,10 @@ def observation_result(sc: SearchContext, ll0, tab: CandidateTable, is_mixture) 
                  else jnp.ones_like(usable))
     _, _, lw_psis = psis_identity((sc.logp0 - ll0 - sc.log_q0)[None, :], ll0[None, :], cfg.r_eff)
     tv = 0.5 * jnp.sum(jnp.abs(jnp.exp(tab.lw[:, :S]) + jnp.exp(tab.lw[:, S:]) - jnp.exp(lw_psis)), axis=-1)
-    best, trusted, se_best = select_candidate(usable & checks_ok & (k <= cfg.k_threshold), usable, k, tab.elpd, se,
+    best, corroborated, se_best = select_candidate(usable & checks_ok & (k <= cfg.k_threshold), usable, k, tab.elpd, se,
                                               dev, groups_of(cfg), tv)
     return ObsResult(k, tab.k_w, tab.elpd, usable, tab.n_bad, best, tab.lw[best], tab.ll_pool[best], mcse, ess,
-                     max_log_ratio, identity_ok, tab.lmr, tab.se_lmr, elpd_chains, se, dev, checks_ok, trusted,
+                     max_log_ratio, identity_ok, tab.lmr, tab.se_lmr, elpd_chains, se, dev, checks_ok, corroborated,
                      se_best, tv)
 
 
@@ -99,7 +100,7 @@ def search_observation(sc: SearchContext, i, ll0) -> ObsResult:
     Returns
     -------
     ObsResult
-        Every candidate's scores and checks, the chosen one's weights and whether it is trusted.
+        Every candidate's scores and checks, the chosen one's weights and whether it is corroborated.
     """
     tab, is_mixture = candidate_table(sc, i, ll0)
     return observation_result(sc, ll0, tab, is_mixture)

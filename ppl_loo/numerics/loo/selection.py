@@ -1,4 +1,4 @@
-"""Which candidate to report for one observation, and whether the engine vouches for it.
+"""Which candidate to report for one observation, and whether another group's candidate corroborates it.
 
 ``docs/method.md``, section 4: corroboration across independently built groups of
 transformations, the lowest of the confirmed group representatives, and its standard error.
@@ -21,7 +21,8 @@ PLAIN_VOUCH_K = 0.5
 
 
 def select_candidate(ok, usable, k, elpd, se, dev, group, tv):
-    """The candidate to report, whether the engine can vouch for it, and its SE (``docs/method.md``, section 4).
+    """The candidate to report, whether it is corroborated, and its SE (``docs/method.md``, section 4); whether that
+    vouches for the observation is the verdict's to say (:func:`ppl_loo.workflow.loo.verdict.search_decision`).
 
     ``ok`` marks the candidates that pass every check with ``k <= k_threshold``. One of them is
     *corroborated* when a candidate of another group (``TRANSFORM_GROUP``: moment matching,
@@ -36,8 +37,7 @@ def select_candidate(ok, usable, k, elpd, se, dev, group, tv):
     confirmed estimates the lowest is the least affected (the lowest k instead picked the ones that
     missed). Its SE adds the spread (sd) of all corroborated estimates to its own: they pass the same
     checks, and which one is right cannot be told. Without a corroborated candidate the lowest k
-    among those that pass is returned with ``trusted = False`` (the workflow then keeps plain PSIS
-    and marks the observation doubtful).
+    among those that pass is returned, not corroborated.
     """
     indep = ok & ~(tv < PLAIN_LIKE_TV)
     agree = jnp.abs(elpd[:, None] - elpd[None, :]) <= AGREE_Z * jnp.hypot(se[:, None], se[None, :])
@@ -45,7 +45,7 @@ def select_candidate(ok, usable, k, elpd, se, dev, group, tv):
     group = jnp.asarray(group)
     other = group[:, None] != group[None, :]
     corroborated = indep & jnp.any(agree & other & indep[None, :], axis=1)
-    trusted = jnp.any(corroborated)
+    any_corroborated = jnp.any(corroborated)
     err = jnp.hypot(se, dev)
     reps, rep_ok = [], []
     for g in group_ids:  # a few static groups
@@ -53,10 +53,10 @@ def select_candidate(ok, usable, k, elpd, se, dev, group, tv):
         reps.append(jnp.argmin(jnp.where(in_g, err, jnp.inf)))
         rep_ok.append(jnp.any(in_g))
     reps, rep_ok = jnp.stack(reps), jnp.stack(rep_ok)
-    best_trusted = reps[jnp.argmin(jnp.where(rep_ok, elpd[reps], jnp.inf))]
+    best_corroborated = reps[jnp.argmin(jnp.where(rep_ok, elpd[reps], jnp.inf))]
     n_corr = jnp.sum(corroborated)
     mean_c = jnp.sum(jnp.where(corroborated, elpd, 0.0)) / jnp.maximum(n_corr, 1)
     var_c = jnp.sum(jnp.where(corroborated, (elpd - mean_c) ** 2, 0.0)) / jnp.maximum(n_corr - 1, 1)
     by_k = jnp.argmin(jnp.where(jnp.any(ok), jnp.where(ok, k, jnp.inf), jnp.where(usable, k, jnp.inf)))
-    best = jnp.where(trusted, best_trusted, by_k)
-    return best, trusted, jnp.where(trusted, jnp.sqrt(se[best] ** 2 + var_c), se[best])
+    best = jnp.where(any_corroborated, best_corroborated, by_k)
+    return best, any_corroborated, jnp.where(any_corroborated, jnp.sqrt(se[best] ** 2 + var_c), se[best])

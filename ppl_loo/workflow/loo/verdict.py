@@ -189,7 +189,8 @@ def search_decision(pw, i, r, plain, rules, labels):
         pw.identity_failed[i] = int(np.sum(~np.asarray(r["identity_ok"])))
     best = int(r["best"])
     good = bool(r["usable"][best] and r["checks_ok"][best] and r["k"][best] <= rules.k_threshold)
-    trusted = bool(r["trusted"]) and pw.identity_failed[i] == 0
+    # the search's corroborated candidate vouches where no candidate failed the change-of-variables check
+    trusted = bool(r["corroborated"]) and pw.identity_failed[i] == 0
     if good and pw.identity_failed[i] == 0:
         pw.cand_elpd[i], pw.cand_se[i], pw.cand_k[i] = float(r["elpd"][best]), float(r["se"][best]), float(r["k"][best])
         pw.cand_label[i] = labels[best]
