@@ -31,8 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
 from interrupt_tools import bar_moved, has_child_named, interrupt_when, printed, processes_mentioning  # noqa: E402
-from test_interrupts import (COMPILE_SCRIPT, PYMC_REFIT_SCRIPT, REFIT_SCRIPT, SEARCH_SCRIPT,  # noqa: E402
-                             STAN_REFIT_SCRIPT, valid_program)
+from test_interrupts import (  # noqa: E402
+    COMPILE_SCRIPT,
+    PYMC_REFIT_SCRIPT,
+    REFIT_SCRIPT,
+    SEARCH_SCRIPT,
+    STAN_REFIT_SCRIPT,
+    valid_program,
+)
 
 #: a pure-JAX model with a long search: Poisson-lognormal counts, one latent effect per observation
 JAX_SEARCH_SCRIPT = """

@@ -93,7 +93,6 @@ def child(p, path, transforms="all"):
     import xarray as xr
 
     import ppl_loo as pl
-
     import ppl_loo.workflow.loo.loo as loo_module
 
     model = horseshoe_model(p)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from data_paths import EIGHT_SCHOOLS as DATA_DIR
+
 from ppl_loo.io import from_cmdstan, read_cmdstan_csv, read_rdump
 from ppl_loo.model.stan.posterior import loo_adapter
 

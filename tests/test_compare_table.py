@@ -19,12 +19,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-
-import ppl_loo as pl
 from cli_tools import run_cli
-from ppl_loo.workflow.downstream.compare import COUNT_COLUMNS, FLAG_COLUMNS, WEIGHT_COLUMNS
 from gaussian_models import LinearRegressionKnownNoise, leverage_regression, normal_mean_model
 from report_helpers import hand_categories
+
+import ppl_loo as pl
+from ppl_loo.workflow.downstream.compare import COUNT_COLUMNS, FLAG_COLUMNS, WEIGHT_COLUMNS
 
 NUMBERS = ["rank", "elpd_diff", "dse", "p_worse", "p", "elpd", "se", "weight"]
 FLOATS = ["elpd_diff", "dse", "p_worse", "p", "elpd", "se", "weight", "diff_flagged"]

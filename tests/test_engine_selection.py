@@ -11,11 +11,11 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gaussian_models import leverage_regression
 from scipy import stats
 
 import ppl_loo as pl
 from ppl_loo.numerics.loo import PLAIN_LIKE_TV, candidate_checks, select_candidate
-from gaussian_models import leverage_regression
 from ppl_loo.workflow.loo.inputs import rank_rhat
 
 pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)

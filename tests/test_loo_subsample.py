@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import LinearRegressionKnownNoise
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import LinearRegressionKnownNoise
 from ppl_loo.numerics.subsample import diff_srs, hansen_hurwitz, srs
 
 pytestmark = pytest.mark.x64

@@ -13,11 +13,10 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 import xarray as xr
+from data_paths import OVARIAN
 from scipy import special, stats
 
-from data_paths import OVARIAN
 from ppl_loo.datasets import load_ovarian
-from ppl_loo.models import JaxModel, LogisticRegression, PosteriorModel, ReluNet
 from ppl_loo.model.jax.bijectors import (
     Exp,
     Identity,
@@ -27,6 +26,7 @@ from ppl_loo.model.jax.bijectors import (
     SimplexStickBreaking,
     UpperBound,
 )
+from ppl_loo.models import JaxModel, LogisticRegression, PosteriorModel, ReluNet
 from ppl_loo.sampling import sample_nuts
 
 pytestmark = pytest.mark.x64  # calls the models' and bijectors' JAX functions directly: the user's own JAX code (conftest.py)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import xarray as xr
 from dask.callbacks import Callback
+from gaussian_models import leverage_regression
 
 import ppl_loo as pl
 from ppl_loo.model import as_model
-from gaussian_models import leverage_regression
 
 N_OBS = 301  # no chunk size below divides it
 

@@ -16,13 +16,23 @@ import pandas as pd
 import pytest
 import xarray as xr
 from arviz_base import load_arviz_data
+from gaussian_models import leverage_regression
+from report_helpers import (
+    DOUBTFUL,
+    REFIT,
+    ReportReader,
+    hand_categories,
+    logistic_fits,
+    narrow_fit,
+    outlier_fits,
+    png_bytes,
+    png_shape,
+    same_value,
+)
 
 import ppl_loo as pl
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
 from ppl_loo.workflow.report.report import CATEGORIES, SECTIONS, STACKING, category_counts, observation_categories
-from gaussian_models import leverage_regression
-from report_helpers import (DOUBTFUL, REFIT, ReportReader, hand_categories, logistic_fits, narrow_fit, outlier_fits,
-                            png_bytes, png_shape, same_value)
 
 pytest.importorskip("pymc")
 
@@ -283,6 +293,7 @@ def test_loo_pit_with_a_stan_log_lik_name(eight, tmp_path):
     ``y`` (what ``ppl-loo loo --posterior-predictive y_hat=y`` writes). The report draws the LOO-PIT of y with
     log_lik's values, and the PIT it plots equals arviz_stats.loo_pit of the same tree written under one name."""
     import xarray as xr
+
     from ppl_loo.workflow.report.report import _pit_reason
 
     tree = load_arviz_data("non_centered_eight")

@@ -16,18 +16,17 @@ content are on the page.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from report_helpers import DOUBTFUL, PNG_SIGNATURE, REFIT, hand_categories, logistic_fits, outlier_fits, same_value
 
 import ppl_loo as pl
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
 from ppl_loo.workflow.report.report import CATEGORIES, STACKING
-from report_helpers import DOUBTFUL, PNG_SIGNATURE, REFIT, hand_categories, logistic_fits, outlier_fits, same_value
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

@@ -19,6 +19,7 @@ if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
 from data_paths import EIGHT_SCHOOLS
+
 from ppl_loo.stan import (
     StanCompileError,
     StanDataError,

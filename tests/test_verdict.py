@@ -5,14 +5,13 @@ of a conjugate normal model made autocorrelated, whose parameter R-hat exceeds 1
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import normal_mean_model
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import normal_mean_model
 from ppl_loo.workflow.loo.inputs import rank_rhat
 from ppl_loo.workflow.loo.plain import Plain
-from ppl_loo.workflow.loo.verdict import (MIN_LL_ESS, VOUCH_MAX_SE, Convergence, Evidence, Rules, convergence,
-                                          verdict)
+from ppl_loo.workflow.loo.verdict import MIN_LL_ESS, VOUCH_MAX_SE, Convergence, Evidence, Rules, convergence, verdict
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 
 S = 100

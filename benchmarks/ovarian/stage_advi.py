@@ -23,7 +23,6 @@ import time
 import warnings
 
 import numpy as np
-
 from common import jax_model, log, save_json
 from diagnose import engine_arrays
 
@@ -116,9 +115,9 @@ def fit_advi(name, model, cfg, seed):
 def run(cfg, cdir, out, logfile, models):
     import jax
     import xarray as xr
+    from scipy.special import logsumexp
 
     import ppl_loo as pl
-    from scipy.special import logsumexp
 
     for name in models:
         path = cdir / f"advi_{name}.json"

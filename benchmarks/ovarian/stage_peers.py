@@ -14,7 +14,6 @@ import resource
 import warnings
 
 import numpy as np
-
 from common import PAPERS_SEVEN, THRESHOLD, jax_model, load_json, log, machine_info, save_json
 
 METHODS = ("ppl_loo", "ppl_loo_papers7", "arviz_plain", "arviz_mm", "bayesianquilts")
@@ -45,7 +44,6 @@ def identities(pl, data, model, ppl, plain):
     """The numbers the test asserts: plain PSIS of the engine vs arviz_stats, and the LOO
     predictive probability of ``pl.loo_expectation`` vs ``exp(elpd_i)``."""
     import jax
-
     from diagnose import engine_arrays
     from scipy.special import logsumexp
 
@@ -103,11 +101,12 @@ def _run_ppl_loo(pl, peers, why_failed, rec, data, model, todo):
 
 
 def run(cfg, cdir, out, logfile, models):
-    import ppl_loo as pl
     import peers
     from diagnose import why_failed
     from resample import Draws, resample_index
     from run import fit_path
+
+    import ppl_loo as pl
 
     for name in models:
         path = cdir / f"peers_{name}.json"

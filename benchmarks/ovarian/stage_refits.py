@@ -16,7 +16,6 @@ probability of a method is ``exp(elpd_i)`` for ``y_i = 1`` and ``1 - exp(elpd_i)
 from __future__ import annotations
 
 import numpy as np
-
 from common import jax_model, load_json, log, save_json
 
 METHOD_KEYS = ("arviz_plain", "arviz_mm", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
@@ -26,7 +25,6 @@ def refit_truth(model, name, arrays, i):
     import jax
     import xarray as xr
     from arviz_stats import ess
-
     from fits import pooled_posterior
 
     C, D = arrays["lp"].shape

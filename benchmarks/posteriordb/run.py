@@ -41,11 +41,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
+import jax
 from models import MODELS, PAPER, build, load, split, subset
 
 import ppl_loo as pl
-import jax
-
 from ppl_loo.model import as_model
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)

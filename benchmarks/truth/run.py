@@ -34,8 +34,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import DEFAULT_CACHE, RESULTS, cache_dir, floats, load_json, log, machine_info, save_json  # noqa: E402
 import jax
+from common import DEFAULT_CACHE, RESULTS, cache_dir, load_json, log, machine_info, save_json  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)

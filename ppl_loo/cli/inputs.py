@@ -221,7 +221,7 @@ def check_output(path, overwrite, what="output file"):
         return None
     p = Path(path)
     if p.is_dir():
-        raise CliError(path, f"is a directory", f"give the {what}'s file name")
+        raise CliError(path, "is a directory", f"give the {what}'s file name")
     if p.exists() and not overwrite:
         raise CliError(path, "exists", "pass --overwrite to replace it, or choose another name")
     if not p.parent.is_dir():

@@ -12,10 +12,28 @@ from pathlib import Path
 import numpy as np
 
 import ppl_loo as pl
-from ppl_loo.cli.errors import (BAD_INPUT, DOUBTFUL, EXIT_EPILOG, OK, STAN_ERROR, CliError, one_line,
-                                for_the_command_line, warnings_to_stderr)
-from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, check_program_file, expand_csv_args, load_data, load_program,
-                                observed_mapping, read_csvs, write_atomic)
+from ppl_loo.cli.errors import (
+    BAD_INPUT,
+    DOUBTFUL,
+    EXIT_EPILOG,
+    OK,
+    STAN_ERROR,
+    CliError,
+    for_the_command_line,
+    one_line,
+    warnings_to_stderr,
+)
+from ppl_loo.cli.inputs import (
+    check_csv_matches_program,
+    check_output,
+    check_program_file,
+    expand_csv_args,
+    load_data,
+    load_program,
+    observed_mapping,
+    read_csvs,
+    write_atomic,
+)
 from ppl_loo.stan import StanDataError, StanEvaluationError
 from ppl_loo.stan.compile import cache_dir, cached_build
 from ppl_loo.stan.sampler import SAMPLER_FLAG, sample_cmdstan_csv

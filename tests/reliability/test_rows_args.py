@@ -13,10 +13,10 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 from arviz_base import from_dict
+from rows import Row, check_row, params
 from scipy.stats import norm
 
 import ppl_loo as pl
-from rows import Row, check_row, params
 
 pytestmark = pytest.mark.x64
 

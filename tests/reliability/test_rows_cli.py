@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import pytest
 from arviz_base import from_dict
+from data_paths import DATA
+from data_paths import EIGHT_SCHOOLS as ES_DIR
+from rows import Row, check_row, params
 from scipy.stats import norm
 
 import ppl_loo as pl
 from ppl_loo.cli import main
-from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
-from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import cmdstanpy
 import numpy as np
-import pytest
+from data_paths import DATA
+from data_paths import EIGHT_SCHOOLS as ES_DIR
+from rows import Row, check_row, params
 from scipy.stats import norm
 
 import ppl_loo as pl
-from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
-from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIMIZE = DATA / "cmdstan_optimize_rosenbrock_mle.csv"

@@ -10,16 +10,14 @@ from __future__ import annotations
 import functools
 import warnings
 
+import arviz_stats as azs  # noqa: E402
 import numpy as np
 import pytest
-import xarray as xr
-from scipy import stats
-
-import arviz_stats as azs  # noqa: E402
-
-import ppl_loo as pl
 from plain_inputs import ordinary, tree
 from rows import Row, check_row, params
+from scipy import stats
+
+import ppl_loo as pl
 
 E = "pl.loo (plain)"
 A = "pl.add_loo"

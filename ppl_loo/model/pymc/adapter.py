@@ -36,8 +36,15 @@ from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.pymc.graph import jaxify
 from ppl_loo.model.pymc.pvi import predictive_simulator
 from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
-from ppl_loo.model.pymc.variables import (bernoulli_var_target, constrained_placeholders, forward_transforms,
-                                          free_variables, glm_note, observation_layout, observed_variable_name)
+from ppl_loo.model.pymc.variables import (
+    bernoulli_var_target,
+    constrained_placeholders,
+    forward_transforms,
+    free_variables,
+    glm_note,
+    observation_layout,
+    observed_variable_name,
+)
 from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_block_rows
 from ppl_loo.numerics.special import softplus
 

@@ -13,8 +13,15 @@ from scipy.special import logsumexp
 
 from ppl_loo.numerics.loo import psis_identity
 from ppl_loo.numerics.psis import khat_threshold, psis_tail_length
-from ppl_loo.workflow.loo.inputs import (MIN_DRAWS, check_finite, get_log_likelihood, r_eff_of, stack_draws, stan_labelled,
-                                     with_stan_labels)
+from ppl_loo.workflow.loo.inputs import (
+    MIN_DRAWS,
+    check_finite,
+    get_log_likelihood,
+    r_eff_of,
+    stack_draws,
+    stan_labelled,
+    with_stan_labels,
+)
 from ppl_loo.workflow.loo.messages import warn_plain
 from ppl_loo.workflow.loo.result import LooResult
 
