@@ -21,7 +21,7 @@ from scipy.stats import poisson
 pm = pytest.importorskip("pymc")
 azs = pytest.importorskip("arviz_stats")
 
-import ppl_loo as pl
+import ppl_loo as pl  # noqa: E402
 
 SAMPLE = {
     "draws": 500,
