@@ -47,6 +47,7 @@ def _common(p):
 
 
 def add_compare_parser(sub):
+    """Add the ``compare`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("compare", help="compare saved results (pl.compare), optionally with an HTML report",
                        description="Read saved LOO results and print pl.compare's table: elpd differences, their "
                                    "SE, weights, and how many observations were adapted, doubtful or refit.",
@@ -62,6 +63,7 @@ def add_compare_parser(sub):
 
 
 def add_report_parser(sub):
+    """Add the ``report`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("report", help="write the self-contained HTML report of saved results (pl.report)",
                        description="Write a self-contained HTML report of saved LOO results (pl.report).",
                        epilog=REPORT_EXAMPLE + "\n" + EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

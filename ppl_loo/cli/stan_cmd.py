@@ -70,6 +70,7 @@ def _common(p):
 
 
 def add_loo_parser(sub):
+    """Add the ``loo`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("loo", help="adaptive LOO of CmdStan output (program + data + CSV files)",
                        description="Adaptive importance-sampling LOO-CV of a Stan program's CmdStan output: "
                                    "compiles the program (cached), reads the CSV files, runs pl.loo with the "
@@ -114,6 +115,7 @@ def add_loo_parser(sub):
 
 
 def add_sample_parser(sub):
+    """Add the ``sample`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("sample", help="Stan's NUTS in-process, CmdStan-format CSV files (no CmdStan needed)",
                        description="Sample a Stan program with Stan's NUTS in-process and write CmdStan-format CSV.",
                        epilog=SAMPLE_EXAMPLE + "\n" + EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -93,6 +93,7 @@ def _block_label(layout, name) -> str:
 
 
 def no_user_fns(simulator, probs, kind, why):
+    """Refuse ``simulator=`` and ``probs=`` for a kind of model that brings its own (``why`` says how)."""
     if simulator is not None or probs is not None:
         raise ValueError(f"simulator= and probs= are not used with {kind} models: {why}.")
 
@@ -162,6 +163,7 @@ def jax_pvi_model(model, *, simulator, probs, observed, categories):
 
 
 def simulator_pvi_model(model: SimulatorModel):
+    """The PVI terms of a :class:`SimulatorModel`, from its simulator of one replicate per draw."""
     layout = model.layout
 
     def sim_one(theta, key):
