@@ -76,7 +76,7 @@ def main(argv=None):
     model, data, t_fit = _draws(args.prior, args.draws, args.seed)
     sets = {"papers": ["pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3"], "all": list(pl.DEFAULT_TRANSFORMS)}
     names = list(sets) if args.set == "both" else [args.set]
-    # the engine alone: pl.loo's second opinions (a mixture MCMC run, SMC; on by default since issue 25) are not the
+    # the engine alone: pl.loo's second opinions (a mixture MCMC run, SMC; on by default) are not the
     # engine and are timed by benchmarks/second_opinions.py
     results = [run_one(pl, model, data, t_fit, args, name, sets[name], {"mixture": False, "smc": False})
                for name in names]

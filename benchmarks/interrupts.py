@@ -1,4 +1,4 @@
-"""Ctrl-C latency in each long-running path (issue 16): signal to ``KeyboardInterrupt`` and signal to exit.
+"""Ctrl-C latency in each long-running path: signal to ``KeyboardInterrupt`` and signal to exit.
 
     PYTHONPATH=. .venv/bin/python benchmarks/interrupts.py [--repeats N]
 
@@ -118,7 +118,7 @@ def main():
     print(f"{'interpreter shutdown after import ppl_loo':40s} {teardown:.2f} s (part of every exit_s)")
     out = {"command": "PYTHONPATH=. .venv/bin/python benchmarks/interrupts.py", "machine": platform.node(),
            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "requirement": "stop_s < 2 s (issue 16)", "teardown_s": teardown, "rows": rows}
+           "requirement": "stop_s < 2 s", "teardown_s": teardown, "rows": rows}
     dest = ROOT / "benchmarks" / "results" / "interrupts.json"
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {dest}")

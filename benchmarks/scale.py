@@ -1,4 +1,4 @@
-"""Scale (issue 17): LOO on a synthetic logistic regression with n = 10^4, 10^5, 10^6 observations stored in zarr.
+"""Scale: LOO on a synthetic logistic regression with n = 10^4, 10^5, 10^6 observations stored in zarr.
 
     .venv/bin/python benchmarks/scale.py                      # n = 10^4, 10^5 (add --sizes 10000 100000 1000000)
     .venv/bin/python benchmarks/scale.py --reduced --out X.json   # what tests/test_scale_benchmark.py runs
@@ -24,7 +24,7 @@ dask workers included) sampled every 0.1 s from here. A process whose tree passe
   ``dask.distributed`` ``LocalCluster`` of 1 and 2 worker processes (``client=``); called twice, the second call
   timed; throughput = searched observations per second.
 
-A call that fails is an ``error: ...`` cell, never a number. Prints a table and the targets of the issue, and
+A call that fails is an ``error: ...`` cell, never a number. Prints a table and the scale targets (memory, speed, throughput), and
 writes ``benchmarks/results/scale.json`` (machine, versions, settings, every number).
 """
 
@@ -301,7 +301,7 @@ def print_table(sizes, runs, agree, tg):
         for pair, d in agree[str(n)].items():
             text = d.get("not_compared") or ", ".join(f"{k} {v:.2e}" for k, v in d.items() if isinstance(v, float))
             print(f"{n:>8} {pair}: {text[:200]}")
-    print("\ntargets of the issue:")
+    print("\ntargets:")
     for n in sizes:
         print(f"{n:>8} peak memory < 4 GB: " + ", ".join(f"{k} {v}" for k, v in tg["memory_below_4gb"][str(n)].items()))
         p = tg["plain_within_1.5x_of_arviz_stats"][str(n)]

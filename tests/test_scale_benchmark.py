@@ -70,7 +70,7 @@ def test_json_has_every_field(reduced):
         for target in ("memory_below_4gb", "plain_within_1.5x_of_arviz_stats", "throughput_grows_with_workers"):
             assert n in doc["targets"][target], (target, n)
     assert "exponent" in doc["targets"]["time_linear_in_n"]["plain_ours"]
-    assert "targets of the issue" in stdout and "wrote" in stdout
+    assert "\ntargets:\n" in stdout and "wrote" in stdout
 
 
 def test_stored_log_likelihood_is_the_bernoulli_logit_density(reduced):
