@@ -70,7 +70,8 @@ print("DONE", flush=True)
 
 TEARDOWN_SCRIPT = """
 import subprocess, sys, time, os
-p = subprocess.Popen([sys.executable, "-c", "import ppl_loo, jax.numpy as jnp; jnp.ones(3).sum(); print('end', flush=True)"],
+p = subprocess.Popen([sys.executable, "-c", "import ppl_loo, jax.numpy as jnp; jnp.ones(3).sum(); print('end',
+flush=True)"],
                      stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 for line in p.stdout:
     if line.startswith("end"):

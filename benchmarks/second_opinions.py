@@ -117,7 +117,8 @@ def measure(name, model, data, t_fit, exact, seed):
         within = np.abs(err) <= 3 * np.hypot(after.mcse_elpd_i.values.ravel(), tse)
         vouched = ev != ""
         row.update({"vouched": int(vouched.sum()), "vouched_and_within_3se": int((vouched & within).sum()),
-                    "silent_failures": int((vouched & ~within).sum()), "mean_abs_error_after": float(np.mean(np.abs(err))),
+                    "silent_failures": int((vouched & ~within).sum()),
+                    "mean_abs_error_after": float(np.mean(np.abs(err))),
                     "max_abs_error_after": float(np.max(np.abs(err))),
                     "mean_abs_error_plain": float(np.mean(np.abs(pl.loo(data).elpd_i.values.ravel() - value)))})
     elif exact is not None:

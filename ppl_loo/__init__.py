@@ -33,6 +33,9 @@ from ppl_loo.workflow.subsample.subsample import loo_subsample
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_pit", "plot_loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan", "models",
-           "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model", "qnvb", "laplace", "laplace_predictive",
+__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_pit",
+           "plot_loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult",
+           "JaxModel", "StanModel", "from_cmdstan", "models",
+           "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model",
+           "qnvb", "laplace", "laplace_predictive",
            "compare", "report", "kfold", "KFoldResult"]

@@ -1,6 +1,6 @@
-"""Out-of-core ``pl.loo`` (a log-likelihood larger than memory): a dask-backed log-likelihood read in chunks of observations
-gives the numbers of the in-memory path, never loads the whole ``(S, n)`` array, and with a model
-evaluates the model only on the observations plain PSIS flags."""
+"""Out-of-core ``pl.loo`` (a log-likelihood larger than memory): a dask-backed log-likelihood read in chunks of
+observations gives the numbers of the in-memory path, never loads the whole ``(S, n)`` array, and with a model evaluates
+the model only on the observations plain PSIS flags."""
 
 import warnings
 

@@ -141,7 +141,8 @@ def test_compare_accepts_trees_paths_and_lists(eight, tmp_path):
     path = tmp_path / "non_centered.nc"
     pl.add_loo(trees["non_centered"], res["non_centered"]).to_netcdf(path)
     ref = azs.compare({"centered": res["centered"], "non_centered": res["non_centered"]}, round_to="none")
-    for inputs in ({"centered": tree_c, "non_centered": path}, {"centered": res["centered"], "non_centered": str(path)}):
+    for inputs in ({"centered": tree_c, "non_centered": path},
+                   {"centered": res["centered"], "non_centered": str(path)}):
         got = pl.compare(inputs, round_to="none")
         pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
         assert (got["n_adapted"] == 0).all() and (got["diff_flagged"] == 0.0).all()

@@ -34,7 +34,8 @@ MEASURED = ("wall_s", "peak_rss_gb", "peak_tree_rss_gb", "peak_increase_gb", "el
 def reduced(tmp_path_factory):
     base = tmp_path_factory.mktemp("scale")
     out = base / "scale.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--reduced", "--out", str(out), "--data-dir", str(base / "data")],
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--reduced", "--out", str(out), "--data-dir",
+                           str(base / "data")],
                           capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(out.read_text()), proc.stdout

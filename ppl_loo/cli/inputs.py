@@ -22,7 +22,8 @@ from ppl_loo.cli.errors import COMPILE_ERROR, CliError, compile_summary, one_lin
 from ppl_loo.io import read_cmdstan_csv
 from ppl_loo.stan import StanCompileError, StanDataError, as_data_dict
 
-__all__ = ["check_output", "check_program_file", "expand_csv_args", "load_data", "load_program", "load_results", "observed_mapping",
+__all__ = ["check_output", "check_program_file", "expand_csv_args", "load_data", "load_program", "load_results",
+           "observed_mapping",
            "read_csvs", "check_csv_matches_program", "write_atomic"]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")

@@ -261,7 +261,8 @@ def build_library(
     return BuildResult(library, directory, key, True, time.perf_counter() - t0, warnings)
 
 
-def cached_build(code: str, extra_cxxflags: tuple[str, ...] = (), *, accept_sampler: bool = False) -> BuildResult | None:
+def cached_build(code: str, extra_cxxflags: tuple[str, ...] = (), *,
+                 accept_sampler: bool = False) -> BuildResult | None:
     """The verified cached library of ``code`` built with ``extra_cxxflags``, or ``None``; nothing is compiled.
 
     With ``accept_sampler=True``, the library built with :data:`SAMPLER_FLAG` as well serves when the one

@@ -276,7 +276,8 @@ def other_var():
 
 ROWS = [
     # ties and constants
-    Row(E, "ties and constants", "saturated Bernoulli column (95% of draws tie)", lambda: pl.loo(with_column(saturated())),
+    Row(E, "ties and constants", "saturated Bernoulli column (95% of draws tie)",
+        lambda: pl.loo(with_column(saturated())),
         check=check_ties, warns=UserWarning, says=("y[y_dim_0=0]", "tie", "pl.loo(data, model)"), regression=True),
     Row(E, "ties and constants", "clipped likelihood (90% of draws at the cap)", lambda: pl.loo(with_column(clipped())),
         check=lambda r: doubtful_at(r, 0, "k-hat"), warns=UserWarning, says=("y[y_dim_0=0]",), regression=True),

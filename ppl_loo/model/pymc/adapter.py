@@ -116,9 +116,9 @@ class PyMCModel(PosteriorModel):
     ``logp(theta)`` is ``model.logp(jacobian=True, sum=True)`` (Potentials included) and
     ``loglik(theta)`` is ``model.logp(vars=[obs], sum=False, jacobian=False)`` flattened in C
     order; a multivariate observed variable observed with shape ``(n, k)`` (``pm.MvNormal`` rows)
-    has one log-likelihood term per row, so its observations are the rows. For a non-factorizing likelihood with ``loo_log_density``, ``loglik`` is the
-    pointwise ``logp - loo_logp`` (the log of ``p(y_i | y_-i, theta)`` up to the normalization the
-    user's function implies), as the engine expects (``factorizes = False``).
+    has one log-likelihood term per row, so its observations are the rows. For a non-factorizing likelihood with
+    ``loo_log_density``, ``loglik`` is the pointwise ``logp - loo_logp`` (the log of ``p(y_i | y_-i, theta)`` up to the
+    normalization the user's function implies), as the engine expects (``factorizes = False``).
 
     Examples
     --------

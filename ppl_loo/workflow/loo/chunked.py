@@ -284,7 +284,8 @@ def chunked_plain(stored, draws, chunk_size=None):
 def flagged_log_lik(data, model, draws, stored, obs_idx, check_log_lik=True):
     """:class:`FlaggedColumns` of the model's log-likelihood at the observations ``obs_idx`` only, checked
     for non-finite values and compared with the stored values of the same columns (``check_log_lik``: a
-    difference beyond their precision raises, False: warns; :func:`~ppl_loo.workflow.loo.draws.check_stored_log_lik`)."""
+    difference beyond their precision raises, False: warns;
+    :func:`~ppl_loo.workflow.loo.draws.check_stored_log_lik`)."""
     S, n = draws.theta.shape[0], int(np.prod(model.obs_shape or (1,), dtype=np.int64))
     obs_idx = np.asarray(obs_idx, dtype=np.int64)
     ll = np.zeros((S, 0))

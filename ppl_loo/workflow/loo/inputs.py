@@ -7,7 +7,8 @@ import re
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH", "RHAT_NOT_MIXED",
+__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "rank_rhat", "RHAT_VOUCH",
+           "RHAT_NOT_MIXED",
            "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
            "obs_label_list",
            "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels"]
@@ -183,7 +184,8 @@ def check_posterior_draws(data):
             chains = sorted({int(c) for c in np.nonzero(bad)[0]})
             raise ValueError(
                 f"posterior variable {name!r} has non-finite draws: {what} value(s) (in chain(s) {chains}); "
-                "importance sampling needs finite draws. Drop the chains or draws that hold them (data.isel(chain=...)) or rerun the sampler.")
+                "importance sampling needs finite draws. Drop the chains or draws that hold them "
+                "(data.isel(chain=...)) or rerun the sampler.")
     S = int(post.sizes["chain"]) * int(post.sizes["draw"])
     if S < MIN_DRAWS:
         raise ValueError(

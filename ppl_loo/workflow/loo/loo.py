@@ -74,8 +74,8 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         With a ``posterior`` group (and ``log_likelihood`` where present).
     model : pymc.Model, StanModel, PosteriorModel or None
         A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.StanModel`
-        (exact LOO by data deletion, :class:`~ppl_loo.model.stan.posterior.StanPosterior`), a :class:`~ppl_loo.JaxModel`,
-        a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
+        (exact LOO by data deletion, :class:`~ppl_loo.model.stan.posterior.StanPosterior`), a
+        :class:`~ppl_loo.JaxModel`, a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
         :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
         group (as ``arviz_stats.loo``).
     var_name : str, optional
@@ -245,7 +245,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     if stored is None:  # an imprecise plain estimate does not settle its observation either
         flagged |= ~(plain.mcse <= VOUCH_MAX_SE)
     draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored,
-                                                                                 np.flatnonzero(flagged), check_log_lik))
+                                                                           np.flatnonzero(flagged), check_log_lik))
     max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data)
     conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
     rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)

@@ -13,7 +13,8 @@ from ppl_loo.workflow.loo.vouch.mixture import default_seed, mixture_run_ok, mix
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 from ppl_loo.workflow.loo.vouch.smc import run_smc
 
-__all__ = ["mixture_stage", "smc_stage", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS", "SMC_AUTO_MAX_DIM",
+__all__ = ["mixture_stage", "smc_stage", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS",
+           "SMC_AUTO_MAX_DIM",
            "ALONE_MAX_PARAM_RHAT"]
 
 #: a mixture run whose own checks fail (divergences, its weights' R-hat or ESS) runs once more with twice the draws
