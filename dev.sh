@@ -2,6 +2,7 @@
 # Set up the environment (a virtualenv in .venv on a Python >= 3.12 found on this machine) and run
 #   bash dev.sh demo   - the embedded demo (ppl-loo demo)
 #   bash dev.sh test   - the test suite
+#   bash dev.sh lint   - ruff check (the rules in pyproject.toml)
 #   bash dev.sh env    - only the environment
 # `test` and `env` also install headless Chromium and its driver (Debian's chromium, chromium-driver; the browser
 # test of the HTML report needs them) when they are missing and apt-get can be run as root; otherwise they say so.
@@ -23,7 +24,8 @@ find_python() {
   return 1
 }
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import ppl_loo, pytest, selenium, dask.array, distributed, zarr' >/dev/null 2>&1; then
+if [ ! -x "$VENV/bin/python" ] || [ ! -x "$VENV/bin/ruff" ] ||
+   ! "$VENV/bin/python" -c 'import ppl_loo, pytest, selenium, dask.array, distributed, zarr' >/dev/null 2>&1; then
   PY=$(find_python) || { echo "error: ppl_loo needs Python >= 3.12 (PyMC 6, ArviZ 1.x); none found. Install one (e.g. pyenv install 3.12) or set PPL_LOO_PYTHON." >&2; exit 1; }
   echo "using $PY ($("$PY" --version 2>&1)) for $VENV" >&2
   "$PY" -m venv "$VENV"
@@ -59,6 +61,7 @@ print(max(1, min(len(os.sched_getaffinity(0)), int(mem // 6), 4)))')}"
       exec "$VENV/bin/python" -m pytest -q -n "$workers" --dist loadfile "$@"
     fi
     exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  lint) shift; exec "$VENV/bin/ruff" check "$@" ;;
   env) ;;
-  *) echo "usage: bash dev.sh {demo|test|env}" >&2; exit 2 ;;
+  *) echo "usage: bash dev.sh {demo|test|lint|env}" >&2; exit 2 ;;
 esac

@@ -112,7 +112,8 @@ def ovarian_refits(model, data, n_obs, warmup, draws, sequential=False, fit_s=No
                                                         "batched": False}, 20261126)
         zs = [(float(res_seq.elpd_i.values[i]) - rep["truth"][str(i)]["bridge"])
               / float(np.hypot(res_seq.mcse_elpd_i.values[i], rep["truth"][str(i)]["bridge_mcse"])) for i in targets]
-        seq = {"sequential_refits_s": _refit_seconds(res_seq, targets), "sequential_max_abs_z": float(np.max(np.abs(zs))),
+        seq = {"sequential_refits_s": _refit_seconds(res_seq, targets),
+               "sequential_max_abs_z": float(np.max(np.abs(zs))),
                "sequential_sampler": res_seq.refit_info[targets[0]]["sampler"]}
     return {**seq, "refits": n_obs, "refit_settings": _settings_text(res, targets[0]), "refits_s": refit_s,
             "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s if fit_s else None,
@@ -155,7 +156,8 @@ def pymc_regression(seed=5):
     refit_s = _refit_seconds(res, targets)
     return {"model": "PyMC linear regression (n=100, 12 parameters)", "fit": "pm.sample 4 x (1000 + 1000)",
             "fit_s": fit_s, "refits": len(targets), "refit_settings": _settings_text(res, 0), "refits_s": refit_s,
-            "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s, "sequential_refits_s": _refit_seconds(seq, targets),
+            "loo_with_refits_s": loo_s, "refits_to_fit": refit_s / fit_s,
+            "sequential_refits_s": _refit_seconds(seq, targets),
             "max_abs_z_vs_sequential": float(np.max(np.abs(z))),
             "max_rhat_params": float(max(res.refit_info[i]["rhat_max"] for i in targets)),
             "sampler": res.refit_info[0]["sampler"], "sequential_sampler": seq.refit_info[0]["sampler"]}
@@ -254,7 +256,8 @@ def main(argv=None):
         if key != "per_observation":
             print(f"{key:>22}: {value:.3f}" if isinstance(value, float) else f"{key:>22}: {value}")
     for r in row.get("per_observation", []):
-        print(f"  obs {r['obs']:2d}: {r['elpd_i']:8.3f} ± {r['mcse']:.3f}  truth {r['truth']:8.3f} ± {r['truth_mcse']:.3f}"
+        print(f"  obs {r['obs']:2d}: {r['elpd_i']:8.3f} ± {r['mcse']:.3f}  truth {r['truth']:8.3f} ± "
+              f"{r['truth_mcse']:.3f}"
               f"  z {r['z']:+.2f}  R-hat {r['rhat_loglik']:.3f} / {r['rhat_max']:.3f}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,8 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import jax
+import numpy as np
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -76,7 +76,7 @@ def main(argv=None):
     model, data, t_fit = _draws(args.prior, args.draws, args.seed)
     sets = {"papers": ["pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3"], "all": list(pl.DEFAULT_TRANSFORMS)}
     names = list(sets) if args.set == "both" else [args.set]
-    # the engine alone: pl.loo's second opinions (a mixture MCMC run, SMC; on by default since issue 25) are not the
+    # the engine alone: pl.loo's second opinions (a mixture MCMC run, SMC; on by default) are not the
     # engine and are timed by benchmarks/second_opinions.py
     results = [run_one(pl, model, data, t_fit, args, name, sets[name], {"mixture": False, "smc": False})
                for name in names]

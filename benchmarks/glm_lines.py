@@ -1,4 +1,4 @@
-"""Peak memory and time of ``pl.loo(data, pl.models.LogisticRegression(X, y))`` at large n (issue 17, part E).
+"""Peak memory and time of ``pl.loo(data, pl.models.LogisticRegression(X, y))`` at large n.
 
 The adaptive search of a model with a linear predictor evaluates ``(T, S)`` log densities along lines; above a
 budget it works through the observations in blocks (``ppl_loo.numerics.glm_lines``) instead of holding ``(S, n)``

@@ -1,7 +1,7 @@
-"""One-call GPU benchmark (issue 27): each row on JAX's default backend (the GPU on a GPU machine) and beside it
+"""One-call GPU benchmark: each row on JAX's default backend (the GPU on a GPU machine) and beside it
 the same row on the same machine's CPUs, within a time budget.
 
-Rows, in this order (the issue's targets first), each in a fresh subprocess so that its peak host memory
+Rows, in this order (those with speed targets first), each in a fresh subprocess so that its peak host memory
 (``ru_maxrss``) is its own:
 
 - ``engine``: the compiled engine, ``pl.loo`` on the ovarian logistic regression (normal prior, d = 1537, S = 1000
@@ -59,7 +59,7 @@ ROOT = HERE.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(ROOT))
 
-ROWS = ("engine", "refits", "search", "nuts")  # the rows with the issue's targets first
+ROWS = ("engine", "refits", "search", "nuts")  # the rows with speed targets first
 PLATFORMS = ("default", "cpu")
 FULL = {
     "engine": {"draws": 1000, "transforms": None},  # None: pl.DEFAULT_TRANSFORMS
@@ -367,7 +367,7 @@ def _compare_nuts(g, c, tg):
 
 
 def compare(doc, row):
-    """The default backend against the CPU for ``row`` (where the default backend has results), and the issue's
+    """The default backend against the CPU for ``row`` (where the default backend has results), and the
     targets (``doc["targets"]``: true, false, or null where not measured)."""
     g, c = _rec(doc, row, "default"), _rec(doc, row, "cpu")
     ok = g is not None and (g["status"] == "ok" or (row == "nuts" and g.get("items")))

@@ -1,4 +1,4 @@
-"""Issue 25, item 6: ``pl.loo`` with its defaults on a PyMC model without structure, checked against refits.
+"""``pl.loo`` with its defaults on a PyMC model without structure, checked against refits.
 
 The model is :mod:`memory_generic`'s regularized-horseshoe logistic regression written in PyMC (``n = 126``,
 ``p = 312``, ``d = 627`` free parameters, ``beta`` a deterministic, so no GLM structure is found); its draws are
@@ -12,8 +12,8 @@ whether ``pl.loo`` vouched for it (a vouched estimate beyond 3 SEs is a silent f
     .venv/bin/python benchmarks/horseshoe_pymc_refits.py              # every observation with k-hat above 0.5
     .venv/bin/python benchmarks/horseshoe_pymc_refits.py --refits 8   # a random sample of 8 of them
 
-Writes ``benchmarks/results/horseshoe_pymc_refits.json`` (``--out``) and prints the summary. About 20 minutes on
-two cores (``pl.loo`` about 9, the refits of 83 observations about 10); not run by CI.
+Writes ``benchmarks/results/horseshoe_pymc_refits.json`` (``--out``, with the wall times of this run) and prints the
+summary; it takes tens of minutes (``pl.loo``, then one refit per observation), so CI does not run it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ctrl-C latency in each long-running path (issue 16): signal to ``KeyboardInterrupt`` and signal to exit.
+"""Ctrl-C latency in each long-running path: signal to ``KeyboardInterrupt`` and signal to exit.
 
     PYTHONPATH=. .venv/bin/python benchmarks/interrupts.py [--repeats N]
 
@@ -31,8 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
 from interrupt_tools import bar_moved, has_child_named, interrupt_when, printed, processes_mentioning  # noqa: E402
-from test_interrupts import (COMPILE_SCRIPT, PYMC_REFIT_SCRIPT, REFIT_SCRIPT, SEARCH_SCRIPT,  # noqa: E402
-                             STAN_REFIT_SCRIPT, valid_program)
+from test_interrupts import (  # noqa: E402
+    COMPILE_SCRIPT,
+    PYMC_REFIT_SCRIPT,
+    REFIT_SCRIPT,
+    SEARCH_SCRIPT,
+    STAN_REFIT_SCRIPT,
+    valid_program,
+)
 
 #: a pure-JAX model with a long search: Poisson-lognormal counts, one latent effect per observation
 JAX_SEARCH_SCRIPT = """
@@ -64,7 +70,8 @@ print("DONE", flush=True)
 
 TEARDOWN_SCRIPT = """
 import subprocess, sys, time, os
-p = subprocess.Popen([sys.executable, "-c", "import ppl_loo, jax.numpy as jnp; jnp.ones(3).sum(); print('end', flush=True)"],
+p = subprocess.Popen([sys.executable, "-c", "import ppl_loo, jax.numpy as jnp; jnp.ones(3).sum(); print('end',
+flush=True)"],
                      stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 for line in p.stdout:
     if line.startswith("end"):
@@ -112,7 +119,7 @@ def main():
     print(f"{'interpreter shutdown after import ppl_loo':40s} {teardown:.2f} s (part of every exit_s)")
     out = {"command": "PYTHONPATH=. .venv/bin/python benchmarks/interrupts.py", "machine": platform.node(),
            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "requirement": "stop_s < 2 s (issue 16)", "teardown_s": teardown, "rows": rows}
+           "requirement": "stop_s < 2 s", "teardown_s": teardown, "rows": rows}
     dest = ROOT / "benchmarks" / "results" / "interrupts.json"
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {dest}")

@@ -264,7 +264,8 @@ def method_curves(method, ctx, J, sx, grid, cfg):
     if method == "optimal":
         kw.update(J_ref=J["X"], psi_mat=ctx["wood"].psi_mat, rank=J["rank_eval"], psi_jt=J["PsiJt"])
     elif method.startswith("lowrank"):
-        kw.update(J_ref=J["R"], rank=J["rank_ref"], psi_approx=ctx["kfac"] if method == "lowrank-kfac" else ctx["diag_var"])
+        kw.update(J_ref=J["R"], rank=J["rank_ref"],
+                  psi_approx=ctx["kfac"] if method == "lowrank-kfac" else ctx["diag_var"])
     P, info = la.subspace_basis(method, int(grid[-1]), return_info=True, **kw)
     if method in SUBSETS:  # P = (e_j): M = P^T (V V^T + lambda I) P from the gathered factor rows
         idx = np.argsort(-info.scores, kind="stable")[: P.shape[1]]

@@ -39,7 +39,6 @@ import warnings
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import ppl_loo as pl

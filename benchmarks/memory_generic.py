@@ -4,9 +4,9 @@ The model is a regularized-horseshoe logistic regression (Piironen & Vehtari 201
 deterministic of ``z``, ``lam``, ``tau`` and ``c2`` and whose logit is a ``pm.Deterministic``, so that
 ``ppl_loo`` detects no GLM structure and evaluates it through its full log density (the generic path of the
 adaptive search). With ``n = 126`` observations and ``p = 312`` covariates it has ``d = 2 p + 3 = 627``
-free parameters; at 4 x 1000 draws the search used to plan ``(S, d, d)`` Jacobians for the gradient flows
-(``RESOURCE_EXHAUSTED: Out of memory allocating 118...`` bytes, issue report). ``p = 1500`` (``d = 3003``)
-is the "few thousand parameters" case, which must stay under 4 GB.
+free parameters; at 4 x 1000 draws the ``(S, d, d)`` Jacobians of the gradient flows for all draws at once would
+not fit in memory, so the search must work in blocks of draws (:mod:`ppl_loo.numerics.loo.memory`).
+``p = 1500`` (``d = 3003``) is the "few thousand parameters" case, which must stay under 4 GB.
 
 Draws: nutpie NUTS on the model itself (``--tune`` tuning steps, ``target_accept = 0.9``, seed 1), cached
 under ``benchmarks/.cache/``. Each ``pl.loo`` runs in a fresh process (its peak resident memory is that
@@ -93,7 +93,6 @@ def child(p, path, transforms="all"):
     import xarray as xr
 
     import ppl_loo as pl
-
     import ppl_loo.workflow.loo.loo as loo_module
 
     model = horseshoe_model(p)

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
+
 import jax
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)

@@ -26,8 +26,8 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import jax
+import numpy as np
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -62,8 +62,8 @@ def main():
 
     import ppl_loo as pl
     from ppl_loo.datasets import load_ovarian
-    from ppl_loo.models import LogisticRegression
     from ppl_loo.model.pymc.adapter import PyMCModel
+    from ppl_loo.models import LogisticRegression
     from ppl_loo.sampling import sample_nuts
 
     warnings.filterwarnings("ignore")

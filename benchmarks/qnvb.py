@@ -60,12 +60,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 
 import ppl_loo as pl
 from ppl_loo.datasets import load_ovarian
 from ppl_loo.jax_settings import x64
 from ppl_loo.numerics import qnvb as Q
-from jax.experimental import io_callback
 
 OUT = Path(__file__).resolve().parent / "results" / "qnvb.json"
 OUT_QUICK = Path(__file__).resolve().parent / ".cache" / "qnvb_quick.json"

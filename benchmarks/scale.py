@@ -1,4 +1,4 @@
-"""Scale (issue 17): LOO on a synthetic logistic regression with n = 10^4, 10^5, 10^6 observations stored in zarr.
+"""Scale: LOO on a synthetic logistic regression with n = 10^4, 10^5, 10^6 observations stored in zarr.
 
     .venv/bin/python benchmarks/scale.py                      # n = 10^4, 10^5 (add --sizes 10000 100000 1000000)
     .venv/bin/python benchmarks/scale.py --reduced --out X.json   # what tests/test_scale_benchmark.py runs
@@ -24,8 +24,8 @@ dask workers included) sampled every 0.1 s from here. A process whose tree passe
   ``dask.distributed`` ``LocalCluster`` of 1 and 2 worker processes (``client=``); called twice, the second call
   timed; throughput = searched observations per second.
 
-A call that fails is an ``error: ...`` cell, never a number. Prints a table and the targets of the issue, and
-writes ``benchmarks/results/scale.json`` (machine, versions, settings, every number).
+A call that fails is an ``error: ...`` cell, never a number. Prints a table and the scale targets (memory, speed,
+throughput), and writes ``benchmarks/results/scale.json`` (machine, versions, settings, every number).
 """
 
 from __future__ import annotations
@@ -223,7 +223,8 @@ def agreement(runs, arrays):
     if len(adaptive) > 1:
         keys = sorted(adaptive)
         out["adaptive across worker counts"] = {
-            "compared": keys, "max_abs_elpd_diff": max(abs(adaptive[k]["elpd"] - adaptive[keys[0]]["elpd"]) for k in keys),
+            "compared": keys, "max_abs_elpd_diff": max(abs(adaptive[k]["elpd"] - adaptive[keys[0]]["elpd"])
+                                                       for k in keys),
             "max_abs_elpd_i_diff": max((float(np.max(np.abs(arrays[k]["elpd_i"] - arrays[keys[0]]["elpd_i"])))
                                         for k in keys if "elpd_i" in arrays.get(k, {})), default=None)}
     return out
@@ -238,7 +239,8 @@ def fit_exponent(ns, ts):
 
 
 def targets(sizes, runs):
-    ours = ["plain_ours", "subsample_ours"] + sorted({k for n in sizes for k in runs[str(n)] if k.startswith("adaptive")})
+    adaptive_rows = sorted({k for n in sizes for k in runs[str(n)] if k.startswith("adaptive")})
+    ours = ["plain_ours", "subsample_ours"] + adaptive_rows
     out = {"memory_below_4gb": {}, "plain_within_1.5x_of_arviz_stats": {}, "throughput_grows_with_workers": {}}
     for n in sizes:
         rn = runs[str(n)]
@@ -251,7 +253,8 @@ def targets(sizes, runs):
         a, b = rn.get("plain_ours", {}), rn.get("plain_arviz_chunked", {})
         if "wall_s" in a and "wall_s" in b and "error" not in a and "error" not in b:
             ratio = a["wall_s"] / b["wall_s"]
-            out["plain_within_1.5x_of_arviz_stats"][str(n)] = {"ratio": ratio, "verdict": "pass" if ratio <= 1.5 else "FAIL"}
+            out["plain_within_1.5x_of_arviz_stats"][str(n)] = {"ratio": ratio,
+                                                               "verdict": "pass" if ratio <= 1.5 else "FAIL"}
         else:
             out["plain_within_1.5x_of_arviz_stats"][str(n)] = {"verdict": "error (a row did not run)"}
         tp = {k: rn[k].get("obs_per_s_search", rn[k].get("obs_per_s")) for k in rn
@@ -283,7 +286,8 @@ def cell(r, key, fmt):
 
 
 def print_table(sizes, runs, agree, tg):
-    head = f"{'n':>8} {'row':<40} {'wall [s]':>9} {'peak tree [GB]':>15} {'+ over base [GB]':>17} {'elpd':>16} {'obs/s':>8}"
+    head = (f"{'n':>8} {'row':<40} {'wall [s]':>9} {'peak tree [GB]':>15} {'+ over base [GB]':>17} {'elpd':>16} "
+            f"{'obs/s':>8}")
     print("\n" + head + "\n" + "-" * len(head))
     errors = []
     for n in sizes:
@@ -301,7 +305,7 @@ def print_table(sizes, runs, agree, tg):
         for pair, d in agree[str(n)].items():
             text = d.get("not_compared") or ", ".join(f"{k} {v:.2e}" for k, v in d.items() if isinstance(v, float))
             print(f"{n:>8} {pair}: {text[:200]}")
-    print("\ntargets of the issue:")
+    print("\ntargets:")
     for n in sizes:
         print(f"{n:>8} peak memory < 4 GB: " + ", ".join(f"{k} {v}" for k, v in tg["memory_below_4gb"][str(n)].items()))
         p = tg["plain_within_1.5x_of_arviz_stats"][str(n)]

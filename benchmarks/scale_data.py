@@ -10,7 +10,8 @@ Design (n-invariant number of high-k observations):
 - Posterior: the Laplace approximation of ``pl.models.LogisticRegression(X, y)``'s posterior (its default prior,
   ``beta0 ~ N(0, 5^2)``, ``beta_j ~ N(0, 1)``): Newton's method on the full data to the mode (``X^T W X`` is a
   ``(11, 11)`` product, cheap even at n = 10^6), then ``S`` draws ``mode + L^{-T} z`` with ``H = L L^T`` the Hessian
-  of the negative log posterior at the mode, ``z`` standard normal from the seed, stored as 4 chains (each half-chain whitened: :func:`balanced_normal`). No MCMC:
+  of the negative log posterior at the mode, ``z`` standard normal from the seed, stored as 4 chains (each half-chain
+  whitened: :func:`balanced_normal`). No MCMC:
   at n = 10^6 the posterior is very nearly Gaussian, and what is measured is LOO on given draws.
 - ``log_likelihood/y`` (chain, draw, obs_id) is a dask array of ``map_blocks`` over chunks of observations,
   written with ``DataTree.to_zarr``: each block is computed and written on its own, the array is never whole in
@@ -147,7 +148,8 @@ def generate(data_dir, n, S, seed=0, chunk_obs=5000):
     constant = xr.Dataset({"X": (("obs_id", "feature"), X)}, coords={"obs_id": obs, "feature": feature})
     tree = xr.DataTree.from_dict({"posterior": posterior, "log_likelihood": log_lik, "observed_data": observed,
                                   "constant_data": constant})
-    tree.attrs.update({"description": "synthetic logistic regression, Laplace-approximation draws (benchmarks/scale.py)",
+    tree.attrs.update({"description":
+                       "synthetic logistic regression, Laplace-approximation draws (benchmarks/scale.py)",
                        "rare_observations": json.dumps(rare.tolist()), "laplace_mode": json.dumps(mode.tolist())})
     # uncompressed: float64 draws of a log-likelihood hardly compress, and the codec would dominate the I/O time
     encoding = {"/log_likelihood": {"y": {"compressors": None}}}

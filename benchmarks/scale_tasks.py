@@ -184,7 +184,8 @@ def adaptive(tree, spec):
     return res
 
 
-TASKS = {f.__name__: f for f in (plain_ours, plain_ours_memory, plain_arviz_lazy, plain_arviz_memory, plain_arviz_chunked,
+TASKS = {f.__name__: f
+         for f in (plain_ours, plain_ours_memory, plain_arviz_lazy, plain_arviz_memory, plain_arviz_chunked,
                                   subsample_ours, subsample_arviz, subsample_arviz_memory, adaptive)}
 
 

@@ -1,9 +1,9 @@
 """Cost and accuracy of ``pl.loo``'s second opinions (mixture importance sampling, tempered SMC).
 
-For each model: the wall time of one NUTS fit of the model (the user's fit), of today's search alone
+For each model: the wall time of one NUTS fit of the model (the user's fit), of the search alone
 (``pl.loo(..., mixture=False, smc=False)``), of ``pl.loo`` with its defaults (``mixture="auto"``,
 ``smc="auto"``) and, within it, of the mixture run and of SMC; the ratio of the defaults' wall to
-``fit + search`` (the issue's target: at most 2.5 x the fit plus the search); how many observations are
+``fit + search`` (the target: at most 2.5 x the fit plus the search); how many observations are
 doubtful before and after, the evidence counts, and, where the model has one, the largest |error| against
 the exact LOO. The ovarian rows are scored against the truth suite's refit truth
 (``benchmarks/results/truth/ovarian_lr.json``: bridge sampling over one refit per observation): how many
@@ -117,7 +117,8 @@ def measure(name, model, data, t_fit, exact, seed):
         within = np.abs(err) <= 3 * np.hypot(after.mcse_elpd_i.values.ravel(), tse)
         vouched = ev != ""
         row.update({"vouched": int(vouched.sum()), "vouched_and_within_3se": int((vouched & within).sum()),
-                    "silent_failures": int((vouched & ~within).sum()), "mean_abs_error_after": float(np.mean(np.abs(err))),
+                    "silent_failures": int((vouched & ~within).sum()),
+                    "mean_abs_error_after": float(np.mean(np.abs(err))),
                     "max_abs_error_after": float(np.max(np.abs(err))),
                     "mean_abs_error_plain": float(np.mean(np.abs(pl.loo(data).elpd_i.values.ravel() - value)))})
     elif exact is not None:

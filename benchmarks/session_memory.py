@@ -263,7 +263,8 @@ def main():
                                  for k, c in calls.items() if c["error"]})}
     print("\n" + json.dumps(summary, indent=1))
     result = {"what": "a session of pl.loo and the after-LOO functions over three models (module docstring)",
-              "reduced": args.reduced, "rounds": rounds, "logistic": {"n": n_lr, "p": p_lr, "pm_sample_s": specs[1]["fit_s"]},
+              "reduced": args.reduced, "rounds": rounds,
+              "logistic": {"n": n_lr, "p": p_lr, "pm_sample_s": specs[1]["fit_s"]},
               "jax_linear": {"n": n_lin, "p": p_lin}, "cpu_count": os.cpu_count(),
               "load_average_1min_at_end": os.getloadavg()[0], "summary": summary, "rows": rows,
               "logistic_after_loo_vs_fit_and_arviz": compare}

@@ -36,8 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import jax
+import numpy as np
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)

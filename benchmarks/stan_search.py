@@ -1,14 +1,14 @@
-"""Seconds per observation of ``pl.loo``'s adaptive search on small Stan programs (issue 26).
+"""Seconds per observation of ``pl.loo``'s adaptive search on small Stan programs.
 
     .venv/bin/python benchmarks/stan_search.py            # three programs, 2,000 draws
     .venv/bin/python benchmarks/stan_search.py --reduced  # the Poisson-lognormal one, 12 observations (CI)
 
 Prints a table and writes ``benchmarks/results/stan_search.json`` (``--out`` elsewhere). Each model is a
-regression with an offset and one extreme count (the issue's report: 3 parameters, 40 observations, 2,000
-draws, "5 s per observation"), sampled with Stan's NUTS through the bridge (``ppl-loo sample``'s sampler).
+regression with an offset and one extreme count (3 parameters, 40 observations, 2,000 draws),
+sampled with Stan's NUTS through the bridge (``ppl-loo sample``'s sampler).
 ``pl.loo(data, model, mixture=False, smc=False)`` is timed warm (the search's JIT compile done by a first
 call): with at most 100 observations those with plain k above 0.3 or a high influence are examined
-(``adapt="auto"``; every one before stop 33), 121 candidates each (11 transformations x 11 steps), on the draws
+(``adapt="auto"``), 121 candidates each (11 transformations x 11 steps), on the draws
 of the fit. Seconds per observation are over all ``n`` observations of the data (``examined``: how many the
 search examined, and the seconds per examined one). Programs: a negative-binomial and a Poisson regression
 with 40 observations (3 and 2 parameters: the LOO density is the program on the data without the observation),
@@ -17,9 +17,9 @@ density is ``log p(theta | y) - log_lik[i]``, the derived ``log_lik`` program of
 Rows are printed and the JSON written as each program finishes.
 
 For each model the search runs twice (three times for the regressions: also with ``adapt="all"``, every
-observation examined as before stop 33), with the full-model cache of the Stan callbacks
+observation examined), with the full-model cache of the Stan callbacks
 (``ppl_loo.model.stan.posterior.FULL_CACHE_ENTRIES``) and without it (0 entries: every callback
-evaluates the full model itself, as before the cache); the two must give identical ``elpd_i``. Columns:
+evaluates the full model itself); the two must give identical ``elpd_i``. Columns:
 wall seconds, seconds per observation, draws evaluated by the bridge (full model, derived ``log_lik``
 programs) and microseconds per evaluated draw.
 """
@@ -184,7 +184,7 @@ def main(argv=None):
               {"neg_binomial": (NB, 40), "poisson": (POISSON, 40), "poisson_lognormal": (LATENT, 20)})
     draws = 1000 if args.reduced else 2000
     cases = (("without cache", 0, "auto"), ("with cache", 2, "auto"))
-    every = ("adapt='all'", 2, "all")  # every observation examined, as before stop 33 (the regressions only)
+    every = ("adapt='all'", 2, "all")  # every observation examined (the regressions only)
     print(f"{'model':<18}{'case':<16}{'n':>4}{'examined':>9}{'wall s':>9}{'s/obs':>8}{'s/examined':>11}"
           f"{'draws evaluated':>17}{'us/draw':>9}{'elpd':>11}", flush=True)
     rows = {}

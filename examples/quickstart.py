@@ -15,7 +15,8 @@ y = np.r_[np.random.default_rng(0).normal(size=11), 7.5]
 
 
 def log_prior(p):
-    return jst.norm.logpdf(p["mu"], 0, 10) + jst.norm.logpdf(p["sigma"], 0, 5)  # half-normal up to a constant (sigma > 0)
+    # the second term is a half-normal up to a constant (sigma > 0)
+    return jst.norm.logpdf(p["mu"], 0, 10) + jst.norm.logpdf(p["sigma"], 0, 5)
 
 
 def log_lik(p):

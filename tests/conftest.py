@@ -87,7 +87,8 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_logstart(nodeid, location):
     if _TRACE:
         with open(_TRACE, "a") as fh:
-            fh.write(f"{time.strftime('%H:%M:%S')} {nodeid} rss={_status('VmRSS') // 1024}MB threads={_status('Threads')} maps={_n_maps()}\n")
+            fh.write(f"{time.strftime('%H:%M:%S')} {nodeid} rss={_status('VmRSS') // 1024}MB "
+                     f"threads={_status('Threads')} maps={_n_maps()}\n")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,4 +1,4 @@
-"""The batched-refits benchmark (``benchmarks/batched_refits.py``) in its reduced mode, end to end, so that it cannot rot.
+"""The batched-refits benchmark (``benchmarks/batched_refits.py``) in its reduced mode, end to end, so it cannot rot.
 
 Runs ``benchmarks/batched_refits.py --reduced``: 8 refits of the leverage regression of ``tests/gaussian_models.py``
 (n = 40, p = 15, sigma known: exact LOO in closed form), batched and one after the other, and checks them against

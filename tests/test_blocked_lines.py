@@ -47,7 +47,8 @@ def test_line_eval_blocked_equals_unblocked(prior):
     dense = jnp.zeros((S, plain.dim)).at[:, :q].set(rng.normal(size=(S, q)))
     pad = lambda v: jnp.zeros(plain.dim).at[:q].set(v)  # noqa: E731
     deltas = [dense, DiagAffine(pad(rng.normal(size=q)), pad(rng.normal(size=q))),
-              LowRank(jnp.asarray(rng.normal(size=(S, 2))), jnp.zeros((2, plain.dim)).at[:, :q].set(rng.normal(size=(2, q))))]
+              LowRank(jnp.asarray(rng.normal(size=(S, 2))),
+                      jnp.zeros((2, plain.dim)).at[:, :q].set(rng.normal(size=(2, q))))]
     c_plain, c_blocked = plain.line_cache(theta), blocked.line_cache(theta)
     assert c_plain[2].shape == (S, N) and c_blocked[2] is None  # no (S, n) logits cached when blocked
     for delta in deltas:

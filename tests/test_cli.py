@@ -26,10 +26,11 @@ pytest.importorskip("httpstan")
 if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
-import ppl_loo as pl
-from ppl_loo.cli import main
 from cli_tools import run_cli
 from data_paths import EIGHT_SCHOOLS as ES_DIR
+
+import ppl_loo as pl
+from ppl_loo.cli import main
 from ppl_loo.cli.inputs import observed_mapping, read_csvs
 from ppl_loo.stan import as_data_dict
 from ppl_loo.stan.sampler import sample_cmdstan_csv
@@ -102,7 +103,8 @@ def test_out_round_trips_and_text_output(work, fit_json):
     _, summary, _ = fit_json
     tree = xr.open_datatree(work / "fit.nc")
     res = pl.LooResult.from_datatree(tree)
-    assert res.elpd == pytest.approx(summary["elpd_loo"], rel=1e-12) and res.se == pytest.approx(summary["se"], rel=1e-12)
+    assert res.elpd == pytest.approx(summary["elpd_loo"], rel=1e-12)
+    assert res.se == pytest.approx(summary["se"], rel=1e-12)
     np.testing.assert_allclose(res.elpd_i.values, summary["elpd_i"], rtol=1e-12)
     assert tree["posterior"]["mu"].shape == (2, 400)
     assert tree.attrs["ppl_loo_stan_file"] == str(NORMAL) and "y ~ normal(mu, sigma)" in tree.attrs["ppl_loo_stan_code"]
@@ -354,13 +356,14 @@ def _script(*argv):
 def test_subprocess_exit_statuses(work, tmp_path):
     proc = _script("loo", NORMAL, "--data", tmp_path / "nope.json", work / "csv")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"ppl-loo: error: {tmp_path / 'nope.json'}: no such data file; give the .json or .R (R dump) " \
-                          "data file the program was run with\n"
+    assert proc.stderr == (f"ppl-loo: error: {tmp_path / 'nope.json'}: no such data file; give the .json or .R "
+                           "(R dump) data file the program was run with\n")
     bad = tmp_path / "bad.stan"
     bad.write_text("parameters { real mu }\n")
     proc = _script("loo", bad, work / "csv")
     last = proc.stderr.splitlines()[-1]  # after the notice that the program is being compiled
-    assert proc.returncode == 3 and last.startswith(f"ppl-loo: error: {bad}: Syntax error") and "Traceback" not in proc.stderr
+    assert proc.returncode == 3 and last.startswith(f"ppl-loo: error: {bad}: Syntax error")
+    assert "Traceback" not in proc.stderr
     proc = _script("compare", "--help")
     assert proc.returncode == 0 and "ppl-loo compare centered.nc noncentered.nc" in proc.stdout
     assert "1  results computed" in proc.stdout and "3  the Stan program does not compile" in proc.stdout

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from data_paths import EIGHT_SCHOOLS as DATA_DIR
+
 from ppl_loo.io import from_cmdstan, read_cmdstan_csv, read_rdump
 from ppl_loo.model.stan.posterior import loo_adapter
 
@@ -230,7 +230,8 @@ def test_real_csv_read_by_cmdstanpy_and_arviz(sampled):
 def test_csv_files_of_different_models_raise(sampled):
     """Chains from two different programs (eight schools by CmdStan, the ReLU net by Stan's NUTS)."""
     _, paths, _ = sampled
-    with pytest.raises(ValueError, match=r"(?s)relu_1.csv.*different header from.*output_1.csv.*a different model") as info:
+    with pytest.raises(ValueError,
+                       match=r"(?s)relu_1.csv.*different header from.*output_1.csv.*a different model") as info:
         from_cmdstan([CSV_FILES[0], paths[0]])
     assert "missing columns ['mu', 'tau', 'theta_tilde.1'" in str(info.value)
     assert "extra columns ['W1.1.1'" in str(info.value)
@@ -358,7 +359,8 @@ def test_bridge_reproduces_csv_log_lik(dt):
     assert names == ["mu", "tau"] + [f"theta_tilde.{j}" for j in range(1, 9)]
     post = dt["posterior"]
     cons = np.concatenate(
-        [post["mu"].values.reshape(-1, 1), post["tau"].values.reshape(-1, 1), post["theta_tilde"].values.reshape(-1, 8)],
+        [post["mu"].values.reshape(-1, 1), post["tau"].values.reshape(-1, 1),
+         post["theta_tilde"].values.reshape(-1, 8)],
         axis=1,
     )
     unc = model.param_unconstrain(cons)

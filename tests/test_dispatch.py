@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ppl_loo.model import as_model
-from ppl_loo.model import dispatch
+from ppl_loo.model import as_model, dispatch
 
 pm = pytest.importorskip("pymc")
 

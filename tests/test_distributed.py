@@ -26,9 +26,9 @@ import xarray as xr
 distributed = pytest.importorskip("distributed")
 pm = pytest.importorskip("pymc")
 
-import ppl_loo as pl
-from ppl_loo.sampling import sample_nuts
-from ppl_loo.workflow.loo.distributed import worker_cache_keys
+import ppl_loo as pl  # noqa: E402
+from ppl_loo.sampling import sample_nuts  # noqa: E402
+from ppl_loo.workflow.loo.distributed import worker_cache_keys  # noqa: E402
 
 NORMAL = Path(__file__).resolve().parents[1] / "stan_models" / "normal_known_sigma.stan"
 POINTWISE = ("elpd_i", "p_loo_i", "pareto_k", "pareto_k_psis", "transform", "hbar_used", "mcse_elpd_i", "n_eff_i",

@@ -5,11 +5,11 @@ import warnings
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import leverage_regression
 from scipy.special import logsumexp
 
 import ppl_loo as pl
 from ppl_loo.numerics.psis import psislw
-from gaussian_models import leverage_regression
 
 pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
 

@@ -5,9 +5,9 @@ import warnings
 import arviz_stats as azs
 import numpy as np
 import pytest
+from gaussian_models import leverage_regression, normal_mean_model
 
 import ppl_loo as pl
-from gaussian_models import leverage_regression, normal_mean_model
 
 pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from data_paths import EIGHT_SCHOOLS as ES_DIR
 
 import ppl_loo as pl
-from data_paths import EIGHT_SCHOOLS as ES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

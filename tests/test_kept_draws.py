@@ -13,12 +13,12 @@ import warnings
 
 import numpy as np
 import pytest
+from gaussian_models import leverage_problem, leverage_regression
+from linear_models import jax_model
 from scipy import stats
 from scipy.special import logsumexp
 
 import ppl_loo as pl
-from gaussian_models import leverage_problem, leverage_regression
-from linear_models import jax_model
 from ppl_loo.numerics.weighted import weighted_summary
 from ppl_loo.workflow.loo import kept as kept_module
 from ppl_loo.workflow.loo.kept import KeptDraws

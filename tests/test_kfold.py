@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from arviz_stats.utils import ELPDData
+from gaussian_models import LinearRegressionKnownNoise
 from scipy import stats
 from scipy.special import logsumexp
 
 import ppl_loo as pl
-from gaussian_models import LinearRegressionKnownNoise
 from ppl_loo.jax_settings import x64
 from ppl_loo.workflow.exact.kfold import check_kfold_model, fold_density, kfold_split
 

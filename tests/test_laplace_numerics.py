@@ -258,7 +258,7 @@ def test_T9_hessian_equals_ggn_for_linear_and_zero_residual_models(lin, net):
         H = la.hessian_precision(neg, jnp.asarray(lin["theta"]), hvp=hvp)
         np.testing.assert_allclose(la.to_dense(H), dense, atol=tol * np.abs(dense).max())
         np.testing.assert_allclose(H.diag, np.diag(dense), rtol=tol)
-    out, theta, d = net["out"], net["theta"], net["d"]
+    theta = net["theta"]
     layers = net["layers"]
     out_t = lambda t: la.dense_apply(layers, t, net["X"], activation=jnp.tanh)  # smooth: H_f != 0
     f0 = out_t(theta)

@@ -17,12 +17,12 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import leverage_fit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import leverage_fit
 from ppl_loo.numerics.weighted import weighted_quantile, weighted_summary
 from ppl_loo.sampling import sample_nuts
 

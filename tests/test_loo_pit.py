@@ -18,10 +18,10 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import leverage_fit, leverage_regression
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import leverage_fit, leverage_regression
 from ppl_loo.numerics.weighted import weighted_summary
 from ppl_loo.sampling import sample_nuts
 

@@ -16,9 +16,9 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import leverage_fit
 
 import ppl_loo as pl
-from gaussian_models import leverage_fit
 from ppl_loo.sampling import sample_nuts
 
 Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 0.7, -0.5])

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import LinearRegressionKnownNoise
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import LinearRegressionKnownNoise
 from ppl_loo.numerics.subsample import diff_srs, hansen_hurwitz, srs
 
 pytestmark = pytest.mark.x64
@@ -82,7 +82,6 @@ def test_estimates_cover_the_full_data_elpd(synthetic, estimator):
 def test_estimators_closed_forms():
     rng = np.random.default_rng(1)
     y_all = -np.abs(rng.normal(1.0, 0.5, 50))
-    a_all = y_all + rng.normal(0.0, 0.01, 50)
     idx = np.arange(0, 50, 5)
     # srs: N mean(y), N^2 (1 - m/N) var / m, N var
     total, sub_se, se = srs(y_all[idx], 50)

@@ -13,11 +13,10 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 import xarray as xr
+from data_paths import OVARIAN
 from scipy import special, stats
 
-from data_paths import OVARIAN
 from ppl_loo.datasets import load_ovarian
-from ppl_loo.models import JaxModel, LogisticRegression, PosteriorModel, ReluNet
 from ppl_loo.model.jax.bijectors import (
     Exp,
     Identity,
@@ -27,9 +26,11 @@ from ppl_loo.model.jax.bijectors import (
     SimplexStickBreaking,
     UpperBound,
 )
+from ppl_loo.models import JaxModel, LogisticRegression, PosteriorModel, ReluNet
 from ppl_loo.sampling import sample_nuts
 
-pytestmark = pytest.mark.x64  # calls the models' and bijectors' JAX functions directly: the user's own JAX code (conftest.py)
+# calls the models' and bijectors' JAX functions directly: the user's own JAX code (conftest.py)
+pytestmark = pytest.mark.x64
 
 #: SHA-256 of the full ``ovarian_x.csv`` parsed by ``np.loadtxt(..., delimiter=",")`` (float64, C order): the
 #: source file itself is 1.6 MB and not in the repository (tests/data/README.md)
@@ -223,7 +224,8 @@ def test_unconstrain_errors_are_clear():
         m.unconstrain({"mu": np.zeros(4)})
     with pytest.raises(ValueError, match="'mu' has shape"):
         m.unconstrain({"mu": np.zeros((4, 3, 2)), "sigma": np.ones(4)})
-    ds = xr.Dataset({"mu": (("chain", "draw", "k"), np.zeros((2, 2, 3))), "sigma": (("chain", "draw"), np.ones((2, 2)))})
+    ds = xr.Dataset({"mu": (("chain", "draw", "k"), np.zeros((2, 2, 3))),
+                     "sigma": (("chain", "draw"), np.ones((2, 2)))})
     with pytest.raises(ValueError, match=r"'mu' has per-draw shape \(3,\)"):
         m.unconstrain(ds)
     with pytest.raises(ValueError, match="'mu' has 1 draw.*non-finite"):
@@ -404,7 +406,8 @@ def test_nuts_recovers_conjugate_normal_posterior():
     for name in ("diverging", "tree_depth", "n_steps", "energy", "step_size", "lp", "acceptance_rate"):
         assert ss[name].shape == (2, 200)
     assert int(ss["diverging"].sum()) == 0
-    np.testing.assert_allclose(ss["lp"].values, np.asarray(m.log_density(draws.reshape(-1, 1))).reshape(2, 200), rtol=1e-10)
+    np.testing.assert_allclose(ss["lp"].values, np.asarray(m.log_density(draws.reshape(-1, 1))).reshape(2, 200),
+                               rtol=1e-10)
     np.testing.assert_allclose(m.unconstrain(dt).ravel(), draws.ravel())  # chain-major
 
 

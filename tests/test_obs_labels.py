@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 import xarray as xr
 from arviz_base import from_dict
-
-import ppl_loo as pl
 from data_paths import EIGHT_SCHOOLS as ES
 
+import ppl_loo as pl
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""Out-of-core ``pl.loo`` (a log-likelihood larger than memory): a dask-backed log-likelihood read in chunks of observations
-gives the numbers of the in-memory path, never loads the whole ``(S, n)`` array, and with a model
-evaluates the model only on the observations plain PSIS flags."""
+"""Out-of-core ``pl.loo`` (a log-likelihood larger than memory): a dask-backed log-likelihood read in chunks of
+observations gives the numbers of the in-memory path, never loads the whole ``(S, n)`` array, and with a model evaluates
+the model only on the observations plain PSIS flags."""
 
 import warnings
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import xarray as xr
 from dask.callbacks import Callback
+from gaussian_models import leverage_regression
 
 import ppl_loo as pl
 from ppl_loo.model import as_model
-from gaussian_models import leverage_regression
 
 N_OBS = 301  # no chunk size below divides it
 

@@ -18,13 +18,13 @@ from scipy import stats
 
 from ppl_loo.numerics.vi import objective as P
 from ppl_loo.numerics.vi import scores as S
-from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
 from ppl_loo.numerics.vi.families import (
     flatten_params,
     flow,
     get_family,
     meanfield,
 )
+from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
 
 pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
 

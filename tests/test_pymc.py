@@ -15,10 +15,10 @@ from scipy.special import expit, logsumexp
 pm = pytest.importorskip("pymc")
 azs = pytest.importorskip("arviz_stats")
 
-import ppl_loo as pl
-from ppl_loo.models import LogisticRegression
-from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS
+import ppl_loo as pl  # noqa: E402
+from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
+from ppl_loo.models import LogisticRegression  # noqa: E402
+from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS  # noqa: E402
 
 pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
 

@@ -19,8 +19,8 @@ from scipy.stats import multivariate_normal, norm
 pm = pytest.importorskip("pymc")
 azs = pytest.importorskip("arviz_stats")
 
-import ppl_loo as pl
-from ppl_loo.model.pymc.adapter import PyMCModel
+import ppl_loo as pl  # noqa: E402
+from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
 
 SAMPLE = {"draws": 500, "tune": 500, "chains": 2, "cores": 1, "progressbar": False,
           "compute_convergence_checks": False}

@@ -21,7 +21,7 @@ from scipy.stats import poisson
 pm = pytest.importorskip("pymc")
 azs = pytest.importorskip("arviz_stats")
 
-import ppl_loo as pl
+import ppl_loo as pl  # noqa: E402
 
 SAMPLE = {
     "draws": 500,
@@ -117,7 +117,8 @@ def test_poisson_adapted_elpd_i_vs_refit(poisson_fit):
         mcse_refit = float(np.std(w, ddof=1) / np.mean(w) / np.sqrt(_ess(w)))  # delta method, log of a mean
         e_ad = float(res.elpd_i.values[i])
         e_psis = float(logsumexp(lw_psis[:, i] + ll_full[:, i]))
-        lines.append(f"obs {i:2d} (y={y[i]:2d}, k_psis={res.pareto_k_psis.values[i]:.3f}, k={res.pareto_k.values[i]:.3f}, "
+        lines.append(f"obs {i:2d} (y={y[i]:2d}, k_psis={res.pareto_k_psis.values[i]:.3f}, "
+                     f"k={res.pareto_k.values[i]:.3f}, "
                      f"{res.transform.values[i]}): ppl_loo {e_ad:.4f} +- {res.mcse_elpd_i.values[i]:.4f}, refit "
                      f"{elpd_refit:.4f} +- {mcse_refit:.4f}, plain PSIS {e_psis:.4f}: "
                      f"|diff| = {abs(e_ad - elpd_refit) / mcse_refit:.2f} refit MCSE")

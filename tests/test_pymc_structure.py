@@ -20,10 +20,10 @@ import pytest
 pm = pytest.importorskip("pymc")
 pt = pytest.importorskip("pytensor.tensor")
 
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
-from ppl_loo.numerics.transforms import DiagAffine, LowRank
+from ppl_loo.model.jax.base import PosteriorModel  # noqa: E402
+from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
+from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search  # noqa: E402
+from ppl_loo.numerics.transforms import DiagAffine, LowRank  # noqa: E402
 
 pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays: the user's own JAX code (conftest.py)
 

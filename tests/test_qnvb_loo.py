@@ -10,10 +10,9 @@ import shutil
 
 import numpy as np
 import pytest
-
-import ppl_loo as pl
 from scipy import stats
 
+import ppl_loo as pl
 from tests.linear_models import jax_model, mean_field_sd, problem, pymc_model, stan_model
 
 

@@ -3,9 +3,9 @@
 Given R's own PSIS weights, the LOO mean (``E_loo``) and the predictive metrics are identical to R's to 1e-8;
 loo 2.5.1's variance, quantile and expectation k-hat are defined differently from ``arviz_stats`` 1.3's (which
 ``pl.loo_expectation`` follows), and the test pins what R computes there
-(``test_what_r_251_computes_for_variance_and_quantiles``). PSIS itself differs between R 2.5.1 and ``arviz_stats`` 1.3 (whose
-numbers ``pl.loo`` reproduces to 1e-8) in the tail smoothing, at relative 1e-5 in ``elpd_i``: those comparisons, and
-the end-to-end ones through ``pl`` functions, carry that tolerance.
+(``test_what_r_251_computes_for_variance_and_quantiles``). PSIS itself differs between R 2.5.1 and ``arviz_stats`` 1.3
+(whose numbers ``pl.loo`` reproduces to 1e-8) in the tail smoothing, at relative 1e-5 in ``elpd_i``: those comparisons,
+and the end-to-end ones through ``pl`` functions, carry that tolerance.
 
 The input (a normal mean with known sigma, 12 ordinary observations and one outlier; 4 x 500 draws) and R's
 numbers are committed in ``tests/data/r_loo/`` by ``benchmarks/r_loo/make_reference.py`` (R's side:

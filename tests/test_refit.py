@@ -65,7 +65,8 @@ def _check_refits(res, targets):
         assert not bool(res.doubtful.values[i])
         assert str(res.evidence.values[i]) == "refit"  # whole, not cut to the width of the other labels ("psis")
         err = abs(res.elpd_i.values[i] - exact[i])
-        assert err <= 4 * res.mcse_elpd_i.values[i] + 0.01, (i, res.elpd_i.values[i], exact[i], res.mcse_elpd_i.values[i])
+        assert err <= 4 * res.mcse_elpd_i.values[i] + 0.01, (i, res.elpd_i.values[i], exact[i],
+                                                             res.mcse_elpd_i.values[i])
         assert res.refit_info[i]["rhat_loglik"] <= 1.01 and res.refit_info[i]["rhat_max"] <= 1.01  # vouched for
     assert int(res.refit.values.sum()) == len(targets)
     # the rest is unchanged by the refits

@@ -16,13 +16,23 @@ import pandas as pd
 import pytest
 import xarray as xr
 from arviz_base import load_arviz_data
+from gaussian_models import leverage_regression
+from report_helpers import (
+    DOUBTFUL,
+    REFIT,
+    ReportReader,
+    hand_categories,
+    logistic_fits,
+    narrow_fit,
+    outlier_fits,
+    png_bytes,
+    png_shape,
+    same_value,
+)
 
 import ppl_loo as pl
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
 from ppl_loo.workflow.report.report import CATEGORIES, SECTIONS, STACKING, category_counts, observation_categories
-from gaussian_models import leverage_regression
-from report_helpers import (DOUBTFUL, REFIT, ReportReader, hand_categories, logistic_fits, narrow_fit, outlier_fits,
-                            png_bytes, png_shape, same_value)
 
 pytest.importorskip("pymc")
 
@@ -131,7 +141,8 @@ def test_compare_accepts_trees_paths_and_lists(eight, tmp_path):
     path = tmp_path / "non_centered.nc"
     pl.add_loo(trees["non_centered"], res["non_centered"]).to_netcdf(path)
     ref = azs.compare({"centered": res["centered"], "non_centered": res["non_centered"]}, round_to="none")
-    for inputs in ({"centered": tree_c, "non_centered": path}, {"centered": res["centered"], "non_centered": str(path)}):
+    for inputs in ({"centered": tree_c, "non_centered": path},
+                   {"centered": res["centered"], "non_centered": str(path)}):
         got = pl.compare(inputs, round_to="none")
         pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
         assert (got["n_adapted"] == 0).all() and (got["diff_flagged"] == 0.0).all()
@@ -283,6 +294,7 @@ def test_loo_pit_with_a_stan_log_lik_name(eight, tmp_path):
     ``y`` (what ``ppl-loo loo --posterior-predictive y_hat=y`` writes). The report draws the LOO-PIT of y with
     log_lik's values, and the PIT it plots equals arviz_stats.loo_pit of the same tree written under one name."""
     import xarray as xr
+
     from ppl_loo.workflow.report.report import _pit_reason
 
     tree = load_arviz_data("non_centered_eight")

@@ -16,18 +16,17 @@ content are on the page.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from report_helpers import DOUBTFUL, PNG_SIGNATURE, REFIT, hand_categories, logistic_fits, outlier_fits, same_value
 
 import ppl_loo as pl
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
 from ppl_loo.workflow.report.report import CATEGORIES, STACKING
-from report_helpers import DOUBTFUL, PNG_SIGNATURE, REFIT, hand_categories, logistic_fits, outlier_fits, same_value
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -76,7 +75,8 @@ def _full_page_png(driver):
 READ_TABLE = """
 const rows = Array.from(document.querySelectorAll('#compare-table tbody tr'));
 return rows.map(tr => [tr.querySelector('th').textContent,
-                       Object.fromEntries(Array.from(tr.querySelectorAll('td')).map(td => [td.dataset.col, td.dataset.value]))]);
+                       Object.fromEntries(Array.from(tr.querySelectorAll('td'))
+                                               .map(td => [td.dataset.col, td.dataset.value]))]);
 """
 READ_IMAGES = "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]);"
 
@@ -128,7 +128,8 @@ for (const p of document.querySelectorAll('p.counts')) {
   const rows = Array.from(document.getElementById('obs-' + model)?.querySelectorAll('tbody tr') ?? []);
   const table = Array.from(document.querySelectorAll('#compare-table tbody tr'))
                      .find(tr => tr.querySelector('th').textContent === model);
-  const cells = Object.fromEntries(Array.from(table.querySelectorAll('td')).map(td => [td.dataset.col, td.dataset.value]));
+  const cells = Object.fromEntries(Array.from(table.querySelectorAll('td'))
+                                        .map(td => [td.dataset.col, td.dataset.value]));
   const img = Array.from(document.images).find(i => i.alt === 'Pareto k of ' + model);
   out[model] = {header: {...p.dataset}, text: p.innerText, rows: rows.map(r => r.dataset.category), cells: cells,
                 legend: JSON.parse(img.dataset.legend), ylim: JSON.parse(img.dataset.ylim),

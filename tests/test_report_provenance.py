@@ -10,7 +10,6 @@ import re
 from html import unescape
 
 import pytest
-
 from cli_tools import run_cli
 from report_helpers import ReportReader
 from test_cli import DATA, NARROW, NORMAL

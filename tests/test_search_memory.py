@@ -21,11 +21,11 @@ import pytest
 pm = pytest.importorskip("pymc")
 pt = pytest.importorskip("pytensor.tensor")
 
-from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
-from ppl_loo.numerics.loo.plan import left_out_message, search_plan
-from ppl_loo.workflow.loo.adapt import auto_batch_size
-from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS
+from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
+from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search  # noqa: E402
+from ppl_loo.numerics.loo.plan import left_out_message, search_plan  # noqa: E402
+from ppl_loo.workflow.loo.adapt import auto_batch_size  # noqa: E402
+from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS  # noqa: E402
 
 pytestmark = pytest.mark.x64  # calls the numerics directly on JAX arrays (conftest.py)
 

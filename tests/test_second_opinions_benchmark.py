@@ -1,4 +1,4 @@
-"""The second-opinions benchmark (``benchmarks/second_opinions.py``) in its reduced mode, end to end, so that it cannot rot.
+"""The second-opinions benchmark (``benchmarks/second_opinions.py``) in its reduced mode, end to end, so it cannot rot.
 
 Runs ``benchmarks/second_opinions.py --reduced`` (the JAX leverage regression of ``tests/gaussian_models.py``:
 n = 40, p = 15, two high-leverage outliers, sigma known, so the exact LOO is closed form; 4 x 500 NUTS draws)

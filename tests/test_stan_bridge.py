@@ -19,6 +19,7 @@ if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
 from data_paths import EIGHT_SCHOOLS
+
 from ppl_loo.stan import (
     StanCompileError,
     StanDataError,
@@ -157,7 +158,8 @@ def test_threads_give_identical_results(eight):
 def test_matches_pystan(eight):
     stan = pytest.importorskip("stan")
     try:
-        posterior = stan.build(EIGHT.read_text(), data={k: np.asarray(v).tolist() for k, v in EIGHT_DATA.items()}, random_seed=1)
+        posterior = stan.build(EIGHT.read_text(), data={k: np.asarray(v).tolist() for k, v in EIGHT_DATA.items()},
+                               random_seed=1)
     except Exception as exc:  # noqa: BLE001  # pragma: no cover - no httpstan server here
         pytest.skip(f"PyStan could not build the model here: {exc}")
     x = _points(eight.dim, n=3, seed=5)
@@ -174,7 +176,8 @@ def test_matches_pystan(eight):
         np.testing.assert_allclose(posterior.grad_log_prob(pt), g_b[s], rtol=1e-8, atol=1e-10)
     # constrain / unconstrain agree as well
     c_b = eight.param_constrain(x[0], include_tp=True)
-    np.testing.assert_allclose(posterior.constrain_pars(x[0].tolist(), include_tparams=True, include_gqs=False), c_b, rtol=1e-12)
+    np.testing.assert_allclose(posterior.constrain_pars(x[0].tolist(), include_tparams=True, include_gqs=False), c_b,
+                               rtol=1e-12)
 
 
 # ---------------------------------------------------------------- transforms
@@ -207,7 +210,8 @@ def test_roundtrip_random_and_split(eight):
     np.testing.assert_allclose(eight.param_unconstrain(c), u, rtol=1e-12, atol=1e-12)
     full = eight.param_constrain(u, include_tp=True, include_gq=True, seed=11)
     parts = eight.split_constrained(full, include_tp=True, include_gq=True)
-    np.testing.assert_allclose(parts["theta"], parts["mu"][:, None] + parts["tau"][:, None] * parts["theta_tilde"], rtol=1e-12)
+    np.testing.assert_allclose(parts["theta"], parts["mu"][:, None] + parts["tau"][:, None] * parts["theta_tilde"],
+                               rtol=1e-12)
     # GQ RNG is reproducible for a seed and changes with it
     np.testing.assert_array_equal(full, eight.param_constrain(u, include_tp=True, include_gq=True, seed=11))
     other = eight.param_constrain(u, include_tp=True, include_gq=True, seed=12)
@@ -278,7 +282,8 @@ def test_domain_errors_reject_or_raise(eight):
     lp2, g2 = eight.log_density_gradient(x, on_error="reject")
     assert eight.last_n_rejected == 1 and lp2[2] == -np.inf and np.all(np.isnan(g2[2]))
     np.testing.assert_allclose(g2[ok], eight.log_density_gradient(x[ok])[1], rtol=0)
-    with pytest.raises(StanEvaluationError, match=r"log_density: draw 2: .*normal_lpdf: Location parameter\[1\] is -?inf, but must be finite"):
+    with pytest.raises(StanEvaluationError, match=r"log_density: draw 2: .*normal_lpdf: "
+                                                  r"Location parameter\[1\] is -?inf, but must be finite"):
         eight.log_density(x)
     with pytest.raises(StanEvaluationError, match=r"draw 2: "):
         eight.log_density_gradient(x)

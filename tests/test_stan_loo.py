@@ -22,9 +22,9 @@ if shutil.which("g++") is None:  # pragma: no cover
 import jax
 import jax.numpy as jnp
 import xarray as xr
+from data_paths import EIGHT_SCHOOLS as ES_DIR
 
 import ppl_loo as pl
-from data_paths import EIGHT_SCHOOLS as ES_DIR
 from ppl_loo.model.stan.posterior import StanPosterior, loo_adapter
 from ppl_loo.workflow.loo.inputs import stack_draws
 from ppl_loo.workflow.loo.verdict import convergence

@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import pymc as pm
 import xarray as xr
+from data_paths import EIGHT_SCHOOLS
 from scipy import integrate, stats
 from scipy.special import gammaln, logsumexp
 
 import ppl_loo as pl
-from data_paths import EIGHT_SCHOOLS
 from ppl_loo.model.stan.posterior import LOG_LIK, StanPosterior, loo_adapter
 from ppl_loo.stan.derived import loglik_program
 from ppl_loo.workflow.loo.verdict import convergence

@@ -12,9 +12,9 @@ import jax.scipy.stats as st
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import leverage_regression, normal_mean_model
 
 import ppl_loo as pl
-from gaussian_models import leverage_regression, normal_mean_model
 from ppl_loo.sampling import sample_nuts
 
 MISSPEC = "badly misspecified"

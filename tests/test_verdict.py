@@ -5,14 +5,13 @@ of a conjugate normal model made autocorrelated, whose parameter R-hat exceeds 1
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import normal_mean_model
 from scipy import stats
 
 import ppl_loo as pl
-from gaussian_models import normal_mean_model
 from ppl_loo.workflow.loo.inputs import rank_rhat
 from ppl_loo.workflow.loo.plain import Plain
-from ppl_loo.workflow.loo.verdict import (MIN_LL_ESS, VOUCH_MAX_SE, Convergence, Evidence, Rules, convergence,
-                                          verdict)
+from ppl_loo.workflow.loo.verdict import MIN_LL_ESS, VOUCH_MAX_SE, Convergence, Evidence, Rules, convergence, verdict
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 
 S = 100
@@ -172,4 +171,5 @@ def test_fit_seconds_reads_pymc_and_stan_timings():
     assert fit_seconds(bare) is None
     assert _refit_seconds(pymc_like, "doubtful") == 12.5 and _refit_seconds(pymc_like, 60.0) == 12.5
     assert _refit_seconds(pymc_like, None) is None and _refit_seconds(pymc_like, "flagged") is None
-    assert _refit_budget(np.float64(30.0)) == 30.0 and _refit_budget("doubtful") == np.inf and _refit_budget(True) == np.inf
+    assert _refit_budget(np.float64(30.0)) == 30.0
+    assert _refit_budget("doubtful") == np.inf and _refit_budget(True) == np.inf

@@ -7,10 +7,10 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 import xarray as xr
+from gaussian_models import leverage_fit, leverage_regression
 
 import ppl_loo as pl
 from ppl_loo.model.jax.bijectors import Exp
-from gaussian_models import leverage_fit, leverage_regression
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +211,7 @@ def test_compiled_engine_cache_is_per_model_and_goes_with_it():
     import weakref
 
     from gaussian_models import normal_mean_model
+
     from ppl_loo.model import as_model
     from ppl_loo.numerics.loo import EngineConfig
     from ppl_loo.workflow.loo.engine import compiled_engine

@@ -24,9 +24,10 @@ pytest.importorskip("httpstan")
 if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
-import ppl_loo as pl
 from cli_tools import run_cli
 from data_paths import EIGHT_SCHOOLS as ES_DIR
+
+import ppl_loo as pl
 from ppl_loo.model import as_model
 from ppl_loo.stan import as_data_dict
 from ppl_loo.stan.sampler import sample_cmdstan_csv

@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, jax_model, load_json, save_json  # noqa: E402
 import jax
+from common import ROOT, jax_model, load_json, save_json  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -48,7 +48,6 @@ def _lme(a):
 
 def refit_consistency(cdir, name, model, targets):
     import jax
-
     from fits import load_fit, pooled_posterior
     from run import fit_path, refit_path
 
@@ -73,7 +72,6 @@ def refit_consistency(cdir, name, model, targets):
 
 def identity_check(cdir, name, model, targets, s=1000, hbars=(1.0, 4**-1, 4**-2, 4**-3, 4**-4, 4**-5)):
     import jax
-
     from resample import Draws, resample_index
     from run import fit_path
 

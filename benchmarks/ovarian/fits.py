@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from common import STAN_DIR, load_json, log, save_json
 
 #: constrained variables of the JAX models, per Stan program

@@ -12,7 +12,6 @@ import time
 import warnings
 
 import numpy as np
-
 from common import ALL_TRANSFORMS, HBAR, PAPERS_SEVEN
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-
 from fits import KEEP, load_fit, pooled_posterior
 
 RESAMPLE_SEED = 20240

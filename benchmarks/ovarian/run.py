@@ -20,11 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-
 import common  # noqa: E402
-from common import MODELS, cache_dir, load_data, log, save_json, settings  # noqa: E402
 import jax
+import numpy as np  # noqa: E402
+from common import MODELS, cache_dir, load_data, log, settings  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -50,7 +49,6 @@ def refit_targets(cdir, name, n):
     (``arviz_stats.loo`` on Stan's ``log_lik``)."""
     import arviz_stats as azs
     import xarray as xr
-
     from fits import KEEP, load_fit
 
     arrays, _ = load_fit(fit_path(cdir, name))

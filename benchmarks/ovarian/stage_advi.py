@@ -23,7 +23,6 @@ import time
 import warnings
 
 import numpy as np
-
 from common import jax_model, log, save_json
 from diagnose import engine_arrays
 
@@ -116,9 +115,9 @@ def fit_advi(name, model, cfg, seed):
 def run(cfg, cdir, out, logfile, models):
     import jax
     import xarray as xr
+    from scipy.special import logsumexp
 
     import ppl_loo as pl
-    from scipy.special import logsumexp
 
     for name in models:
         path = cdir / f"advi_{name}.json"
@@ -126,8 +125,8 @@ def run(cfg, cdir, out, logfile, models):
             continue
         model = jax_model(name)
         theta, log_q, info = fit_advi(name, model, cfg["advi"], SEED[name])
-        log(f"advi {name}: {info['steps']} steps in {info['wall_s']:.0f} s, final -ELBO {info['final_loss_mean_last_1000']:.1f}",
-            logfile)
+        log(f"advi {name}: {info['steps']} steps in {info['wall_s']:.0f} s, "
+            f"final -ELBO {info['final_loss_mean_last_1000']:.1f}", logfile)
         post = {k: np.asarray(v)[None] for k, v in model.constrain(theta).items()}
         dims = model.param_dims
         data = xr.DataTree.from_dict({"posterior": xr.Dataset(
@@ -155,7 +154,8 @@ def run(cfg, cdir, out, logfile, models):
         np.savez(cdir / f"advi_{name}_draws.npz", theta=theta)
         lq0 = np.asarray(jax.vmap(log_q)(jax.numpy.asarray(theta)))
         logp0 = np.asarray(jax.vmap(model.logp)(jax.numpy.asarray(theta)))
-        save_json(path, {"model": name, "fit": info, "loo_wall_s": wall, "loo_transforms": cfg["advi"]["transforms"], "elpd_i": np.asarray(res.elpd_i).ravel(),
+        save_json(path, {"model": name, "fit": info, "loo_wall_s": wall, "loo_transforms": cfg["advi"]["transforms"],
+                         "elpd_i": np.asarray(res.elpd_i).ravel(),
                          "elpd_i_plain": elpd_plain, "k": k, "k_psis": k_psis, "elpd": float(res.elpd),
                          "elpd_plain": float(np.sum(elpd_plain)), "above_0.7_plain": int(np.sum(k_psis > 0.7)),
                          "above_0.7_adaptive": int(np.sum(k > 0.7)),

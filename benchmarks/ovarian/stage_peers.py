@@ -14,7 +14,6 @@ import resource
 import warnings
 
 import numpy as np
-
 from common import PAPERS_SEVEN, THRESHOLD, jax_model, load_json, log, machine_info, save_json
 
 METHODS = ("ppl_loo", "ppl_loo_papers7", "arviz_plain", "arviz_mm", "bayesianquilts")
@@ -45,7 +44,6 @@ def identities(pl, data, model, ppl, plain):
     """The numbers the test asserts: plain PSIS of the engine vs arviz_stats, and the LOO
     predictive probability of ``pl.loo_expectation`` vs ``exp(elpd_i)``."""
     import jax
-
     from diagnose import engine_arrays
     from scipy.special import logsumexp
 
@@ -69,9 +67,11 @@ def identities(pl, data, model, ppl, plain):
     le1 = k_az <= 1.0  # above 1 the tail fit is ill-conditioned and round-off is amplified (relative check)
     return {
         "max_abs_k_engine_psis_vs_arviz_k_le_1": float(np.max(np.abs(k_eng - k_az)[le1], initial=0.0)),
-        "max_rel_k_engine_psis_vs_arviz_k_gt_1": float(np.max((np.abs(k_eng - k_az) / np.abs(k_az))[~le1], initial=0.0)),
+        "max_rel_k_engine_psis_vs_arviz_k_gt_1": float(np.max((np.abs(k_eng - k_az) / np.abs(k_az))[~le1],
+                                                              initial=0.0)),
         "max_abs_k_pl_loo_plain_vs_arviz_k_le_1": float(np.max(np.abs(k_pl - k_az)[le1], initial=0.0)),
-        "max_rel_k_pl_loo_plain_vs_arviz_k_gt_1": float(np.max((np.abs(k_pl - k_az) / np.abs(k_az))[~le1], initial=0.0)),
+        "max_rel_k_pl_loo_plain_vs_arviz_k_gt_1": float(np.max((np.abs(k_pl - k_az) / np.abs(k_az))[~le1],
+                                                               initial=0.0)),
         "max_abs_k_engine_psis_vs_arviz": float(np.max(np.abs(k_eng - k_az))),
         "max_abs_elpd_i_engine_psis_vs_arviz": float(np.max(np.abs(elpd_psis_engine - e_az))),
         "max_abs_elpd_i_pl_loo_plain_vs_arviz": float(np.max(np.abs(np.asarray(plain_pl.elpd_i).ravel() - e_az))),
@@ -103,11 +103,12 @@ def _run_ppl_loo(pl, peers, why_failed, rec, data, model, todo):
 
 
 def run(cfg, cdir, out, logfile, models):
-    import ppl_loo as pl
     import peers
     from diagnose import why_failed
     from resample import Draws, resample_index
     from run import fit_path
+
+    import ppl_loo as pl
 
     for name in models:
         path = cdir / f"peers_{name}.json"
@@ -126,7 +127,8 @@ def run(cfg, cdir, out, logfile, models):
             rec["identities"] = identities(pl, data, model, ppl, plain)
             rec["ppl_loo_rerun_with_current_engine"] = True
             save_json(path, done)
-            log(f"peers {name} r={rec['r']}: ppl_loo rerun with the current engine: {rec['ppl_loo']['above_0.7']} > 0.7, "
+            log(f"peers {name} r={rec['r']}: ppl_loo rerun with the current engine: {rec['ppl_loo']['above_0.7']} > "
+                "0.7, "
                 f"{rec['ppl_loo']['doubtful']} doubtful, {rec['ppl_loo']['wall_s']:.1f} s", logfile)
         for r in range(len(done["resamplings"]), R):
             data = draws.tree(resample_index(draws.n_total, cfg["s"], r), model)
@@ -147,7 +149,8 @@ def run(cfg, cdir, out, logfile, models):
                 except Exception as exc:  # reported with the error, never hidden
                     rec["bayesianquilts"] = {"error": f"{type(exc).__name__}: {exc}"}
             elif "bayesianquilts" in todo:
-                rec["bayesianquilts"] = {"error": f"not run on this resampling (only the first {cfg['bq_resamplings']})"}
+                rec["bayesianquilts"] = {
+                    "error": f"not run on this resampling (only the first {cfg['bq_resamplings']})"}
             elif name == "logistic":
                 rec["bayesianquilts"] = {"error": "not run in this mode (not a dependency of the project; minutes "
                                                   "per resampling)"}

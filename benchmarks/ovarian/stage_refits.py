@@ -16,7 +16,6 @@ probability of a method is ``exp(elpd_i)`` for ``y_i = 1`` and ``1 - exp(elpd_i)
 from __future__ import annotations
 
 import numpy as np
-
 from common import jax_model, load_json, log, save_json
 
 METHOD_KEYS = ("arviz_plain", "arviz_mm", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
@@ -26,7 +25,6 @@ def refit_truth(model, name, arrays, i):
     import jax
     import xarray as xr
     from arviz_stats import ess
-
     from fits import pooled_posterior
 
     C, D = arrays["lp"].shape
@@ -109,7 +107,8 @@ def run(cfg, cdir, out, logfile, models):
                 row["methods"][key] = {"elpd_i_mean": mean, "elpd_i_sd": sd, "diff": mean - truth["elpd_i"],
                                        "doubtful_share": float(np.mean(dflags)) if dflags else None,
                                        "z": float(z), "within_mc_error": bool(abs(z) <= 2.0),
-                                       "p_loo_mean": float(np.mean(p)), "p_loo_diff": float(np.mean(p) - truth["p_loo"]),
+                                       "p_loo_mean": float(np.mean(p)),
+                                       "p_loo_diff": float(np.mean(p) - truth["p_loo"]),
                                        "k_mean": float(np.mean(ks)), "n_resamplings": len(vals)}
             rows.append(row)
             log(f"refit {name} obs {i}: refit elpd_i {truth['elpd_i']:.3f} +- {truth['mcse_elpd_i']:.3f}; "
@@ -134,5 +133,6 @@ def run(cfg, cdir, out, logfile, models):
             log(f"refit control {name}: in-sample lpd_i of the refit settings on the full data vs the main fit: "
                 f"|z| > 2 for {100 * control['frac_abs_z_gt_2']:.0f}% of observations; mean difference "
                 f"{control['mean_diff_all']:+.4f} (all), {control['mean_diff_targets']:+.4f} (refit targets)", logfile)
-        save_json(cdir / f"refits_{name}.json", {"model": name, "main_fit": {k: mc[k] for k in ("max_rhat", "divergences")},
+        save_json(cdir / f"refits_{name}.json",
+                  {"model": name, "main_fit": {k: mc[k] for k in ("max_rhat", "divergences")},
                                                  "rows": rows, "summary": summary, "control": control})

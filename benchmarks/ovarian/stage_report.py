@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
 from pathlib import Path
 
-from common import (MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, THRESHOLD, load_json, machine_info, save_json)
+import numpy as np
+from common import MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, THRESHOLD, load_json, machine_info, save_json
 from stage_table1 import ROWS, row_key
 
 METHOD_ORDER = ("arviz_plain", "arviz_mm", "arviz_mm_default_cov", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
-METHOD_LABEL = {"arviz_plain": "arviz_stats.loo (plain PSIS)", "arviz_mm": "arviz_stats.loo_moment_match (split; cov=False, identical results when S < 10 d)",
+METHOD_LABEL = {"arviz_plain": "arviz_stats.loo (plain PSIS)",
+                "arviz_mm": "arviz_stats.loo_moment_match (split; cov=False, identical results when S < 10 d)",
                 "arviz_mm_default_cov": "arviz_stats.loo_moment_match (split, default cov=True)",
                 "bayesianquilts": "bayesianquilts.metrics.ais (authors)",
                 "ppl_loo_papers7": "ppl_loo, papers' seven transforms", "ppl_loo": "ppl_loo, all eleven (default)"}
@@ -36,7 +37,8 @@ def table1_section(t1, model_idx, R):
         papers = [r["counts_papers"][key] for r in res]
         project = [r["counts_project"][key] for r in res]
         rows.append({"row": label, "transforms": list(ts), "paper": None if paper is None else list(paper[model_idx]),
-                     "ours_papers_criterion": {"mean": float(np.mean(papers)), "sd": _sd(papers), "per_resampling": papers},
+                     "ours_papers_criterion": {"mean": float(np.mean(papers)), "sd": _sd(papers),
+                                               "per_resampling": papers},
                      "ours_project_criterion": {"mean": float(np.mean(project)), "sd": _sd(project),
                                                 "per_resampling": project}})
     engine = {k: {"mean": float(np.mean([r[k] for r in res])), "sd": _sd([r[k] for r in res]),
@@ -44,7 +46,8 @@ def table1_section(t1, model_idx, R):
               for k in ("engine_final_above", "engine_final_failed", "engine_final_doubtful")}
     walls = [r["wall_s"] for r in res]
     return {"rows": rows, "engine_final": engine, "settings": t1.get("settings"),
-            "wall_s_first_call_jit_included": walls[0], "wall_s_later_calls": {"mean": float(np.mean(walls[1:] or walls)),
+            "wall_s_first_call_jit_included": walls[0],
+            "wall_s_later_calls": {"mean": float(np.mean(walls[1:] or walls)),
                                                                                  "sd": _sd(walls[1:] or walls)},
             "elpd_psis": [r["elpd_psis"] for r in res], "elpd_adaptive": [r["elpd_adaptive"] for r in res],
             "per_observation": {"k_psis": [_r3(r["k_psis"]) for r in res],
@@ -102,7 +105,8 @@ def goals(models, T1, PE, RF):
             "refit_within_mc_error": None if rf is None else f"{rf['within_mc_error']}/{rf['of']}",
             "refit_goal_met": None if rf is None else rf["within_mc_error"] == rf["of"],
             "refit_missed_but_marked_doubtful": None if rf is None or "flagged_doubtful" not in rf else (
-                f"{rf['of'] - rf['within_mc_error'] - rf['missed_and_not_flagged']}/{rf['of'] - rf['within_mc_error']}"),
+                f"{rf['of'] - rf['within_mc_error'] - rf['missed_and_not_flagged']}/"
+                f"{rf['of'] - rf['within_mc_error']}"),
             "wall_per_adapted_obs_ppl_loo_s": wpo_pl, "wall_per_adapted_obs_arviz_mm_s": wpo_mm,
             "speed_goal_met": None if (wpo_mm is None or wpo_pl is None) else wpo_pl < wpo_mm,
         }
@@ -113,7 +117,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
     L = []
     w = L.append
     w(f"# Ovarian benchmark: Table 1 of the gradient-flow LOO paper, beside the peers ({cfg['mode']} mode)\n")
-    w("Regenerate everything: `.venv/bin/python benchmarks/ovarian/run.py" + (" --reduced" if cfg["mode"] == "reduced" else "")
+    w("Regenerate everything: `.venv/bin/python benchmarks/ovarian/run.py"
+      + (" --reduced" if cfg["mode"] == "reduced" else "")
       + "` (stages are cached under `benchmarks/.cache/ovarian/`; delete a file there to recompute it).\n")
     w("Timings were taken on a shared 2-core machine with other jobs running: they are inflated and noisy.\n")
     w("## MCMC (Stan NUTS through PyStan 3, the project's `stan_models/`)\n")
@@ -123,14 +128,17 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
     for name in models:
         m = MC[name]["main"]
         s = m["settings"]
-        w(f"| {MODEL_LABEL[name]} | {s['chains']} x ({s['warmup']} + {s['draws']}) | {s['adapt_delta']} / {s['max_depth']} | "
+        w(f"| {MODEL_LABEL[name]} | {s['chains']} x ({s['warmup']} + {s['draws']}) | {s['adapt_delta']} / "
+          f"{s['max_depth']} | "
           f"{m['max_rhat']:.3f} | {m['min_ess_bulk']:.0f} / {m['min_ess_tail']:.0f} | {m['max_rhat_log_lik']:.3f} | "
-          f"{m['divergences']} | {100 * m['treedepth_saturated_fraction']:.0f}% | {m['sampling_wall_s'] / 60:.1f} min |")
+          f"{m['divergences']} | {100 * m['treedepth_saturated_fraction']:.0f}% | "
+          f"{m['sampling_wall_s'] / 60:.1f} min |")
     for name in models:
         rs = MC[name]["refits"]
         if rs:
             s = next(iter(rs.values()))["settings"]
-            w(f"\nRefits of {MODEL_LABEL[name]} ({len(rs)}, {s['chains']} x ({s['warmup']} + {s['draws']}) each): max R-hat "
+            w(f"\nRefits of {MODEL_LABEL[name]} ({len(rs)}, {s['chains']} x ({s['warmup']} + {s['draws']}) each): max "
+              "R-hat "
               f"{max(r['max_rhat'] for r in rs.values()):.3f}, max R-hat of log_lik "
               f"{max(r['max_rhat_log_lik'] for r in rs.values()):.3f}, divergences "
               f"{sum(r['divergences'] for r in rs.values())}, total sampling "
@@ -140,7 +148,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
     w(f"## Table 1: observations with k > {THRESHOLD} after the transformations (mean ± sd over resamplings of "
       f"s = {cfg['s']} draws; resamplings done {n_done})\n")
     w("Papers' criterion: k-hat of the importance weights alone (as the papers). Project's criterion: the larger of "
-      "the weights' k-hat and the elpd numerator's k-hat. Every transformation over hbar = 4^-r, r = 0..10 (MM1/MM2/MM3 "
+      "the weights' k-hat and the elpd numerator's k-hat. Every transformation over hbar = 4^-r, r = 0..10 "
+      "(MM1/MM2/MM3 "
       "at hbar = 1, mm_iter 1-3 iterations, newton(_mix) steps 1, 1/2, 1/4).\n")
     hdr = "| transformations |"
     sep = "|---|"
@@ -154,14 +163,16 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
         for name in models:
             r = T1[name]["rows"][j]
             p = r["paper"]
-            line += (f" {'—' if p is None else f'{p[0]} ± {p[1]}'} | {ms(r['ours_papers_criterion']['per_resampling'])} |"
+            line += (f" {'—' if p is None else f'{p[0]} ± {p[1]}'} | "
+                     f"{ms(r['ours_papers_criterion']['per_resampling'])} |"
                      f" {ms(r['ours_project_criterion']['per_resampling'])} |")
         w(line)
     line = "| engine's final answer (all eleven; also needs an invertible map and ESS >= min(100, S/10)) |"
     for name in models:
         e = T1[name]["engine_final"]
         line += f" — | {ms(e['engine_final_above']['per_resampling'])} (k > 0.7) | " \
-                f"{ms(e['engine_final_failed']['per_resampling'])} failed, {ms(e['engine_final_doubtful']['per_resampling'])} doubtful |"
+                f"{ms(e['engine_final_failed']['per_resampling'])} failed, " \
+                f"{ms(e['engine_final_doubtful']['per_resampling'])} doubtful |"
     w(line)
     for name in models:
         t = T1[name]
@@ -172,7 +183,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
         sp = t["density_spread_resampling_0"]
         w(f"Over the draws of resampling 0, log p~(theta | D) spans {sp['log_posterior']['range']:.0f} nats (sd "
           f"{sp['log_posterior']['sd']:.0f}; ESS of exp(log p~) {sp['log_posterior']['ess_of_exp']:.1f}); the summed "
-          f"log-likelihood spans {sp['sum_log_lik']['range']:.1f} nats (ESS {sp['sum_log_lik']['ess_of_exp']:.0f}). KL and "
+          f"log-likelihood spans {sp['sum_log_lik']['range']:.1f} nats (ESS {sp['sum_log_lik']['ess_of_exp']:.0f}). "
+          "KL and "
           "Var move each draw in proportion to p~(theta | D) (Eq. 18-19 with the step rule Eq. 21), so with an ESS "
           "near 1 they move one draw and leave k unchanged.")
     w("")
@@ -212,7 +224,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
         w(f"### {MODEL_LABEL[name]}\n")
         w("elpd_i of each method: mean over the peer resamplings, with z = (mean - refit) / sqrt(MCSE_refit² + "
           "sd_resamplings²); LOO predictive probability p = P(y_i = 1 | y_-i).\n")
-        w("| obs | y | k (all draws) | refit elpd_i ± MCSE | refit p | " + " | ".join(METHOD_LABEL[k] for k in keys) + " |")
+        w("| obs | y | k (all draws) | refit elpd_i ± MCSE | refit p | " + " | ".join(METHOD_LABEL[k] for k in keys)
+          + " |")
         w("|---|---|---|---|---|" + "---|" * len(keys))
         for r in rf["rows"]:
             t = r["refit"]
@@ -225,7 +238,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
         c = rf.get("control", {})
         if "z" in c:
             w(f"\nControl: the refit settings on the full data against the main fit, in-sample lpd_i of all 54 "
-              f"observations: |z| > 2 for {100 * c['frac_abs_z_gt_2']:.0f}%, mean difference {c['mean_diff_all']:+.4f} nats "
+              f"observations: |z| > 2 for {100 * c['frac_abs_z_gt_2']:.0f}%, mean difference "
+              f"{c['mean_diff_all']:+.4f} nats "
               f"(refit targets: {c['mean_diff_targets']:+.4f}; z {', '.join(f'{v:+.1f}' for v in c['z_targets'])}).")
         w("\n| method | within MC error (abs z <= 2) | mean abs diff | max abs diff | mean abs diff of p "
           "| marked doubtful by the tool | missed and not marked |")
@@ -234,7 +248,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
             s = rf["summary"][k]
             fl = (f"{s['flagged_doubtful']}/{s['of']} | {s['missed_and_not_flagged']}/{s['of']}"
                   if "flagged_doubtful" in s else "— | —")
-            w(f"| {METHOD_LABEL[k]} | {s['within_mc_error']}/{s['of']} | {s['mean_abs_diff']:.3f} | {s['max_abs_diff']:.3f} "
+            w(f"| {METHOD_LABEL[k]} | {s['within_mc_error']}/{s['of']} | {s['mean_abs_diff']:.3f} | "
+              f"{s['max_abs_diff']:.3f} "
               f"| {s['mean_abs_p_loo_diff']:.3f} | {fl} |")
         w("\n'Marked doubtful': `res.doubtful` on at least half of the peer resamplings (k above the "
           "threshold, good candidates that disagree, or candidates that failed the change-of-variables "
@@ -266,7 +281,8 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
     w("\nPlots: " + ", ".join(f"`{rel(ROC[n]['png'])}`" for n in models) + f", `{rel(ROC['fig3_png'])}`.\n")
     for name in models:
         a = ADVI[name]
-        w(f"ADVI {name}: {a['fit']['method']}, {a['fit']['steps']} steps (lr {a['fit']['lr']}), {a['fit']['draws']} draws; "
+        w(f"ADVI {name}: {a['fit']['method']}, {a['fit']['steps']} steps (lr {a['fit']['lr']}), {a['fit']['draws']} "
+          "draws; "
           f"k-hat of p/q over the draws {a['k_hat_q_vs_posterior']:.2f}; LOO with Eq. 13: plain k > 0.7 for "
           f"{a['above_0.7_plain']} observations, after adaptation {a['above_0.7_adaptive']} ({a['failed']} failed); "
           f"elpd_loo plain {a['elpd_plain']:.2f}, adaptive {a['elpd']:.2f}. Treating q as the posterior (plain PSIS "
@@ -276,10 +292,12 @@ def markdown(cfg, models, MC, T1, PE, RF, ADVI, ROC, G, out=None):
     w("\n## Goals\n")
     for name in models:
         g = G[name]
+        missed = format(g['failures_all_seven_papers_criterion'] - g['paper_all_seven'], '.2f')
         w(f"- {MODEL_LABEL[name]}: failures with the papers' seven (papers' criterion) "
           f"{g['failures_all_seven_papers_criterion']:.2f} vs the paper's {g['paper_all_seven']} "
-          f"({'met' if g['failures_goal_met'] else 'missed by ' + format(g['failures_all_seven_papers_criterion'] - g['paper_all_seven'], '.2f')}); "
-          f"all eleven: {g['failures_all_eleven_papers_criterion']:.2f} (papers'), {g['failures_all_eleven_project_criterion']:.2f} "
+          f"({'met' if g['failures_goal_met'] else 'missed by ' + missed}); "
+          f"all eleven: {g['failures_all_eleven_papers_criterion']:.2f} (papers'), "
+          f"{g['failures_all_eleven_project_criterion']:.2f} "
           f"(project's), engine final {g['engine_final_above_0.7']:.2f}. ppl_loo elpd_i within MC error of the refits: "
           f"{g['refit_within_mc_error']}"
           + (f" (of the misses, marked doubtful by the tool: {g['refit_missed_but_marked_doubtful']})"
@@ -296,7 +314,6 @@ def density_spread(cdir, name, s):
     KL and Var directions (Eq. 18-19) are proportional to the posterior *density*, so with an
     ESS near 1 only one draw moves (notes, section 3.3)."""
     import jax
-
     from common import jax_model
     from resample import Draws, resample_index
     from run import fit_path

@@ -11,7 +11,6 @@ adaptive and plain Eq. 13 weights. Curves and areas use ``ppl_loo.workflow.downs
 from __future__ import annotations
 
 import numpy as np
-
 from common import MODEL_LABEL, jax_model, load_json, log, save_json
 
 
@@ -71,11 +70,13 @@ def run(cfg, cdir, out, logfile, models):
         fig.savefig(png, dpi=120)
         plt.close(fig)
         axes3[0, col].plot([0, 1], [0, 1], color="0.7", lw=0.8)
-        axes3[0, col].set(xlabel="false positive rate", ylabel="true positive rate", title=f"({'ab'[col]}) {MODEL_LABEL[name]}")
+        axes3[0, col].set(xlabel="false positive rate", ylabel="true positive rate",
+                          title=f"({'ab'[col]}) {MODEL_LABEL[name]}")
         axes3[0, col].legend(fontsize=8, loc="lower right")
         summary[name] = {"png": str(png), **{k: {"auc": v["auc"], "average_precision": v["average_precision"]}
                                              for k, v in res.items()}}
-        log(f"roc {name}: " + ", ".join(f"{k} AUC {v['auc']:.3f} AP {v['average_precision']:.3f}" for k, v in res.items()),
+        log(f"roc {name}: "
+            + ", ".join(f"{k} AUC {v['auc']:.3f} AP {v['average_precision']:.3f}" for k, v in res.items()),
             logfile)
     fig3.tight_layout()
     fig3.savefig(out / "fig3_loo_roc.png", dpi=120)

@@ -24,9 +24,18 @@ import time
 import warnings
 
 import numpy as np
-
-from common import (ALL_TRANSFORMS, HBAR, PAPERS_FOUR, PAPERS_SEVEN, PROJECT_EXTRA, THRESHOLD, jax_model, load_json,
-                    log, save_json)
+from common import (
+    ALL_TRANSFORMS,
+    HBAR,
+    PAPERS_FOUR,
+    PAPERS_SEVEN,
+    PROJECT_EXTRA,
+    THRESHOLD,
+    jax_model,
+    load_json,
+    log,
+    save_json,
+)
 
 #: rows of the table: (label, transformation set); () is plain PSIS
 ROWS = (
@@ -98,9 +107,10 @@ def _psis_elpd(res, data, model):
 
 
 def run(cfg, cdir, out, logfile, models):
-    import ppl_loo as pl
     from resample import Draws, resample_index
     from run import fit_path
+
+    import ppl_loo as pl
 
     for name in models:
         path = cdir / f"table1_{name}.json"

@@ -5,9 +5,9 @@ test split drawn from the seed (the seed also drives the optimizer); VI (the ELB
 PVI-CRPS (Normal likelihoods) or PVI-Quad (Bernoulli) in the same Gaussian family; PVI's
 regularizer and weight are chosen on the validation split from the grid
 ``r in {prior, posterior} x lam in {0, 0.01, 0.1, 1}`` (``--grid small``: ``lam = 0`` and
-``posterior x {0.1, 1}``, the default, to fit the compute budget). Test scores of the draws' predictive (``pl.predictive_scores``): Log
-(sum, higher is better), CRPS (sum, fair estimator, lower is better) and the standard *mean*
-quadratic score (higher is better; the paper's Quad numbers are on another scale, notes erratum 4).
+``posterior x {0.1, 1}``, the default, to fit the compute budget). Test scores of the draws' predictive
+(``pl.predictive_scores``): Log (sum, higher is better), CRPS (sum, fair estimator, lower is better) and the standard
+*mean* quadratic score (higher is better; the paper's Quad numbers are on another scale, notes erratum 4).
 
 The paper's optimizer is RMSProp for 200,000 steps with M = 100 draws per step; here Adam for the
 per-model ``STEPS`` (1,000-4,000; learning rate ``LEARNING_RATE`` for the first half, a tenth of it
@@ -41,12 +41,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
-from models import MODELS, PAPER, build, load, split, subset
+import jax  # noqa: E402
+from models import MODELS, PAPER, build, load, split, subset  # noqa: E402
 
-import ppl_loo as pl
-import jax
-
-from ppl_loo.model import as_model
+import ppl_loo as pl  # noqa: E402
+from ppl_loo.model import as_model  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -207,9 +206,11 @@ def main(argv=None):
     results = []
     if out.exists():  # resume / extend: keep the records of other (model, seed) pairs
         prev = json.loads(out.read_text())
-        same = all(prev.get("settings", {}).get(k) == getattr(args, k) for k in ("steps", "grid", "warm_start", "draws"))
+        same = all(prev.get("settings", {}).get(k) == getattr(args, k)
+                   for k in ("steps", "grid", "warm_start", "draws"))
         if same:
-            results = [r for r in prev.get("results", []) if not (r["model"] in args.models and r["seed"] in args.seeds)]
+            results = [r for r in prev.get("results", [])
+                       if not (r["model"] in args.models and r["seed"] in args.seeds)]
     t_all = time.perf_counter()
     for name in args.models:
         for seed in args.seeds:

@@ -64,9 +64,8 @@ def ppl_loo(problem, data, **kw):
 
 #: refit= settings of ``ppl_loo_refit``: half the main fit's draws (4 x 500) and the refit default's warmup (the
 #: batched refits: 150 iterations of step-size adaptation from the fit, warm-started; the model's own samplers:
-#: the fit's), so that the ovarian horseshoe's 54 refits take about 8 minutes on two cores (the results in
-#: ``benchmarks/results/truth`` up to issue 27 were run with 500 warmup iterations of the windowed adaptation,
-#: 2,528 s); the bridge with the full-data draws and the MCSE from the chains carry the smaller refit
+#: the fit's), so that the refits of the larger models cost a fraction of a full fit each; the bridge with the
+#: full-data draws and the MCSE from the chains carry the smaller refit
 REFIT_KWARGS = {"draws": 500}
 
 

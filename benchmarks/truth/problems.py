@@ -29,7 +29,6 @@ import time
 import warnings
 
 import numpy as np
-
 from common import STAN_DIR
 
 from ppl_loo.model import as_model
@@ -731,9 +730,8 @@ class StanProblem:
         return pl.StanModel(self.code, self.data, loo_extra=self.loo_extra)
 
     def _sample(self, data, settings, seed, tmpdir):
-        from ppl_loo.stan.sampler import sample_cmdstan_csv
-
         import ppl_loo as pl
+        from ppl_loo.stan.sampler import sample_cmdstan_csv
 
         sm = self.stan_model(data, sampler=True)
         t0 = time.perf_counter()

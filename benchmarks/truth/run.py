@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/truth/run.py                     # full: every model, every refit (hours)
     .venv/bin/python benchmarks/truth/run.py --models lr_p_near_n,eight_schools_centered
-    .venv/bin/python benchmarks/truth/run.py --stage refits --models ovarian_lr --obs 0-26   # split refits over processes
+    .venv/bin/python benchmarks/truth/run.py --stage refits --models ovarian_lr --obs 0-26   # refits split up
     .venv/bin/python benchmarks/truth/run.py --reduced           # what CI runs (tests/test_truth_suite.py)
 
 Stages, each cached under ``benchmarks/.cache/truth/<mode>/<model>/``:
@@ -34,8 +34,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import DEFAULT_CACHE, RESULTS, cache_dir, floats, load_json, log, machine_info, save_json  # noqa: E402
 import jax
+from common import DEFAULT_CACHE, RESULTS, cache_dir, load_json, log, machine_info, save_json  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -203,7 +203,8 @@ def score(method_out, truth, truth_mcse, obs):
     err = est - truth
     comb = np.sqrt(mcse**2 + truth_mcse**2)
     silent = (np.abs(err) > 3.0 * comb) & ~doubtful
-    return {"n": int(len(obs)), "mean_abs_error": float(np.mean(np.abs(err))), "max_abs_error": float(np.max(np.abs(err))),
+    return {"n": int(len(obs)), "mean_abs_error": float(np.mean(np.abs(err))),
+            "max_abs_error": float(np.max(np.abs(err))),
             "error_of_sum": float(np.sum(err)), "doubtful": int(doubtful.sum()), "silent_failures": int(silent.sum()),
             "silent_obs": [int(o) for o in obs[silent]], "mean_abs_error_not_doubtful":
             float(np.mean(np.abs(err[~doubtful]))) if (~doubtful).any() else float("nan"),
@@ -303,11 +304,13 @@ def markdown(all_results):
              ""]
     for name, r in all_results.items():
         recs = {int(i): rec for i, rec in r["truth"].items()}
-        add_vs_plain(r["table"], r["pointwise"], np.array([truth_value(recs[i])[0] for i in sorted(recs)]), sorted(recs))
+        add_vs_plain(r["table"], r["pointwise"], np.array([truth_value(recs[i])[0] for i in sorted(recs)]),
+                     sorted(recs))
         lines += [f"## {r['title']}", ""]
         fs = r.get("fit", {})
         lines.append(f"Main fit: {r['settings']}; wall {fs.get('wall_s', float('nan')):.0f} s, max R-hat "
-                     f"{fs.get('max_rhat', float('nan')):.3f}, min bulk ESS {fs.get('min_ess_bulk', float('nan')):.0f}, "
+                     f"{fs.get('max_rhat', float('nan')):.3f}, min bulk ESS "
+                     f"{fs.get('min_ess_bulk', float('nan')):.0f}, "
                      f"divergences {fs.get('divergences', '-')}. Refits: {r['n_truth']} observations"
                      + (f" (the problem refits {r['refit_obs_note']}: {r['n_refit_candidates']} of {r['n_obs']}"
                         + (f", of which {r['n_refit_candidates'] - r['n_truth']} were not refit, for time" if
@@ -315,17 +318,22 @@ def markdown(all_results):
                         if r.get("refit_obs_note") else "")
                      + (f", {r['refit_note']}" if r.get("refit_note") else "")
                      + (f" ({r['refit_settings_note']})" if r.get("refit_settings_note") else "")
-                     + (f", max R-hat {r['refit_max_rhat']:.3f}, divergences {r['refit_divergences']}" if 'refit_max_rhat' in r else "")
+                     + (f", max R-hat {r['refit_max_rhat']:.3f}, divergences {r['refit_divergences']}"
+                        if 'refit_max_rhat' in r else "")
                      + f"; truth from {r['truth_source']}."
                      + (f" The methods were scored on a re-run of the main fit (same seed and settings; a reinstalled "
-                        f"environment did not reproduce the earlier draws); the truth's bridge used the earlier fit (max R-hat "
+                        "environment did not reproduce the earlier draws); the truth's bridge used the earlier fit "
+                        "(max R-hat "
                         f"{r['truth_main_fit'].get('max_rhat', float('nan')):.3f}, min bulk ESS "
-                        f"{r['truth_main_fit'].get('min_ess_bulk', float('nan')):.0f})." if r.get("truth_main_fit") else ""))
+                        f"{r['truth_main_fit'].get('min_ess_bulk', float('nan')):.0f})." if r.get("truth_main_fit")
+                        else ""))
         if r.get("stones"):
             lines.append("Stepping stones: " + "; ".join(
                 f"obs {i}: {s['stepping_stones']:.3f} ± {s['stepping_stones_mcse']:.3f} (bridge {s['bridge']:.3f} ± "
-                f"{s['bridge_mcse']:.3f}, refit alone {s['naive']:.3f} ± {s['naive_mcse']:.3f})" for i, s in r["stones"].items()))
-        lines += ["", "| method | mean abs error | vs plain PSIS ± MC SE | max abs error | error of the sum | doubtful | "
+                f"{s['bridge_mcse']:.3f}, refit alone {s['naive']:.3f} ± {s['naive_mcse']:.3f})"
+                                                         for i, s in r["stones"].items()))
+        lines += ["",
+                  "| method | mean abs error | vs plain PSIS ± MC SE | max abs error | error of the sum | doubtful | "
                   "silent failures | wall [s] |", "|---|---|---|---|---|---|---|---|"]
         for m, t in r["table"].items():
             vs = f"{t['vs_plain']:+.4f} ± {t['vs_plain_se']:.4f}" if "vs_plain" in t and m != "plain" else ""
@@ -376,7 +384,8 @@ def model_report(problem, data, records, results, table):
            "truth_source": "exact (closed form / quadrature)" if "exact" in diag[0] else "bridge sampling over refits",
            "truth": {str(i): records[i] for i in obs}, "table": table,
            "errors": {m: r["error"] for m, r in results.items() if "error" in r},
-           "pointwise": {m: {k: v for k, v in r.items() if k != "wall_s"} for m, r in results.items() if "error" not in r},
+           "pointwise": {m: {k: v for k, v in r.items() if k != "wall_s"} for m, r in results.items()
+                         if "error" not in r},
            "stones": {str(i): records[i] for i in obs if "stepping_stones" in records[i]}}
     for key in ("refit_obs_note", "refit_note"):
         if getattr(problem, key, None):
@@ -486,7 +495,8 @@ def main(argv=None):
                 rungs += [run_refit(problem, cdir, i, b)[0] for b in BETAS[1:-1]]
                 rungs.append(ll_full[..., i])
                 rec = stones_record(rungs, BETAS)
-                log(f"{name}: obs {i}: stepping stones {rec['stepping_stones']:.3f} +- {rec['stepping_stones_mcse']:.3f} "
+                log(f"{name}: obs {i}: stepping stones {rec['stepping_stones']:.3f} +- "
+                    f"{rec['stepping_stones_mcse']:.3f} "
                     f"(was {rep['stones'][key]['stepping_stones']:.3f}; bridge {rep['truth'][key]['bridge']:.3f})")
                 rep["truth"][key].update(rec)
                 rep["stones"][key].update(rec)

@@ -33,7 +33,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ppl_loo.cli import compare_cmd, demo as demo_cmd, stan_cmd
+from ppl_loo.cli import compare_cmd, stan_cmd
+from ppl_loo.cli import demo as demo_cmd
 from ppl_loo.cli.demo import demo
 from ppl_loo.cli.errors import EXIT_CODES, EXIT_EPILOG, interrupted, run_guarded
 

@@ -47,10 +47,12 @@ def _common(p):
 
 
 def add_compare_parser(sub):
+    """Add the ``compare`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("compare", help="compare saved results (pl.compare), optionally with an HTML report",
                        description="Read saved LOO results and print pl.compare's table: elpd differences, their "
                                    "SE, weights, and how many observations were adapted, doubtful or refit.",
-                       epilog=COMPARE_EXAMPLE + "\n" + EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=COMPARE_EXAMPLE + "\n" + EXIT_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--html", metavar="REPORT.html", help="also write the HTML report (pl.report)")
     p.add_argument("--json", action="store_true", help="print the table as JSON instead (unrounded numbers)")
@@ -62,6 +64,7 @@ def add_compare_parser(sub):
 
 
 def add_report_parser(sub):
+    """Add the ``report`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("report", help="write the self-contained HTML report of saved results (pl.report)",
                        description="Write a self-contained HTML report of saved LOO results (pl.report).",
                        epilog=REPORT_EXAMPLE + "\n" + EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,7 +110,8 @@ def _plain(v):
 
 
 def compare_records(df):
-    """``pl.compare``'s DataFrame (its unrounded numbers) as a list of ``{"name": ..., column: value}`` in rank order (NaN as null)."""
+    """``pl.compare``'s DataFrame (its unrounded numbers) as a list of ``{"name": ..., column: value}`` in rank order
+    (NaN as null)."""
     return [{"name": str(name), **{str(k): _plain(v) for k, v in row.items()}} for name, row in df.iterrows()]
 
 

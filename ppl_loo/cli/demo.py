@@ -123,7 +123,8 @@ def _report(plain, res, y, out):
     print(f"\nk > {thr:.2f}: plain PSIS {len(bad)}, adaptive {n_fail} without any proposal that passes every check "
           f"(k of the weights and of the elpd estimate, effective sample size >= {min(100, res.n_samples // 10)}, "
           "the normalizer and in-sample bounds)", file=out)
-    print(f"papers' criterion (k of the weights alone <= 0.7 for some candidate): {int(np.sum((k0 > 0.7) & (kw > 0.7)))} "
+    print("papers' criterion (k of the weights alone <= 0.7 for some candidate): "
+          f"{int(np.sum((k0 > 0.7) & (kw > 0.7)))} "
           f"of {int(np.sum(k0 > 0.7))} left", file=out)
     why = (f"the draws have not mixed, R-hat {res.max_rhat:.3f} for {res.max_rhat_var}: no estimate from them "
            "alone is vouched for" if res.max_rhat > RHAT_NOT_MIXED else

@@ -65,7 +65,8 @@ def one_line(text, limit=400):
 def compile_summary(err):
     """stanc's or the compiler's message reduced to one line: where (its first line) and what (its last)."""
     lines = [ln.strip() for ln in str(err).splitlines()]
-    lines = [ln for ln in lines if ln and not _CODE_LINE.match(ln) and not ln.startswith(("stanc failed", "C++ compilation"))]
+    lines = [ln for ln in lines if ln and not _CODE_LINE.match(ln)
+             and not ln.startswith(("stanc failed", "C++ compilation"))]
     if not lines:
         return one_line(err)
     where = re.sub(r" in '[^']*'", "", lines[0]).rstrip(":")

@@ -22,7 +22,8 @@ from ppl_loo.cli.errors import COMPILE_ERROR, CliError, compile_summary, one_lin
 from ppl_loo.io import read_cmdstan_csv
 from ppl_loo.stan import StanCompileError, StanDataError, as_data_dict
 
-__all__ = ["check_output", "check_program_file", "expand_csv_args", "load_data", "load_program", "load_results", "observed_mapping",
+__all__ = ["check_output", "check_program_file", "expand_csv_args", "load_data", "load_program", "load_results",
+           "observed_mapping",
            "read_csvs", "check_csv_matches_program", "write_atomic"]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -221,7 +222,7 @@ def check_output(path, overwrite, what="output file"):
         return None
     p = Path(path)
     if p.is_dir():
-        raise CliError(path, f"is a directory", f"give the {what}'s file name")
+        raise CliError(path, "is a directory", f"give the {what}'s file name")
     if p.exists() and not overwrite:
         raise CliError(path, "exists", "pass --overwrite to replace it, or choose another name")
     if not p.parent.is_dir():

@@ -12,10 +12,28 @@ from pathlib import Path
 import numpy as np
 
 import ppl_loo as pl
-from ppl_loo.cli.errors import (BAD_INPUT, DOUBTFUL, EXIT_EPILOG, OK, STAN_ERROR, CliError, one_line,
-                                for_the_command_line, warnings_to_stderr)
-from ppl_loo.cli.inputs import (check_csv_matches_program, check_output, check_program_file, expand_csv_args, load_data, load_program,
-                                observed_mapping, read_csvs, write_atomic)
+from ppl_loo.cli.errors import (
+    BAD_INPUT,
+    DOUBTFUL,
+    EXIT_EPILOG,
+    OK,
+    STAN_ERROR,
+    CliError,
+    for_the_command_line,
+    one_line,
+    warnings_to_stderr,
+)
+from ppl_loo.cli.inputs import (
+    check_csv_matches_program,
+    check_output,
+    check_program_file,
+    expand_csv_args,
+    load_data,
+    load_program,
+    observed_mapping,
+    read_csvs,
+    write_atomic,
+)
 from ppl_loo.stan import StanDataError, StanEvaluationError
 from ppl_loo.stan.compile import cache_dir, cached_build
 from ppl_loo.stan.sampler import SAMPLER_FLAG, sample_cmdstan_csv
@@ -52,6 +70,7 @@ def _common(p):
 
 
 def add_loo_parser(sub):
+    """Add the ``loo`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("loo", help="adaptive LOO of CmdStan output (program + data + CSV files)",
                        description="Adaptive importance-sampling LOO-CV of a Stan program's CmdStan output: "
                                    "compiles the program (cached), reads the CSV files, runs pl.loo with the "
@@ -96,6 +115,7 @@ def add_loo_parser(sub):
 
 
 def add_sample_parser(sub):
+    """Add the ``sample`` subcommand to the subparsers ``sub`` and return its parser."""
     p = sub.add_parser("sample", help="Stan's NUTS in-process, CmdStan-format CSV files (no CmdStan needed)",
                        description="Sample a Stan program with Stan's NUTS in-process and write CmdStan-format CSV.",
                        epilog=SAMPLE_EXAMPLE + "\n" + EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

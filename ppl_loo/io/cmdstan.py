@@ -42,7 +42,8 @@ from cmdstanpy.utils import disable_logging, stancsv
 from .groups import assemble, requested_names, split_warmup
 from .pystan import from_pystan_fit, is_pystan_fit
 
-__all__ = ["VARIATIONAL_GROUP", "CmdStanCSV", "check_files", "check_same_headers", "cmdstan_method", "config_tree", "expand_paths", "from_cmdstan", "from_cmdstanpy_fit",
+__all__ = ["VARIATIONAL_GROUP", "CmdStanCSV", "check_files", "check_same_headers", "cmdstan_method", "config_tree",
+           "expand_paths", "from_cmdstan", "from_cmdstanpy_fit",
            "from_variational_csv", "read_cmdstan_csv", "read_cmdstan_header", "warn_identical_chains"]
 
 

@@ -25,7 +25,8 @@ import jax.numpy as jnp
 
 from ppl_loo.numerics.special import softplus
 
-__all__ = ["LINE_BLOCK_BYTES", "T_MAX", "draw_batch", "cache_logits", "line_block_rows", "line_bytes", "blocked_softplus_sum"]
+__all__ = ["LINE_BLOCK_BYTES", "T_MAX", "draw_batch", "cache_logits", "line_block_rows", "line_bytes",
+           "blocked_softplus_sum"]
 
 #: bytes of float64 temporaries one line evaluation may hold before it works in blocks of observations
 LINE_BLOCK_BYTES = 2**26

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ppl_loo.numerics.moments import weighted_mean, weighted_var_about
+from ppl_loo.numerics.moments import weighted_mean
 
 __all__ = [
     "Proposal",

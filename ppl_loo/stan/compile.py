@@ -89,6 +89,8 @@ class StanCacheError(OSError):
 
 @dataclass(frozen=True)
 class BuildResult:
+    """A compiled Stan program: its library, folder and cache key, and whether this call compiled it."""
+
     library: Path
     directory: Path
     key: str
@@ -98,6 +100,7 @@ class BuildResult:
 
 
 def httpstan_dir() -> Path:
+    """The folder of the installed ``httpstan`` package (its stanc and Stan headers)."""
     try:
         import httpstan
     except ImportError as exc:  # pragma: no cover - environment problem
@@ -109,11 +112,13 @@ def httpstan_dir() -> Path:
 
 
 def stanc_path() -> Path:
+    """The ``stanc`` executable shipped with ``httpstan``."""
     return httpstan_dir() / "stanc"
 
 
 @functools.cache
 def stanc_version() -> str:
+    """What ``stanc --version`` prints (part of the cache key)."""
     out = subprocess.run([str(stanc_path()), "--version"], capture_output=True, text=True, timeout=60, check=False)
     return out.stdout.strip()
 
@@ -128,6 +133,7 @@ def _compiler_version(cxx: str) -> str:
 
 
 def cache_dir() -> Path:
+    """The compiled-program cache folder: ``$PPL_LOO_STAN_CACHE``, by default ``~/.cache/ppl_loo/stan``."""
     env = os.environ.get("PPL_LOO_STAN_CACHE")
     root = Path(env) if env else Path.home() / ".cache" / "ppl_loo" / "stan"
     return root.expanduser()
@@ -255,7 +261,8 @@ def build_library(
     return BuildResult(library, directory, key, True, time.perf_counter() - t0, warnings)
 
 
-def cached_build(code: str, extra_cxxflags: tuple[str, ...] = (), *, accept_sampler: bool = False) -> BuildResult | None:
+def cached_build(code: str, extra_cxxflags: tuple[str, ...] = (), *,
+                 accept_sampler: bool = False) -> BuildResult | None:
     """The verified cached library of ``code`` built with ``extra_cxxflags``, or ``None``; nothing is compiled.
 
     With ``accept_sampler=True``, the library built with :data:`SAMPLER_FLAG` as well serves when the one

@@ -29,7 +29,8 @@ __all__ = ["SAMPLER_FLAG", "sample_cmdstan_csv"]
 def _bind(lib) -> None:
     if getattr(lib, "_plstan_sampler_bound", False):
         return
-    c_int, c_uint, c_double, c_char_p, vp = ctypes.c_int, ctypes.c_uint, ctypes.c_double, ctypes.c_char_p, ctypes.c_void_p
+    c_int, c_uint, c_double, c_char_p = ctypes.c_int, ctypes.c_uint, ctypes.c_double, ctypes.c_char_p
+    vp = ctypes.c_void_p
     fn = lib.plstan_sample_nuts
     fn.restype = c_int
     fn.argtypes = [vp, c_char_p, c_char_p, c_int, c_int, c_int, c_int, c_uint, c_uint, c_double, c_double,
@@ -133,7 +134,8 @@ def sample_cmdstan_csv(
         The CSV paths and each chain's logger output (with Stan's "Gradient evaluation took").
     """
     if not getattr(model._lib, "plstan_has_sampler", None):
-        raise ValueError("this StanModel was built without the sampler: construct it with pl.StanModel(..., sampler=True)")
+        raise ValueError("this StanModel was built without the sampler: "
+                         "construct it with pl.StanModel(..., sampler=True)")
     _bind(model._lib)
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -20,12 +20,10 @@ import uuid
 import warnings
 from pathlib import Path
 
+import httpstan  # noqa: E402,F401  (stanc and the Stan headers)
 import numpy as np
 import pytest
-
 from interrupt_tools import ROOT, bar_moved, has_child_named, interrupt_when, printed, processes_mentioning
-
-import httpstan  # noqa: E402,F401  (stanc and the Stan headers)
 
 assert shutil.which("g++") is not None, "these tests compile Stan programs: install g++ (bash dev.sh env does)"
 

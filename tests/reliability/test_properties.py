@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import warnings
 
+import arviz_stats as azs
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import arviz_stats as azs
+from plain_inputs import ordinary, tree
 
 import ppl_loo as pl
-from plain_inputs import ordinary, tree
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

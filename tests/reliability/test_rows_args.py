@@ -13,10 +13,10 @@ import jax.scipy.stats as jst
 import numpy as np
 import pytest
 from arviz_base import from_dict
+from rows import Row, check_row, params
 from scipy.stats import norm
 
 import ppl_loo as pl
-from rows import Row, check_row, params
 
 pytestmark = pytest.mark.x64
 
@@ -105,10 +105,14 @@ ROWS = [
         says=("quadratic", "observed=")),
     Row(P, "options", "score name in capitals", lambda: pvi(score="CRPS"), error=ValueError,
         says=("score='CRPS'", "'crps'")),
-    Row(P, "options", "unknown family", lambda: pvi(family="gauss"), error=ValueError, says=("family='gauss'", "meanfield")),
-    Row(P, "options", "unknown optimizer", lambda: pvi(optimizer="sgdx"), error=ValueError, says=("optimizer='sgdx'", "adam")),
-    Row(P, "shapes and types", "steps a string", lambda: pvi(steps="x"), error=ValueError, says=("steps='x'", "integer")),
-    Row(P, "shapes and types", "steps not whole", lambda: pvi(steps=2.5), error=ValueError, says=("steps=2.5", "integer")),
+    Row(P, "options", "unknown family", lambda: pvi(family="gauss"), error=ValueError,
+        says=("family='gauss'", "meanfield")),
+    Row(P, "options", "unknown optimizer", lambda: pvi(optimizer="sgdx"), error=ValueError,
+        says=("optimizer='sgdx'", "adam")),
+    Row(P, "shapes and types", "steps a string", lambda: pvi(steps="x"), error=ValueError,
+        says=("steps='x'", "integer")),
+    Row(P, "shapes and types", "steps not whole", lambda: pvi(steps=2.5), error=ValueError,
+        says=("steps=2.5", "integer")),
     Row(P, "shapes and types", "num_draws a string", lambda: pvi(num_draws="many"), error=ValueError,
         says=("num_draws='many'", "integer")),
     Row(P, "shapes and types", "learning_rate a string", lambda: pvi(learning_rate="fast"), error=ValueError,

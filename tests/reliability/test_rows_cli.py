@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import pytest
 from arviz_base import from_dict
+from data_paths import DATA
+from data_paths import EIGHT_SCHOOLS as ES_DIR
+from rows import Row, check_row, params
 from scipy.stats import norm
 
 import ppl_loo as pl
 from ppl_loo.cli import main
-from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
-from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
 EIGHT = ROOT / "stan_models" / "eight_schools_noncentered.stan"
@@ -197,7 +197,8 @@ ROWS = [
         check=fails(tmp(), "is a directory", ".stan")),
     Row(L, "files", "missing data file", lambda: cli("loo", EIGHT, "--data", tmp() / "nodata.json", es()),
         check=fails(tmp() / "nodata.json", "no such data file", ".json or .R")),
-    Row(L, "files", "garbled JSON data file", lambda: cli("loo", EIGHT, "--data", write("bad.json", "{\"J\": 8,"), es()),
+    Row(L, "files", "garbled JSON data file",
+        lambda: cli("loo", EIGHT, "--data", write("bad.json", "{\"J\": 8,"), es()),
         check=fails(tmp() / "bad.json", "not a readable JSON data file", "JSON (.json) or R dump")),
     # ------------------------------------------------------------------ ppl-loo loo: the CSV files
     Row(L, "files", "missing CSV file", lambda: loo(tmp() / "nothere.csv"),
@@ -222,18 +223,22 @@ ROWS = [
     Row(L, "duplicates", "the same CSV file twice (read once, with a warning)", lambda: loo(es(1), es(1), extra=(
         "--posterior-predictive", "theta=zz")), check=warned_then_failed(f"{es(1)} is given twice; it is read once",
         ES_DATA, "no data entry 'zz'"), regression=True),
-    Row(L, "duplicates", "a copy of a chain (identical draws)", lambda: loo(es(1), copy_of(1), extra=("--log-lik", "zz")),
+    Row(L, "duplicates", "a copy of a chain (identical draws)",
+        lambda: loo(es(1), copy_of(1), extra=("--log-lik", "zz")),
         check=warned_then_failed("identical draws", es(1), "'zz' is not a variable", "--log-lik")),
     # ------------------------------------------------------------------ ppl-loo loo: options and outputs
-    Row(L, "options", "--k-threshold x (subprocess)", lambda: loo(es(), extra=("--k-threshold", "x"), via_subprocess=True),
+    Row(L, "options", "--k-threshold x (subprocess)",
+        lambda: loo(es(), extra=("--k-threshold", "x"), via_subprocess=True),
         check=fails("argument --k-threshold", "invalid float value: 'x'", prefix=None), regression=True),
     Row(L, "options", "--k-threshold out of range", lambda: loo(es(), extra=("--k-threshold", "5")),
         check=fails("--k-threshold", "(0, 1]", "--k-threshold 0.7")),
     Row(L, "options", "--posterior-predictive naming no data entry", lambda: loo(es(), extra=("--posterior-predictive",
         "theta=zz")), check=fails(ES_DATA, "no data entry 'zz'", "name a data entry")),
-    Row(L, "overwrite and escaping", "--out exists, no --overwrite", lambda: loo(es(), extra=("--out", existing("fit.nc"))),
+    Row(L, "overwrite and escaping", "--out exists, no --overwrite",
+        lambda: loo(es(), extra=("--out", existing("fit.nc"))),
         check=fails(tmp() / "fit.nc", "exists", "--overwrite")),
-    Row(L, "overwrite and escaping", "--out in a missing folder", lambda: loo(es(), extra=("--out", tmp() / "no" / "f.nc")),
+    Row(L, "overwrite and escaping", "--out in a missing folder",
+        lambda: loo(es(), extra=("--out", tmp() / "no" / "f.nc")),
         check=fails(tmp() / "no" / "f.nc", "does not exist", "create it")),
     # ------------------------------------------------------------------ ppl-loo compare / report
     Row(C, "files", "missing result file", lambda: cli("compare", result_nc(), tmp() / "gone.nc"),

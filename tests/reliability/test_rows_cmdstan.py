@@ -16,12 +16,12 @@ from pathlib import Path
 
 import cmdstanpy
 import numpy as np
-import pytest
+from data_paths import DATA
+from data_paths import EIGHT_SCHOOLS as ES_DIR
+from rows import Row, check_row, params
 from scipy.stats import norm
 
 import ppl_loo as pl
-from data_paths import DATA, EIGHT_SCHOOLS as ES_DIR
-from rows import Row, check_row, params
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIMIZE = DATA / "cmdstan_optimize_rosenbrock_mle.csv"
@@ -156,7 +156,8 @@ def vb_csv(S=4000, seed=5):
     rows = [[0, 0, 0, qm] + list(norm.logpdf(Y, qm, DATA["sigma"]))]
     rows += [[0, lp, lg, t] + list(li) for lp, lg, t, li in zip(log_p, log_g, mu, ll)]
     body = "\n".join(",".join(f"{x:.17g}" for x in r) for r in rows)
-    text = VB_HEADER.replace("{S}", str(S)) + ",".join(cols) + "\n# Stepsize adaptation complete.\n# eta = 1\n" + body + "\n"
+    text = (VB_HEADER.replace("{S}", str(S)) + ",".join(cols) + "\n# Stepsize adaptation complete.\n# eta = 1\n"
+            + body + "\n")
     return write(f"normal_vb_{S}_{seed}.csv" if (S, seed) != (4000, 5) else "normal_vb.csv", text)
 
 
@@ -281,7 +282,8 @@ ROWS = [
         error=ValueError, says=("binary.csv", "binary", FIX), regression=True),
     Row(F, "files", "CSV of another program", lambda: pl.from_cmdstan(write("other.csv", "a,b,c\n1,2,3\n")),
         error=ValueError, says=("other.csv", "not CmdStan output", FIX)),
-    Row(F, "files", "not UTF-8 text", lambda: pl.from_cmdstan(write("latin1.csv", data="lp__,\xe9\n1,2\n".encode("latin-1"))),
+    Row(F, "files", "not UTF-8 text",
+        lambda: pl.from_cmdstan(write("latin1.csv", data="lp__,\xe9\n1,2\n".encode("latin-1"))),
         error=ValueError, says=("latin1.csv", "not a text file", FIX)),
     Row(F, "files", "empty directory", lambda: pl.from_cmdstan(str(Path(tempfile.mkdtemp(dir=tmp()))) ),
         error=ValueError, says=("no CmdStan CSV files",)),
@@ -295,11 +297,14 @@ ROWS = [
         says=("variational approximation", "pass the model", "pl.StanModel")),
     Row(F, "CmdStan methods", "method=variational, two files", lambda: pl.from_cmdstan([vb_csv(), vb_csv(200, 6)]),
         error=ValueError, says=("normal_vb.csv", "method=variational", "give one file")),
-    Row(F, "CmdStan methods", "method=optimize (real CmdStan output)", lambda: pl.from_cmdstan(OPTIMIZE), error=ValueError,
-        says=("rosenbrock_mle.csv", "method=optimize", "point estimate", "method=sample", "pl.laplace"), regression=True),
+    Row(F, "CmdStan methods", "method=optimize (real CmdStan output)", lambda: pl.from_cmdstan(OPTIMIZE),
+        error=ValueError,
+        says=("rosenbrock_mle.csv", "method=optimize", "point estimate", "method=sample", "pl.laplace"),
+        regression=True),
     Row("pl.loo (model)", "CmdStan methods", "method=laplace: Eq. 13 weights with log_q__, exact LOO", laplace_loo,
         check=check_laplace_loo, warns=None),
-    Row(F, "CmdStan methods", "method=laplace header on sampler columns", lambda: pl.from_cmdstan(with_method("laplace")),
+    Row(F, "CmdStan methods", "method=laplace header on sampler columns",
+        lambda: pl.from_cmdstan(with_method("laplace")),
         error=ValueError, says=("method_laplace.csv", "method=laplace", "log_p__")),
     Row(F, "CmdStan methods", "method=pathfinder", lambda: pl.from_cmdstan(with_method("pathfinder")), error=ValueError,
         says=("method_pathfinder.csv", "method=pathfinder", "method=sample")),
@@ -317,7 +322,8 @@ ROWS = [
         says=("csv_files=123", "a csv path", "a list of paths")),
     Row(F, "names", "log_likelihood naming no variable", lambda: pl.from_cmdstan(es(1), log_likelihood="loglik"),
         error=KeyError, says=("'loglik'", "not a variable", "theta")),
-    Row(F, "names", "posterior_predictive naming no variable", lambda: pl.from_cmdstan(es(1), posterior_predictive="y_rep"),
+    Row(F, "names", "posterior_predictive naming no variable",
+        lambda: pl.from_cmdstan(es(1), posterior_predictive="y_rep"),
         error=KeyError, says=("'y_rep'", "not a variable", "theta")),
     # ------------------------------------------------------------------ duplicates
     Row(F, "duplicates", "the same file twice", two_identical(lambda: [es(1), es(2), es(1)]), check=lambda t: None,

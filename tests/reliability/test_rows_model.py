@@ -10,15 +10,14 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import pytest
-import xarray as xr
-from scipy import stats
-
 import pymc as pm  # noqa: E402
 import pytensor.tensor as pt  # noqa: E402
+import pytest
+import xarray as xr
+from rows import Row, check_row, params
+from scipy import stats
 
 import ppl_loo as pl
-from rows import Row, check_row, params
 
 E = "pl.loo (model)"
 TAU, SIGMA = 2.0, 1.0

@@ -10,16 +10,14 @@ from __future__ import annotations
 import functools
 import warnings
 
+import arviz_stats as azs  # noqa: E402
 import numpy as np
 import pytest
-import xarray as xr
-from scipy import stats
-
-import arviz_stats as azs  # noqa: E402
-
-import ppl_loo as pl
 from plain_inputs import ordinary, tree
 from rows import Row, check_row, params
+from scipy import stats
+
+import ppl_loo as pl
 
 E = "pl.loo (plain)"
 A = "pl.add_loo"
@@ -278,7 +276,8 @@ def other_var():
 
 ROWS = [
     # ties and constants
-    Row(E, "ties and constants", "saturated Bernoulli column (95% of draws tie)", lambda: pl.loo(with_column(saturated())),
+    Row(E, "ties and constants", "saturated Bernoulli column (95% of draws tie)",
+        lambda: pl.loo(with_column(saturated())),
         check=check_ties, warns=UserWarning, says=("y[y_dim_0=0]", "tie", "pl.loo(data, model)"), regression=True),
     Row(E, "ties and constants", "clipped likelihood (90% of draws at the cap)", lambda: pl.loo(with_column(clipped())),
         check=lambda r: doubtful_at(r, 0, "k-hat"), warns=UserWarning, says=("y[y_dim_0=0]",), regression=True),

@@ -16,11 +16,11 @@ import uuid
 import warnings
 from pathlib import Path
 
+import httpstan  # noqa: E402,F401  (stanc and the Stan headers)
 import numpy as np
 import pytest
 from rows import Row, check_row, params
 
-import httpstan  # noqa: E402,F401  (stanc and the Stan headers)
 assert shutil.which("g++") is not None, "these rows compile Stan programs: install g++ (bash dev.sh env does)"
 
 import ppl_loo as pl  # noqa: E402

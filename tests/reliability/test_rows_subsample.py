@@ -8,10 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
-
-import ppl_loo as pl
 from plain_inputs import ordinary, tree
 from rows import Row, check_row, params
+
+import ppl_loo as pl
 
 E = "pl.loo_subsample (plain)"
 N = 40

@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.build import batch, category_index, coordinate_labels, pvi_model, simulate_terms
 from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.numerics.vi.objective import Terms
-from ppl_loo.jax_settings import uses_x64
 
 __all__ = ["SimulatorModel", "jax_pvi_model", "simulator_pvi_model", "layout_labels", "no_user_fns"]
 
@@ -93,6 +93,7 @@ def _block_label(layout, name) -> str:
 
 
 def no_user_fns(simulator, probs, kind, why):
+    """Refuse ``simulator=`` and ``probs=`` for a kind of model that brings its own (``why`` says how)."""
     if simulator is not None or probs is not None:
         raise ValueError(f"simulator= and probs= are not used with {kind} models: {why}.")
 
@@ -162,6 +163,7 @@ def jax_pvi_model(model, *, simulator, probs, observed, categories):
 
 
 def simulator_pvi_model(model: SimulatorModel):
+    """The PVI terms of a :class:`SimulatorModel`, from its simulator of one replicate per draw."""
     layout = model.layout
 
     def sim_one(theta, key):

@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo.numerics.special import softplus
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.data import check_binary_data
+from ppl_loo.numerics.special import softplus
 
 __all__ = ["ReluNet"]
 

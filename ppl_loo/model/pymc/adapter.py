@@ -36,8 +36,15 @@ from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.model.pymc.graph import jaxify
 from ppl_loo.model.pymc.pvi import predictive_simulator
 from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
-from ppl_loo.model.pymc.variables import (bernoulli_var_target, constrained_placeholders, forward_transforms,
-                                          free_variables, glm_note, observation_layout, observed_variable_name)
+from ppl_loo.model.pymc.variables import (
+    bernoulli_var_target,
+    constrained_placeholders,
+    forward_transforms,
+    free_variables,
+    glm_note,
+    observation_layout,
+    observed_variable_name,
+)
 from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_block_rows
 from ppl_loo.numerics.special import softplus
 
@@ -109,9 +116,9 @@ class PyMCModel(PosteriorModel):
     ``logp(theta)`` is ``model.logp(jacobian=True, sum=True)`` (Potentials included) and
     ``loglik(theta)`` is ``model.logp(vars=[obs], sum=False, jacobian=False)`` flattened in C
     order; a multivariate observed variable observed with shape ``(n, k)`` (``pm.MvNormal`` rows)
-    has one log-likelihood term per row, so its observations are the rows. For a non-factorizing likelihood with ``loo_log_density``, ``loglik`` is the
-    pointwise ``logp - loo_logp`` (the log of ``p(y_i | y_-i, theta)`` up to the normalization the
-    user's function implies), as the engine expects (``factorizes = False``).
+    has one log-likelihood term per row, so its observations are the rows. For a non-factorizing likelihood with
+    ``loo_log_density``, ``loglik`` is the pointwise ``logp - loo_logp`` (the log of ``p(y_i | y_-i, theta)`` up to the
+    normalization the user's function implies), as the engine expects (``factorizes = False``).
 
     Examples
     --------

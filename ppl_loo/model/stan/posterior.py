@@ -50,7 +50,6 @@ from scipy.special import logsumexp
 from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.numerics.batched_nuts import BatchedTarget
 from ppl_loo.model.stan.data import (
     constrain_draws,
     detect_n_obs,
@@ -61,6 +60,7 @@ from ppl_loo.model.stan.data import (
     split_name,
     unconstrain_draws,
 )
+from ppl_loo.numerics.batched_nuts import BatchedTarget
 from ppl_loo.stan.compile import StanCompileError
 from ppl_loo.stan.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, mixture_program
 from ppl_loo.stan.model import StanDataError, StanModel, merge_loo_options

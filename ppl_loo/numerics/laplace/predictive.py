@@ -74,7 +74,8 @@ def linearized_predictive(f_map, var, likelihood, sigma2=None):
         f = f.reshape(-1, 1)
         kappa = 1.0 / jnp.sqrt(1.0 + math.pi / 8.0 * _diag_var(var, f.shape[0], 1))
         z = (kappa * f)[:, 0]
-        return Predictive(likelihood, f, jnp.asarray(var), jnp.stack([jax.nn.log_sigmoid(-z), jax.nn.log_sigmoid(z)], -1))
+        return Predictive(likelihood, f, jnp.asarray(var),
+                          jnp.stack([jax.nn.log_sigmoid(-z), jax.nn.log_sigmoid(z)], -1))
     if likelihood == "categorical":
         kappa = 1.0 / jnp.sqrt(1.0 + math.pi / 8.0 * _diag_var(var, *f.shape))
         return Predictive(likelihood, f, jnp.asarray(var), jax.nn.log_softmax(kappa * f, axis=-1))

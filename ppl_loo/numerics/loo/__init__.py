@@ -1,4 +1,4 @@
-"""The adaptive importance-sampling search (001 section 3.6, "AdaptiveIS(i)").
+"""The adaptive importance-sampling search (Chang et al. v3 section 3.6, "AdaptiveIS(i)").
 
 For one observation ``i``: build every requested transformation, evaluate every step size of the
 grid on all draws at once, compute the transformed weights (Eq. 10, or Eq. 13 for draws from an

@@ -2,7 +2,7 @@
 
 Each map is ``T(theta) = theta + t c Q(theta)`` with the step rule of Eq. 21. Its Jacobian
 determinant is exact in closed form for a declared Bernoulli-logit structure (the GLM's matrix-
-determinant lemma, 001 Eq. 28; the ReLU net's eigen-structure, 001 Eq. 29-32), and otherwise
+determinant lemma, Chang et al. v3 Eq. 28; the ReLU net's eigen-structure, Chang et al. v3 Eq. 29-32), and otherwise
 taken from the autodiff Jacobian of ``Q``: exactly (``slogdet``) on small blocks, to first order
 (Eq. 22) on large ones.
 """
@@ -73,10 +73,10 @@ def closed_form_logdet(sc: SearchContext, kind, i, y, mu, gmu, log_abs_a, sign_a
         u_base = sc.stats.grad_logp0_b + kappa * (1.0 - 2.0 * y) * gmu  # b of the notes
     alpha, u_scale = flow_coefficients(kind, tc, y, mu, A)
     x = jnp.asarray(struct.X)[i]
-    if is_glm(struct):  # 001 Eq. 28: det J = 1 + u . x
+    if is_glm(struct):  # Chang et al. v3 Eq. 28: det J = 1 + u . x
         logdet, sign = structured.glm_logdet(alpha, u_scale[..., None] * (u_base @ x)[None, :, None],
                                              jnp.ones((1,), dtype=sc.theta.dtype))
-    else:  # 001 Eq. 29-32
+    else:  # Chang et al. v3 Eq. 29-32
         W1, W2, _ = relu_blocks(sc.theta, struct)
         logdet, sign = structured.relu_logdet(alpha, u_base, W1, W2, x, u_scale=u_scale)
     return logdet, sign > 0

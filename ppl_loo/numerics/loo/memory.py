@@ -3,16 +3,16 @@
 A model evaluated through its full log density (no declared structure) makes the search hold, for
 every draw at once, what one draw's computation holds: the ``(d, d)`` Jacobian of a gradient flow
 and the forward-mode tangents of the log density's graph (``d`` of them per draw) for its
-determinant, or the graph's intermediates at every step of a line. At ``S = 4,000`` draws and
-``d = 627`` parameters (a regularized-horseshoe logistic regression) the Jacobians alone are
-``S d^2 * 8`` bytes = 12.6 GB and the variance flow planned 120 GB.
+determinant, or the graph's intermediates at every step of a line. The Jacobians alone are
+``S d^2 * 8`` bytes: 12.6 GB at ``S = 4,000`` draws and ``d = 627`` parameters (a regularized-horseshoe
+logistic regression), and the other flows need more.
 
 Each such computation is a function of one draw. Its bytes are read off the shapes of its jaxpr
 (:func:`draw_bytes`: the largest set of intermediates alive at once, in program order, times
-:data:`SAFETY`; XLA's own temporaries measured within 2x of it) and the draws are mapped in blocks
+:data:`SAFETY`, a margin for XLA's own temporaries) and the draws are mapped in blocks
 of :func:`draw_block` draws (``jax.lax.map``) so that a block's temporaries stay within
 ``EngineConfig.block_bytes`` (default :data:`BLOCK_BYTES`). Where all draws fit, the computation is
-the unblocked ``jax.vmap`` of before, unchanged. Work that does not fit even one draw at a time
+one unblocked ``jax.vmap``. Work that does not fit even one draw at a time
 (:func:`fits_one_draw`), or whose ``(d, d)`` matrices of one observation do not fit
 (:func:`fits_dense`), is left out of the search (the transformation is not applicable), and
 ``pl.loo`` says so before it starts.
@@ -34,7 +34,7 @@ BLOCK_BYTES = 2**28
 #: one draw's computation may take up to this many block budgets (it then runs one draw at a time);
 #: beyond, it is left out. The ``(d, d)`` work of one observation has the same limit.
 ONE_DRAW_FACTOR = 4
-#: XLA's temporaries over the jaxpr's live-set estimate (measured 0.6-1.3 on the horseshoe model)
+#: a margin on the jaxpr's live-set estimate for XLA's own temporaries, which can exceed it
 SAFETY = 2.0
 
 

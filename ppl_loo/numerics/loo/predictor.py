@@ -3,7 +3,7 @@
 A model's ``structure`` is ``None``, a GLM (``X, y, beta_index, family, offset``: ``mu_i = X[i] .
 beta + offset_i``) or a one-hidden-layer ReLU net (``X, y, hidden, w1_index, w2_index, b2_index,
 family``). With ``family == "bernoulli_logit"`` the gradient flows have closed-form Jacobians
-(001 Eq. 28 for the GLM, Eq. 29-32 for the ReLU net; :mod:`ppl_loo.numerics.structured`).
+(Chang et al. v3 Eq. 28 for the GLM, Eq. 29-32 for the ReLU net; :mod:`ppl_loo.numerics.structured`).
 """
 
 

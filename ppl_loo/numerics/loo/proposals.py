@@ -1,6 +1,6 @@
 """Building each transformation's :class:`~ppl_loo.numerics.transforms.Proposal` for one observation.
 
-Moment matching (PMM1, PMM2 with 001 Eq. 15; MM1-MM3 of Paananen et al. 2021), the gradient flows
+Moment matching (PMM1, PMM2 with Chang et al. v3 Eq. 15; MM1-MM3 of Paananen et al. 2021), the gradient flows
 (:mod:`ppl_loo.numerics.loo.flows`) and the Newton step (this project). A proposal is a line
 ``theta + t delta`` through every draw with the log|det J| of every step ``t``.
 """

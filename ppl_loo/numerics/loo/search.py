@@ -1,4 +1,4 @@
-"""The per-observation search and its compiled map over observations (001 section 3.6, "AdaptiveIS(i)").
+"""The per-observation search and its compiled map over observations (Chang et al. v3 section 3.6, "AdaptiveIS(i)").
 
 ``prepare`` computes the per-run block statistics once; ``search`` builds the candidate table of
 one observation (:mod:`ppl_loo.numerics.loo.candidates`), runs the known-answer checks
@@ -86,7 +86,7 @@ def observation_result(sc: SearchContext, ll0, tab: CandidateTable, is_mixture) 
 
 
 def search_observation(sc: SearchContext, i, ll0) -> ObsResult:
-    """Every candidate of observation ``i``, checked and selected (001 section 3.6, "AdaptiveIS(i)").
+    """Every candidate of observation ``i``, checked and selected (Chang et al. v3 section 3.6, "AdaptiveIS(i)").
 
     Parameters
     ----------

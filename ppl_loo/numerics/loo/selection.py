@@ -15,8 +15,7 @@ PLAIN_LIKE_TV = 0.1
 #: two estimates agree when they differ by at most this many combined standard errors
 AGREE_Z = 3.0
 #: plain PSIS stands without a confirmed candidate only up to this k-hat: above 0.5 the plain weights
-#: have infinite variance and their Monte Carlo SE understates the error (ovarian horseshoe logistic
-#: regression, benchmarks/truth: k 0.58 and 0.61, 0.04 and 0.12 nats optimistic, 3.2 and 3.3 combined SEs)
+#: have infinite variance and their Monte Carlo SE understates the error (``docs/method.md``, section 5)
 PLAIN_VOUCH_K = 0.5
 
 

@@ -55,6 +55,7 @@ def check_input_tree(data, method):
 
 
 def posterior_dataset(pm, theta):
+    """The constrained draws ``theta`` (one chain) as a posterior dataset with the model's dims and coords."""
     values = pm.constrain(theta)
     data_vars, coords = {}, {}
     for name, arr in values.items():
@@ -71,6 +72,7 @@ def posterior_dataset(pm, theta):
 
 
 def obs_coords(pm):
+    """The coordinates of the observation dims (the model's own where their length matches, else ranges)."""
     coords = {}
     for dim, size in zip(pm.obs_dims, pm.obs_shape):
         c = pm.coords.get(dim)
@@ -79,6 +81,7 @@ def obs_coords(pm):
 
 
 def log_likelihood_dataset(pm, ll):
+    """The pointwise log-likelihood ``ll`` (draws x observations) as a one-chain log_likelihood dataset."""
     S = ll.shape[0]
     return xr.Dataset({pm.var_name: (("chain", "draw") + tuple(pm.obs_dims), ll.reshape((1, S) + tuple(pm.obs_shape)))},
                       coords={"chain": [0], "draw": np.arange(S), **obs_coords(pm)})

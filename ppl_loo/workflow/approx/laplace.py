@@ -22,6 +22,7 @@ import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
+from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics import gaussian
 from ppl_loo.numerics.laplace import precision as lprec
 from ppl_loo.numerics.laplace.kfac import dense_forward, kfac, layer_taps, relu_net_layers
@@ -29,7 +30,6 @@ from ppl_loo.numerics.laplace.map import map_estimate
 from ppl_loo.numerics.laplace.metrics import dead_fraction, jacobian_rank, relative_error, sigma_PX, trace_criterion
 from ppl_loo.numerics.laplace.subspace import subspace_basis
 from ppl_loo.numerics.laplace.swag import swag_diagonal
-from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.random import prng_key
 from ppl_loo.workflow.approx.approx_tree import (
     approximation_tree,

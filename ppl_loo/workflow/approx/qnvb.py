@@ -135,7 +135,8 @@ def qnvb(model, data=None, *, n_pairs=2, quadrature="hadamard", steps=3000, mini
     theta, log_q = gaussian_draws(q, draws, pm.dim, k_draw)
     attrs = dict(n_pairs=int(n_pairs), quadrature=quadrature, steps=int(steps), minibatch=int(minibatch or 0),
                  sigma_min=float(sigma_min), sigma_max=float(sigma_max), lam=float(lam), s_min=float(s_min),
-                 s_max=float(s_max), tau1=float(tau1), tau2=float(tau2), hessian=hessian, gradient_evaluations=int(2 * int(n_pairs) * int(steps)),
+                 s_max=float(s_max), tau1=float(tau1), tau2=float(tau2), hessian=hessian,
+                 gradient_evaluations=int(2 * int(n_pairs) * int(steps)),
                  wall_time_s=time.perf_counter() - t0, random_seed=str(random_seed))
     group = _qnvb_group(pm, q, trace, log_q, attrs)
     return approximation_tree(pm, data, theta, "qnvb", group, "qnvb")

@@ -82,7 +82,8 @@ def pvi_log_q(data, theta=None):
 def _gaussian_of(g):
     """The :class:`~ppl_loo.numerics.gaussian.SubspaceGaussian` / ``MeanField`` a group stores."""
     if "sigma" in g and "mu" in g:
-        return MeanField(jnp.asarray(g["mu"].values, dtype=jnp.float64), jnp.asarray(g["sigma"].values, dtype=jnp.float64))
+        return MeanField(jnp.asarray(g["mu"].values, dtype=jnp.float64),
+                         jnp.asarray(g["sigma"].values, dtype=jnp.float64))
     return SubspaceGaussian(*(jnp.asarray(np.asarray(g[k].values, dtype=np.float64)) for k in ("q_mean", "q_basis",
                                                                                                "q_chol", "q_c")))
 

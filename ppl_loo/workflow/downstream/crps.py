@@ -1,4 +1,4 @@
-"""``ppl_loo.loo_score``: LOO CRPS and SCRPS with the adapted weights (issue 28).
+"""``ppl_loo.loo_score``: LOO CRPS and SCRPS with the adapted weights.
 
 This module owns the weighted predictive draws ``(y_rep_i, log w)`` of every observation under the weights its
 ``elpd_i`` was computed with, and the scores of those draws:

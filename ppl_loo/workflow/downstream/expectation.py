@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import xarray as xr
 
-from ppl_loo.model import as_model
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.model import as_model
 from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
 from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function
 

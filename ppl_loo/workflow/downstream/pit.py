@@ -119,7 +119,8 @@ def _discrete(data, res, model, cdf):
 def _probability(values):
     v = np.asarray(values, dtype=np.float64)
     if np.any(~np.isfinite(v)) or np.any((v < -1e-12) | (v > 1 + 1e-12)):
-        raise ValueError("cdf returned values outside [0, 1] (or non-finite): it must return P(y_rep_i <= y_i | theta).")
+        raise ValueError("cdf returned values outside [0, 1] (or non-finite): it must return "
+                         "P(y_rep_i <= y_i | theta).")
     return v
 
 

@@ -502,7 +502,8 @@ def refit_stage(model, data, draws, refit, refit_kwargs, random_seed, progressba
                                   checkpoint=dict(refit_kwargs or {}).get("checkpoint"), kept=kept)
     bad = [i for i, r in records.items() if not refit_converged(r)]
     if bad:
-        worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad for key in ("rhat_loglik", "rhat_max"))
+        worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad
+                    for key in ("rhat_loglik", "rhat_max"))
         warn_refits_not_converged(bad, worst)
     if skipped:
         warn_refit_budget(skipped)

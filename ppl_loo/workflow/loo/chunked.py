@@ -21,10 +21,26 @@ from ppl_loo.jax_settings import x64
 from ppl_loo.numerics.loo import psis_identity
 from ppl_loo.workflow.loo.adapt import Candidates
 from ppl_loo.workflow.loo.draws import OFF_MODEL, check_stored_log_lik
-from ppl_loo.workflow.loo.inputs import (SAMPLE_DIMS, align_obs_dims, check_finite, get_log_likelihood, non_finite_error,
-                                     stack_draws, stan_labelled)
-from ppl_loo.workflow.loo.plain import (NON_FINITE_FIX, Plain, logmeanexp, plain_log_likelihood, plain_loo_checks,
-                                    plain_loo_result, plain_psis_loo, posterior_chains, psis_columns)
+from ppl_loo.workflow.loo.inputs import (
+    SAMPLE_DIMS,
+    align_obs_dims,
+    check_finite,
+    get_log_likelihood,
+    non_finite_error,
+    stack_draws,
+    stan_labelled,
+)
+from ppl_loo.workflow.loo.plain import (
+    NON_FINITE_FIX,
+    Plain,
+    logmeanexp,
+    plain_log_likelihood,
+    plain_loo_checks,
+    plain_loo_result,
+    plain_psis_loo,
+    posterior_chains,
+    psis_columns,
+)
 
 __all__ = ["CHUNK_BYTES", "is_lazy", "check_chunk_size", "psis_width", "obs_blocks", "PlainPass", "plain_pass",
            "psis_loo", "stored_for_chunks", "chunked_plain", "flagged_log_lik", "FlaggedColumns", "LogRatioRows",
@@ -268,7 +284,8 @@ def chunked_plain(stored, draws, chunk_size=None):
 def flagged_log_lik(data, model, draws, stored, obs_idx, check_log_lik=True):
     """:class:`FlaggedColumns` of the model's log-likelihood at the observations ``obs_idx`` only, checked
     for non-finite values and compared with the stored values of the same columns (``check_log_lik``: a
-    difference beyond their precision raises, False: warns; :func:`~ppl_loo.workflow.loo.draws.check_stored_log_lik`)."""
+    difference beyond their precision raises, False: warns;
+    :func:`~ppl_loo.workflow.loo.draws.check_stored_log_lik`)."""
     S, n = draws.theta.shape[0], int(np.prod(model.obs_shape or (1,), dtype=np.int64))
     obs_idx = np.asarray(obs_idx, dtype=np.int64)
     ll = np.zeros((S, 0))

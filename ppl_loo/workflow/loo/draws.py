@@ -13,9 +13,17 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.numerics.gaussian import log_q as gaussian_log_q
-from ppl_loo.workflow.loo.inputs import (align_obs_dims, check_finite, get_log_likelihood, obs_labels, r_eff_of,
-                                     stack_draws, stan_labelled, with_stan_labels)
 from ppl_loo.workflow.approx.stored_q import pvi_log_q, stored_gaussian, stored_log_q
+from ppl_loo.workflow.loo.inputs import (
+    align_obs_dims,
+    check_finite,
+    get_log_likelihood,
+    obs_labels,
+    r_eff_of,
+    stack_draws,
+    stan_labelled,
+    with_stan_labels,
+)
 
 __all__ = ["LooDraws", "loo_draws", "compare_log_lik", "check_stored_log_lik", "warn_if_differs", "LogLikMismatchError",
            "OFF_MODEL"]

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "fit_seconds", "rank_rhat", "RHAT_VOUCH", "RHAT_NOT_MIXED",
+__all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "fit_seconds", "rank_rhat",
+           "RHAT_VOUCH", "RHAT_NOT_MIXED",
            "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
            "obs_label_list",
            "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels"]
@@ -15,8 +16,7 @@ __all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "m
 SAMPLE_DIMS = ("chain", "draw")
 #: MCMC draws are vouched for only up to this rank-normalized split R-hat of every posterior variable
 #: (Vehtari et al. 2021): above it the draws are not yet a sample of the posterior, and no estimate from
-#: them, plain PSIS or adapted, can be vouched for (ovarian horseshoe, benchmarks/truth: R-hat 1.065, an
-#: observation with k-hat 0.49 was 0.27 nats optimistic, 3.7 combined SEs)
+#: them, plain PSIS or adapted, can be vouched for, however small its k-hat (``docs/method.md``, section 5)
 RHAT_VOUCH = 1.01
 #: a largest parameter R-hat above this means chains that have not mixed (Gelman et al. 2013), not a chance excess of
 #: :data:`RHAT_VOUCH` over many coordinates: such draws vouch for no estimate, whatever its own R-hat
@@ -205,7 +205,8 @@ def check_posterior_draws(data):
             chains = sorted({int(c) for c in np.nonzero(bad)[0]})
             raise ValueError(
                 f"posterior variable {name!r} has non-finite draws: {what} value(s) (in chain(s) {chains}); "
-                "importance sampling needs finite draws. Drop the chains or draws that hold them (data.isel(chain=...)) or rerun the sampler.")
+                "importance sampling needs finite draws. Drop the chains or draws that hold them "
+                "(data.isel(chain=...)) or rerun the sampler.")
     S = int(post.sizes["chain"]) * int(post.sizes["draw"])
     if S < MIN_DRAWS:
         raise ValueError(

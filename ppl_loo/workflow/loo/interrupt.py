@@ -3,7 +3,7 @@
 A jit-compiled search runs in XLA's native code; a model that calls Stan through
 ``jax.pure_callback`` spends its time there and in the Stan library, and Python's SIGINT handler
 (which raises ``KeyboardInterrupt``) runs only in the main thread and only between bytecodes, so
-Ctrl-C waited for the whole batch (38 s in issue 16). :func:`run_interruptible` runs the
+Ctrl-C would wait for the whole batch to finish. :func:`run_interruptible` runs the
 computation in a worker thread while the main thread waits in short joins, where
 ``KeyboardInterrupt`` is delivered at once. It then asks the model to stop
 (``source.cancel_requested = True``, for models with ``cancellable = True``, whose host callbacks

@@ -17,23 +17,40 @@ import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
-from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.gaussian import MeanField
-from ppl_loo.numerics.psis import khat_threshold, psislw
+from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.loo.memory import device_free_bytes
+from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.exact.refit import check_refit_args, refit_stage
 from ppl_loo.workflow.loo.adapt import ACCELERATOR_MAX_BATCH, CPU_MAX_BATCH, Candidates, check_transforms, run_search
 from ppl_loo.workflow.loo.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
 from ppl_loo.workflow.loo.distributed import resolve_client
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.engine import adapted_weights_array, config_to_plain, draws_array
-from ppl_loo.workflow.loo.inputs import (SAMPLE_DIMS, align_obs_dims, check_datatree, check_posterior_draws, fit_seconds,
-                                     get_log_likelihood, identical_chains, max_rhat_of, obs_labels, stan_labelled,
-                                     with_stan_labels)
+from ppl_loo.workflow.loo.inputs import (
+    SAMPLE_DIMS,
+    align_obs_dims,
+    check_datatree,
+    check_posterior_draws,
+    fit_seconds,
+    get_log_likelihood,
+    identical_chains,
+    max_rhat_of,
+    obs_labels,
+    stan_labelled,
+    with_stan_labels,
+)
 from ppl_loo.workflow.loo.kept import KeptDraws
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
-from ppl_loo.workflow.loo.plain import (check_k_threshold, check_reff, flag_observations, logmeanexp, plain_psis,
-                                    stable_se, stable_sum)
+from ppl_loo.workflow.loo.plain import (
+    check_k_threshold,
+    check_reff,
+    flag_observations,
+    logmeanexp,
+    plain_psis,
+    stable_se,
+    stable_sum,
+)
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.verdict import RHAT_NOT_MIXED, VOUCH_MAX_SE, Evidence, Rules, convergence, verdict
 from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, mixture_stage, smc_stage
@@ -60,8 +77,8 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         With a ``posterior`` group (and ``log_likelihood`` where present).
     model : pymc.Model, StanModel, PosteriorModel or None
         A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.StanModel`
-        (exact LOO by data deletion, :class:`~ppl_loo.model.stan.posterior.StanPosterior`), a :class:`~ppl_loo.JaxModel`,
-        a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
+        (exact LOO by data deletion, :class:`~ppl_loo.model.stan.posterior.StanPosterior`), a
+        :class:`~ppl_loo.JaxModel`, a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
         :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
         group (as ``arviz_stats.loo``).
     var_name : str, optional
@@ -235,7 +252,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     if stored is None:  # an imprecise plain estimate does not settle its observation either
         flagged |= ~(plain.mcse <= VOUCH_MAX_SE)
     draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored,
-                                                                                 np.flatnonzero(flagged), check_log_lik))
+                                                                           np.flatnonzero(flagged), check_log_lik))
     max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data)
     conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
     rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)

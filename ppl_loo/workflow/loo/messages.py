@@ -8,7 +8,8 @@ import numpy as np
 
 from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, obs_labels
 
-__all__ = ["warn_unconverged", "warn_doubtful", "warn_identity", "warn_refits_not_converged", "warn_refit_budget", "warn_plain",
+__all__ = ["warn_unconverged", "warn_doubtful", "warn_identity", "warn_refits_not_converged", "warn_refit_budget",
+           "warn_plain",
            "warn_identical_chains"]
 
 _REFIT = "pl.loo(data, model, refit='doubtful', random_seed=...)"
@@ -47,7 +48,8 @@ def warn_doubtful(pw, k_threshold, which=""):
         parts.append(f"{rest} where no two independent estimates agree")
     _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful; why, per observation: res.reason): "
           f"{'; '.join(parts)}. Their elpd_i can be off by more than its Monte Carlo error. Together they carry "
-          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: {_REFIT} "
+          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: "
+          f"{_REFIT} "
           "refits the model without each of them.")
 
 

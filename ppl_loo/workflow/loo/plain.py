@@ -13,8 +13,15 @@ from scipy.special import logsumexp
 
 from ppl_loo.numerics.loo import psis_identity
 from ppl_loo.numerics.psis import khat_threshold, psis_tail_length
-from ppl_loo.workflow.loo.inputs import (MIN_DRAWS, check_finite, get_log_likelihood, r_eff_of, stack_draws, stan_labelled,
-                                     with_stan_labels)
+from ppl_loo.workflow.loo.inputs import (
+    MIN_DRAWS,
+    check_finite,
+    get_log_likelihood,
+    r_eff_of,
+    stack_draws,
+    stan_labelled,
+    with_stan_labels,
+)
 from ppl_loo.workflow.loo.messages import warn_plain
 from ppl_loo.workflow.loo.result import LooResult
 
@@ -28,10 +35,8 @@ ADAPT_K = 0.5
 #: ``adapt="auto"`` examines data sets up to this size from a lower k-hat on (:data:`AUTO_SMALL_K`)
 AUTO_SMALL_N = 100
 #: ``adapt="auto"`` on at most :data:`AUTO_SMALL_N` observations examines every observation from this k-hat on (and
-#: every influential one). In the ground-truth suite (``benchmarks/results/truth``, 13 models) none of the 122
-#: observations with plain k below 0.3 was off by more than 3 combined Monte Carlo SEs (largest error 0.097 nats);
-#: from 0.33 on some were (0.18 nats at k = 0.37, 5 SEs). Examining every observation cost 18 times as much on the
-#: 40-observation negative-binomial Stan regression of ``benchmarks/stan_search.py``.
+#: every influential one): below it plain PSIS agrees with exact LOO within its Monte Carlo error, and examining
+#: every observation costs many times as much for no gain in accuracy (``docs/method.md``, section 2).
 AUTO_SMALL_K = 0.3
 #: what to do about NaN or infinite values of a stored log-likelihood
 NON_FINITE_FIX = "Recompute the log-likelihood; NaN/inf are not allowed."

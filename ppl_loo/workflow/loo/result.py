@@ -168,10 +168,12 @@ class LooResult(ELPDDataLOO):
             lines.append(f"The draws have not mixed (R-hat {self.max_rhat:.3f} for {self.max_rhat_var}, above "
                          f"{RHAT_NOT_MIXED}): no estimate from them alone is vouched for.")
         elif self.max_rhat > RHAT_VOUCH:
-            lines.append(f"The largest parameter R-hat is {self.max_rhat:.3f} ({self.max_rhat_var}), above {RHAT_VOUCH}: "
+            lines.append(f"The largest parameter R-hat is {self.max_rhat:.3f} ({self.max_rhat_var}), above "
+                         f"{RHAT_VOUCH}: "
                          "the draws vouch only for observations whose log-likelihood draws converged.")
         if self._flag("doubtful").any():
-            lines.append("Doubtful observations keep the search's elpd_i (the mixture estimate where only it passed its "
+            lines.append("Doubtful observations keep the search's elpd_i (the mixture estimate where only it passed "
+                         "its "
                          "checks; res.reason gives every estimate); pl.loo(..., refit='doubtful', "
                          "random_seed=...) replaces them by exact refits.")
         return lines

@@ -21,14 +21,14 @@ import numpy as np
 import optax
 import xarray as xr
 
-from ppl_loo.numerics.vi import objective as npvi
-from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
-from ppl_loo.numerics.random import prng_key
-from ppl_loo.numerics.vi.families import flatten_params, get_family
-from ppl_loo.workflow.approx.approx_tree import log_likelihood_dataset, observed_dataset, posterior_dataset
-from ppl_loo.workflow.pvi.pvi_eval import training_scores
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
+from ppl_loo.numerics.random import prng_key
+from ppl_loo.numerics.vi import objective as npvi
+from ppl_loo.numerics.vi.families import flatten_params, get_family
+from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
+from ppl_loo.workflow.approx.approx_tree import log_likelihood_dataset, observed_dataset, posterior_dataset
+from ppl_loo.workflow.pvi.pvi_eval import training_scores
 
 __all__ = ["DEFAULT_LEARNING_RATE", "pvi"]
 
@@ -54,7 +54,8 @@ def _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, esti
     _check_int("num_draws", num_draws, 2)
     if isinstance(average, (str, bytes)) or not isinstance(average, (int, float, np.number)) \
             or not 0.0 <= float(average) < 1.0:
-        raise ValueError(f"average={average} must be in [0, 1): the fraction of final steps whose iterates are averaged.")
+        raise ValueError(f"average={average} must be in [0, 1): the fraction of final steps whose iterates are "
+                         "averaged.")
     if estimator not in npvi.ESTIMATORS:
         raise ValueError(f"estimator={estimator!r}: choose 'reparam' (Table 1, (a)) or 'rejection' (Appendix B).")
     if not heterogeneity_threshold > 1.0:
@@ -67,7 +68,8 @@ def _check_int(name, value, low):
     if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
         ok = True
     if not ok or int(value) < low:
-        raise ValueError(f"{name}={value!r} must be an integer >= {low}, e.g. {name}={max(low, 1000 if name != 'steps' else 2000)}.")
+        raise ValueError(f"{name}={value!r} must be an integer >= {low}, e.g. "
+                         f"{name}={max(low, 1000 if name != 'steps' else 2000)}.")
 
 
 def _check_learning_rate(learning_rate):
@@ -452,7 +454,8 @@ def _pvi_group(pm, group, fit, vi_fit, log_q, scores, vi_scores, k_het, threshol
     coords = {"param": labels, "step": np.arange(len(fit.info.objective))}
     phi, leaves = flatten_params(fit.params)
     ds = {"loc": (("param",), pm_mean), "sd": (("param",), pm_sd),
-          "objective": (("step",), np.asarray(fit.info.objective)), "score_term": (("step",), np.asarray(fit.info.score)),
+          "objective": (("step",), np.asarray(fit.info.objective)),
+          "score_term": (("step",), np.asarray(fit.info.score)),
           "finite": (("step",), np.asarray(fit.info.finite)), "log_q": (("chain", "draw"), log_q.reshape(1, S)),
           "phi": (("phi_dim",), phi)}
     ds.update({f"train_{k}": ((), float(v)) for k, v in scores.items()})

@@ -18,14 +18,14 @@ import jax
 import numpy as np
 import xarray as xr
 
+from ppl_loo.jax_settings import uses_x64
+from ppl_loo.model import as_model
 from ppl_loo.numerics.vi.scores import (
     crps_fair,
     energy_score_fair,
     log_score_eval,
     quadratic_score_eval,
 )
-from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 
 __all__ = ["predictive_scores", "training_scores"]
 

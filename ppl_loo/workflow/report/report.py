@@ -1,10 +1,10 @@
 """``pl.report``: one self-contained HTML page comparing adaptive LOO results.
 
 This module owns the page: which sections it shows (only those with content for at least one model), the
-category of each observation (:func:`~ppl_loo.workflow.loo.categories.observation_categories`: not adapted, adapted, vouched by a second
-opinion, refit, doubtful), which is the one source of every count on the page (headers, prose, tables and the
-figures' legends), and the provenance it names (the Stan program, data and CSV files ``ppl-loo loo`` stores
-in the netCDF file). The figures are drawn by :mod:`ppl_loo.workflow.report.figures`.
+category of each observation (:func:`~ppl_loo.workflow.loo.categories.observation_categories`: not adapted, adapted,
+vouched by a second opinion, refit, doubtful), which is the one source of every count on the page (headers, prose,
+tables and the figures' legends), and the provenance it names (the Stan program, data and CSV files ``ppl-loo loo``
+stores in the netCDF file). The figures are drawn by :mod:`ppl_loo.workflow.report.figures`.
 
 No scripts, no external CSS, fonts or images: every plot is a ``data:image/png;base64`` URI, every
 name and message goes through ``html.escape``. Table cells carry the exact numbers as ``data-value``
@@ -29,13 +29,12 @@ import xarray as xr
 from arviz_base import rcParams
 
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS, WEIGHT_COLUMNS, compare, named_results
+from ppl_loo.workflow.downstream.pit import loo_pit
 from ppl_loo.workflow.downstream.predictive import loo_roc
 from ppl_loo.workflow.loo.categories import CATEGORIES, SHORT, category_counts, observation_categories
 from ppl_loo.workflow.loo.categories import evidence as _evidence
 from ppl_loo.workflow.loo.categories import transforms as _transforms
-from ppl_loo.workflow.downstream.pit import loo_pit
-from ppl_loo.workflow.report.figures import (elpd_diff_figure, khat_figure, loo_pit_figure, pit_values_figure,
-                                             roc_figure)
+from ppl_loo.workflow.report.figures import elpd_diff_figure, khat_figure, loo_pit_figure, pit_values_figure, roc_figure
 
 __all__ = ["report", "observation_categories", "category_counts", "CATEGORIES", "PROVENANCE", "SECTIONS",
            "VERSIONED"]
@@ -251,7 +250,8 @@ def _compare_html(table, named, cats):
     for name, row in table.iterrows():
         counts = category_counts(cats[name])
         either = (cats[name] != "psis") | (cats[best] != "psis")
-        part = 0.0 if name == best else float(np.sum(_flat(named[name].elpd_i)[either] - _flat(named[best].elpd_i)[either]))
+        part = 0.0 if name == best else float(np.sum(_flat(named[name].elpd_i)[either]
+                                                     - _flat(named[best].elpd_i)[either]))
         rows.append([f'<th scope="row" class="text" data-model="{escape(str(name))}">{escape(str(name))}</th>']
                     + [_cell(col, row[col]) for col in stats] + [_cell(f"n_{k}", v) for k, v in counts.items()]
                     + [_cell("diff_not_psis", part)] + [_cell(col, row[col]) for col in WEIGHT_COLUMNS])
@@ -575,13 +575,15 @@ def _settings_html(named):
     for name, res in named.items():
         config = ("\n".join(f"{k}: {json.dumps(v, default=str)}" for k, v in res.engine_config.items())
                   if res.engine_config else "plain PSIS (no model)")
-        rows.append([f'<th scope="row" class="text">{escape(name)}</th>', f'<td class="text">{escape(str(res.var_name))}</td>',
+        rows.append([f'<th scope="row" class="text">{escape(name)}</th>',
+                     f'<td class="text">{escape(str(res.var_name))}</td>',
                      _cell("n_samples", res.n_samples), _cell("n_data_points", res.n_data_points),
                      _cell("good_k", res.good_k), _cell("max_rhat", res.max_rhat),
                      f'<td class="text">{escape(str(res.approximation or "none (posterior draws)"))}</td>',
                      f'<td class="text"><pre>{escape(config)}</pre></td>'])
     header = ["model", "var_name", "draws", "observations", "good_k", "max_rhat", "approximation", "engine_config"]
-    versions = [[f'<td class="text">{escape(k)}</td>', f'<td class="text">{escape(v)}</td>'] for k, v in _versions().items()]
+    versions = [[f'<td class="text">{escape(k)}</td>', f'<td class="text">{escape(v)}</td>']
+                for k, v in _versions().items()]
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (_table(header, rows, table_id="settings-table") + "\n<h3>Versions</h3>\n"
             + _table(["package", "version"], versions, table_id="versions-table") + f"\n<p>Written {escape(date)}.</p>")

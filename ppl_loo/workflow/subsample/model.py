@@ -17,12 +17,20 @@ from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.psis import khat_threshold
 from ppl_loo.workflow.loo.adapt import Candidates, check_transforms, run_search
 from ppl_loo.workflow.loo.draws import LooDraws
-from ppl_loo.workflow.loo.inputs import (MIN_DRAWS, SAMPLE_DIMS, align_obs_dims, check_finite,
-                                     check_posterior_draws, get_log_likelihood, identical_chains, max_rhat_of,
-                                     obs_labels)
+from ppl_loo.workflow.loo.inputs import (
+    MIN_DRAWS,
+    SAMPLE_DIMS,
+    align_obs_dims,
+    check_finite,
+    check_posterior_draws,
+    get_log_likelihood,
+    identical_chains,
+    max_rhat_of,
+    obs_labels,
+)
 from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS, check_hbar
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_plain, warn_unconverged
-from ppl_loo.workflow.loo.plain import (flag_observations, logmeanexp, plain_psis, pointwise_reasons)
+from ppl_loo.workflow.loo.plain import flag_observations, logmeanexp, plain_psis, pointwise_reasons
 from ppl_loo.workflow.loo.verdict import RHAT_NOT_MIXED, Evidence, Rules, convergence, verdict
 from ppl_loo.workflow.subsample.estimate import choose_observations, combine, lpd_of, make_result, select_columns
 from ppl_loo.workflow.subsample.plain import sample_r_eff

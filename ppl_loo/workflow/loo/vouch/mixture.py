@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.numerics.mixture import mixture_linearization, mixture_log_weights, mixture_loo
 from ppl_loo.numerics.batched_nuts import batched_nuts
+from ppl_loo.numerics.mixture import mixture_linearization, mixture_log_weights, mixture_loo
 from ppl_loo.workflow.loo.inputs import rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 

@@ -13,18 +13,18 @@ from ppl_loo.workflow.loo.vouch.mixture import MIN_ESS, default_seed, mixture_ru
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 from ppl_loo.workflow.loo.vouch.smc import run_smc
 
-__all__ = ["mixture_stage", "smc_stage", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS", "SMC_AUTO_MAX_DIM",
+__all__ = ["mixture_stage", "smc_stage", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS",
+           "SMC_AUTO_MAX_DIM",
            "ALONE_MAX_PARAM_RHAT"]
 
 #: a mixture run whose own checks fail (divergences, its weights' R-hat or ESS) runs once more with twice the draws
-#: and at least this target acceptance (leverage_wide_pymc: weights R-hat 1.0515 at 4 x 1,000 draws)
+#: and at least this target acceptance (smaller steps: fewer divergences and better-mixed weights)
 RETRY_TARGET_ACCEPT = 0.95
 #: smc="auto" runs tempered SMC only for models of at most this many unconstrained parameters
 SMC_AUTO_MAX_DIM = 100
 #: a mixture estimate vouches alone only when its run's largest parameter R-hat is at most this: 1.1, the classic
 #: threshold for chains that have not mixed (Gelman et al. 2013); over thousands of coordinates 1.01 or 1.05 is
-#: exceeded by chance (a horseshoe's local scales), chains in different modes give more (the truth suite's ReLU net:
-#: 1.15, one estimate of 24 3.6 SEs off its refit)
+#: exceeded by chance (a horseshoe's local scales), while chains in different modes exceed 1.1
 ALONE_MAX_PARAM_RHAT = 1.1
 #: the mixture run's settings where the fit has none to reuse (one chain, or too few draws)
 DEFAULT_SETTINGS = {"chains": 4, "draws": 1000, "warmup": 1000, "target_accept": 0.8, "max_tree_depth": 10}
@@ -47,9 +47,7 @@ def mixture_run_settings(data, overrides=None):
 
     The floor (also 4 chains: an estimate's SE includes the spread of the per-chain estimates, which two chains
     resolve too coarsely for an estimate that vouches alone): each estimate must reach an effective sample size of 100
-    of its own (MCMC and importance sampling), which a short fit's settings cannot give (the CmdStan eight-schools
-    CSVs of ``../shared/data``: 4 x 100 draws; a mixture run of that length passed its checks for 5 of 8
-    observations)."""
+    of its own (MCMC and importance sampling), which a short fit's settings (a few hundred draws) cannot give."""
     try:
         base = refit_settings(data)
     except ValueError:  # one chain or few draws: nothing to reuse
@@ -86,8 +84,8 @@ def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None):
         kept.add_mixture(run.theta, run.ll)
     info = {**run.info, "elpd_i": run.elpd.tolist(), "mcse_i": run.mcse.tolist(), "ok_i": run.ok.tolist(),
             "n_ok": int(run.ok.sum())}
-    # vouching alone asks for the whole run to have mixed, its parameters too (a ReLU net's mixture run, max R-hat
-    # 1.15 over 4,615 parameters, passed every per-observation check and was 0.18 nats off one refit)
+    # vouching alone asks for the whole run to have mixed, its parameters too: a run whose chains sit in different
+    # modes can pass every per-observation check and still be off
     alone = bool(np.nan_to_num(run.info.get("max_rhat", np.nan), nan=np.inf) <= ALONE_MAX_PARAM_RHAT)
     return Opinion("mixture", run.elpd, run.mcse, run.ok, alone), info
 
@@ -115,8 +113,8 @@ def smc_stage(model, draws, v, plain, ev, smc, random_seed):
         targets = np.flatnonzero((v.unsettled | risky) & ev.conv.ok)
     d = int(np.asarray(draws.theta).shape[1])
     if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
-        return None, {"skipped": f"{d} parameters, above smc='auto''s {SMC_AUTO_MAX_DIM} (tempered SMC's moves "
-                                 "cost minutes per observation in that many dimensions); smc=True runs it",
+        return None, {"skipped": f"{d} parameters, above smc='auto''s limit of {SMC_AUTO_MAX_DIM} (the cost of "
+                                 "tempered SMC's moves grows with the dimension); smc=True runs it",
                       "observations": [], "particles": 0, "n_ok": 0, "seconds": 0.0}
     if not targets.size:
         return None, None

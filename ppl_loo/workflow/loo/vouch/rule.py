@@ -141,9 +141,8 @@ def settle(pw, plain, k_threshold, opinions, converged):
         vouched &= ~bad
         evidence[bad] = ""
     # what only two maps of the same draws vouch for where plain PSIS failed (k-hat above 0.5), and a passing
-    # second opinion confirms: pooled, with the SE of :func:`_pooled` (on leverage_wide_pymc two transformations
-    # agreed 0.88 nats off at SE 0.25, and SMC's -3.59 +- 0.20 agreed with them loosely: reported alone, a silent
-    # failure; pooled, -3.35 +- 0.66 against the exact -3.86)
+    # second opinion confirms: pooled, with the SE of :func:`_pooled`, since maps of the same draws can miss the
+    # same part of the LOO posterior and agree with each other while both are off
     risky = vouched & (evidence == "adapted") & (np.asarray(plain.k, dtype=float) > PLAIN_VOUCH_K)
     for op in opinions:
         for i in np.flatnonzero(risky & op.ok & agree(pw.elpd, pw.mcse, op.elpd, op.mcse)):
@@ -159,9 +158,9 @@ def settle(pw, plain, k_threshold, opinions, converged):
 
 def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd):
     """The most precise agreeing pair for a doubtful observation ``i`` (the smallest SE of their pooled estimate):
-    one of the engine's estimates with a second opinion, or two second opinions; else a passing mixture estimate alone where nothing else has an estimate (or
-    only the unconverged draws do) and it is not above plain PSIS's (:func:`mixture_alone_ok`); else the first
-    passing second opinion's value (still doubtful)."""
+    one of the engine's estimates with a second opinion, or two second opinions; else a passing mixture estimate
+    alone where nothing else has an estimate (or only the unconverged draws do) and it is not above plain PSIS's
+    (:func:`mixture_alone_ok`); else the first passing second opinion's value (still doubtful)."""
     cands = list(engine)
     best = None  # the agreeing pair whose pooled estimate is the most precise (the first such pair on a tie)
     for op in opinions:
@@ -185,8 +184,7 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
         pw.elpd[i], pw.mcse[i], pw.transform[i], pw.hbar[i] = passing[0].elpd[i], passing[0].mcse[i], "mixture", np.nan
         pw.use_adapted[i], pw.k[i] = False, np.nan
         # nothing else has an estimate, or only the unconverged draws (which vouch for nothing on their own, so
-        # their disagreement says they are off: ovarian_lr, R-hat 1.065, obs 31: plain PSIS with k 0.57 -0.25, the
-        # mixture -0.454 +- 0.058, the refits -0.460 +- 0.037): nothing credible contradicts the mixture's
+        # their disagreement is no evidence against the mixture run): nothing credible contradicts the mixture's
         if len(passing) == 1 and (not engine or not converged):
             mix = passing[0]
             if mix.alone and mixture_alone_ok(mix.elpd[i], mix.mcse[i], plain_elpd):

@@ -2,7 +2,8 @@
 
 The numerics are :func:`ppl_loo.numerics.smc.smc_loo` (BlackJAX's adaptive tempered SMC, vectorized over
 observations); here the model's functions, the particles (the posterior draws, thinned evenly to at most
-:data:`MAX_PARTICLES` so that each chain keeps its share, in :data:`POPULATIONS` independent populations) and what may vouch: an observation whose tempering reached
+:data:`MAX_PARTICLES` so that each chain keeps its share, in :data:`POPULATIONS` independent populations) and what
+may vouch: an observation whose tempering reached
 ``lambda = 1`` with a finite estimate and SE and move acceptance of at least :data:`MIN_ACCEPTANCE`.
 """
 
@@ -22,8 +23,8 @@ from ppl_loo.workflow.loo.vouch.rule import Opinion
 __all__ = ["run_smc", "MAX_PARTICLES", "POPULATIONS", "MIN_PER_POPULATION", "MIN_ACCEPTANCE"]
 
 #: particles per observation (the posterior draws thinned evenly): the cost is particles x tempering steps x moves;
-#: 8 populations of 500 (below about 500 per population the populations' estimates are skewed and the SE from their
-#: spread too small: 13 SEs off once with 250, tests/test_smc.py's d = 15 case)
+#: 8 populations of 500 (with fewer per population the populations' estimates are skewed and the SE from their
+#: spread too small)
 MAX_PARTICLES = 4000
 POPULATIONS = 8
 #: below this many particles per population SMC does not run (its SE from the populations' spread is meaningless)
