@@ -163,7 +163,7 @@ def add_parser(sub):
     d.add_argument("--no-progress", action="store_true")
     d.add_argument("--mixture", choices=["auto", "on", "off"], default="auto",
                    help="mixture importance sampling as a second opinion (one extra NUTS run): auto (default) "
-                        "where the search leaves an observation doubtful, on always, off never")
+                        "before the search whenever plain PSIS leaves an observation unsettled, on always, off never")
     d.add_argument("--refit", action="store_true",
                    help="also refit the model without each doubtful observation (exact LOO, minutes)")
     d.set_defaults(run=run)

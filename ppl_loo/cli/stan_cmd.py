@@ -94,9 +94,8 @@ def add_loo_parser(sub):
                    help="exact LOO by refitting the program without each doubtful (or each adapted) observation")
     p.add_argument("--mixture", choices=["auto", "on", "off"], default="auto",
                    help="second opinion by mixture importance sampling (one extra run of Stan's NUTS on the "
-                        "program's derived mixture target): auto (default) before the search when more observations "
-                        "are unsettled than one batch of the search examines, after it when any is left, on always, "
-                        "off never")
+                        "program's derived mixture target): auto (default) before the search whenever plain PSIS "
+                        "leaves an observation unsettled (in-memory log-likelihood), on always, off never")
     p.add_argument("--smc", choices=["auto", "on", "off"], default="auto",
                    help="second opinion by tempered SMC from the draws to each LOO posterior: auto (default) for "
                         "what is still unsettled, on for every searched observation, off never")

@@ -169,9 +169,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         Mixture importance sampling as an independent second opinion (:func:`ppl_loo.loo_mixture`; Silva &
         Zanella 2023): one extra MCMC run of the model on the mixture of all LOO posteriors, with the original
         fit's settings (at least 1,000 warmup iterations and draws per chain), about the cost of one fit.
-        ``"auto"`` (default): before the search when more observations are unsettled by plain PSIS than one batch
-        of the search examines (the search then runs only on what it leaves unsettled), else after the search when
-        an observation is still unsettled (``docs/method.md``, section 9); True: always, before the search (it
+        ``"auto"`` (default): before the search whenever plain PSIS leaves an observation unsettled (the search
+        then runs on what it leaves unsettled and corroborates what it settles alone; ``docs/method.md``, section
+        9); not out of core (``chunk_size=``, a dask-backed log-likelihood). True: always, before the search (it
         then also checks every estimate the search vouches for); False: never. Its diagnostics are
         ``res.mixture_info``.
     mixture_kwargs : dict, optional
