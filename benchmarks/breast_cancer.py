@@ -13,7 +13,7 @@ mean and max |error| and silent failures (|error| above 3 combined Monte Carlo S
 doubtful), beside plain PSIS's.
 
     nice -n 10 .venv/bin/python benchmarks/breast_cancer.py     # both priors; benchmarks/results/breast_cancer.json
-    .venv/bin/python benchmarks/breast_cancer.py --reduced      # Normal prior, 4 x 500 draws, pl.loo only
+    .venv/bin/python benchmarks/breast_cancer.py --reduced      # Normal prior, pl.loo only
 
 Prints a table and writes ``benchmarks/results/breast_cancer.json`` (``--reduced``: ``breast_cancer_reduced.json``,
 or ``--out``).
@@ -163,7 +163,7 @@ def table(rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reduced", action="store_true", help="Normal prior, 4 x 500 draws, pl.loo only")
+    ap.add_argument("--reduced", action="store_true", help="Normal prior, pl.loo only")
     ap.add_argument("--priors", default=None, help="comma-separated: normal,horseshoe")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -171,7 +171,7 @@ def main(argv=None):
     priors = args.priors.split(",") if args.priors else (["normal"] if args.reduced else ["normal", "horseshoe"])
     rows = []
     for prior in priors:
-        rows.append(run_prior(prior, 500 if args.reduced else 1000, after_loo=not args.reduced))
+        rows.append(run_prior(prior, 1000, after_loo=not args.reduced))
         print(table(rows[-1:]), flush=True)
     print(table(rows))
     name = "breast_cancer_reduced.json" if args.reduced else "breast_cancer.json"

@@ -1,5 +1,5 @@
 """The breast-cancer data and the reduced mode of ``benchmarks/breast_cancer.py``: ``pl.loo`` on a PyMC logistic
-regression with a Normal(0, 1) prior (4 x 500 draws), scored against the ground-truth suite's committed refits
+regression with a Normal(0, 1) prior (4 x 1,000 draws), scored against the ground-truth suite's committed refits
 (``benchmarks/results/truth/breast_cancer_normal.json``: ``pm.sample`` without each of 24 observations of plain
 k-hat above 0.7, bridge sampling)."""
 

@@ -93,7 +93,8 @@ def test_loo_json_equals_pl_loo_and_the_closed_form(work, fit_json):
     assert summary["n_obs"] == 12 and summary["n_draws"] == 800 and summary["n_refit"] == 0
     assert summary["n_doubtful"] == 0 and code == summary["exit_status"] == 0
     assert summary["pareto_k_psis"][11] > 0.5  # the outlier: plain PSIS is shaky there ...
-    assert summary["transform"][11] != "psis"  # ... and it was adapted
+    # ... and a second, independent estimate (the mixture run's, or an adapted proposal's) settles it
+    assert summary["evidence"][11] not in ("psis", "") and "+" in summary["evidence"][11]
     exact = closed_form_elpd(DATA)
     assert summary["elpd_loo"] == pytest.approx(exact.sum(), abs=0.3)
     np.testing.assert_allclose(summary["elpd_i"], exact, atol=0.1)

@@ -160,7 +160,8 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
     """The most precise agreeing pair for a doubtful observation ``i`` (the smallest SE of their pooled estimate):
     one of the engine's estimates with a second opinion, or two second opinions; else a passing mixture estimate
     alone where nothing else has an estimate (or only the unconverged draws do) and it is not above plain PSIS's
-    (:func:`mixture_alone_ok`); else the first passing second opinion's value (still doubtful)."""
+    (:func:`mixture_alone_ok`); else, still doubtful, the engine's estimate that passes every check where the draws
+    converged, or the first passing second opinion's value."""
     cands = list(engine)
     best = None  # the agreeing pair whose pooled estimate is the most precise (the first such pair on a tie)
     for op in opinions:
@@ -196,6 +197,10 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
                    "only where a second estimate agrees")
             notes[i] = "; ".join([f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: {why}"] + _said(engine))
             return
+    if engine and converged:  # still doubtful: the value shown is the engine's estimate that passes every check
+        name, e, s, label, k = engine[0]
+        pw.elpd[i], pw.mcse[i], (pw.transform[i], pw.hbar[i]), pw.k[i] = e, s, label, k
+        pw.use_adapted[i] = name == "adapted"
     said = "; ".join([f"{op.name} {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}" for op in passing] + _said(engine))
     notes[i] = f"no two independent estimates agree ({said})"
 
