@@ -434,14 +434,7 @@ class LeverageWidePyMC(_GaussianLinearClosedForm):
         return self.build()
 
     def fit(self, settings, seed):
-        import pymc as pm
-
-        m = self.build()
-        idata, wall = _pymc_sample(m, settings, seed)
-        with m:
-            pm.compute_log_likelihood(idata, progressbar=False)
-        idata["posterior"].attrs["diagnostics"] = str(_diag_from_tree(idata, wall))
-        return idata
+        return _pymc_fit(self.build(), settings, seed)
 
     def truth_loglik(self, data):
         return np.asarray(data["log_likelihood"]["y"].transpose("chain", "draw", ...).values)
@@ -538,6 +531,18 @@ def _pymc_sample(m, settings, seed):
     return idata, time.perf_counter() - t0
 
 
+def _pymc_fit(m, settings, seed, sample=_pymc_sample):
+    """The main fit of the PyMC model ``m``: its draws (``sample``, default :func:`_pymc_sample`), the pointwise
+    log-likelihood and the fit's diagnostics in ``posterior.attrs``."""
+    import pymc as pm
+
+    idata, wall = sample(m, settings, seed)
+    with m:
+        pm.compute_log_likelihood(idata, progressbar=False)
+    idata["posterior"].attrs["diagnostics"] = str(_diag_from_tree(idata, wall))
+    return idata
+
+
 class PoissonREPyMC:
     """Poisson regression with one normal random effect per observation (the classic high-k case), in PyMC."""
 
@@ -585,14 +590,7 @@ class PoissonREPyMC:
         return _pymc_sample(m, settings, seed)
 
     def fit(self, settings, seed):
-        import pymc as pm
-
-        m = self.build()
-        idata, wall = self._sample(m, settings, seed)
-        with m:
-            pm.compute_log_likelihood(idata, progressbar=False)
-        idata["posterior"].attrs["diagnostics"] = str(_diag_from_tree(idata, wall))
-        return idata
+        return _pymc_fit(self.build(), settings, seed, self._sample)
 
     def _loglik_marginal(self, post, i):
         a = np.asarray(post["a"]).ravel()
@@ -650,18 +648,14 @@ class BreastCancerPyMC:
         return self.build()
 
     def fit(self, settings, seed):
-        import pymc as pm
+        return _pymc_fit(self.build(), settings, seed)
 
-        m = self.build()
-        idata, wall = _pymc_sample(m, settings, seed)
-        with m:
-            pm.compute_log_likelihood(idata, progressbar=False)
-        idata["posterior"].attrs["diagnostics"] = str(_diag_from_tree(idata, wall))
-        return idata
-
-    def _loglik(self, post, i):
-        eta = np.asarray(post["alpha"]).ravel() + np.asarray(post["beta"]).reshape(-1, self.X.shape[1]) @ self.X[i]
-        return -np.logaddexp(0.0, -eta) if self.y[i] == 1 else -np.logaddexp(0.0, eta)
+    def _loglik(self, post, i=slice(None)):
+        """``log p(y_i | theta)`` at every draw of ``post``, ``(draws,)``, or ``(draws, n)`` for every observation."""
+        eta = (np.asarray(post["alpha"]).reshape(-1, 1)
+               + np.asarray(post["beta"]).reshape(-1, self.X.shape[1]) @ self.X[i].reshape(-1, self.X.shape[1]).T)
+        ll = -np.logaddexp(0.0, -np.where(self.y[i] == 1, 1.0, -1.0) * eta)
+        return ll[:, 0] if np.ndim(i) == 0 and not isinstance(i, slice) else ll
 
     def refit(self, i, settings, seed, beta=0.0):
         keep = np.flatnonzero(np.arange(self.n) != i)
@@ -672,7 +666,7 @@ class BreastCancerPyMC:
     def truth_loglik(self, data):
         post = data["posterior"].to_dataset()
         C, D = post.sizes["chain"], post.sizes["draw"]
-        return np.stack([self._loglik(post, i).reshape(C, D) for i in range(self.n)], axis=-1)
+        return self._loglik(post).reshape(C, D, self.n)
 
     def exact(self):
         return None
