@@ -51,7 +51,7 @@ def committed_truth(prior):
     path = RESULTS / "truth" / f"breast_cancer_{prior}.json"
     if not path.exists():
         return None
-    from run import truth_value
+    from truth_common import truth_value
 
     rep = json.loads(path.read_text())
     return {int(i): truth_value(r) for i, r in rep["truth"].items()}

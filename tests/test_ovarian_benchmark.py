@@ -41,10 +41,8 @@ def reduced(tmp_path_factory):
                           capture_output=True, text=True, cwd=ROOT, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     sys.path.insert(0, str(SCRIPT.parent))
-    for name in ("common", "stage_table1"):  # another benchmark's module of the same name may be cached
-        sys.modules.pop(name, None)
     try:
-        import common
+        import ovarian_common as common
         import stage_table1
     finally:
         sys.path.remove(str(SCRIPT.parent))

@@ -28,8 +28,7 @@ SCRIPT = ROOT / "benchmarks" / "truth" / "run.py"
 
 
 def _reduced_models():
-    """``REDUCED_MODELS`` of run.py, read without importing it: its ``common`` module would shadow
-    ``benchmarks/ovarian/common.py`` for the other benchmark tests of the same pytest process."""
+    """``REDUCED_MODELS`` of run.py, read without importing it (importing it loads JAX and the problems)."""
     import ast
 
     for node in ast.parse(SCRIPT.read_text()).body:

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax
-from common import ROOT, jax_model, load_json, save_json  # noqa: E402
+from ovarian_common import ROOT, jax_model, load_json, save_json  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)

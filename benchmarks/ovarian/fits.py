@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import STAN_DIR, load_json, log, save_json
+from ovarian_common import STAN_DIR, load_json, log, save_json
 
 #: constrained variables of the JAX models, per Stan program
 KEEP = {"logistic": ("beta0", "beta", "lam", "tau", "caux"), "relu": ("W1", "W2", "b2")}

@@ -12,7 +12,7 @@ import time
 import warnings
 
 import numpy as np
-from common import ALL_TRANSFORMS, HBAR, PAPERS_SEVEN
+from ovarian_common import ALL_TRANSFORMS, HBAR, PAPERS_SEVEN
 
 
 def _flat(a):

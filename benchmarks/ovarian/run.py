@@ -3,7 +3,7 @@
 One command regenerates everything (MCMC fits and refits with Stan, ADVI fits, Table 1 over the
 resamplings, the peers, the refit comparison, ROC/PR plots, the Markdown report and the JSON)::
 
-    .venv/bin/python benchmarks/ovarian/run.py             # full experiment (hours: see common.FULL)
+    .venv/bin/python benchmarks/ovarian/run.py             # full experiment (hours: see ovarian_common.FULL)
     .venv/bin/python benchmarks/ovarian/run.py --reduced   # CI size (minutes), into .../ovarian_reduced
 
 Stages can be run on their own (``--stage mcmc|table1|peers|refits|roc|report``); each caches its
@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
 import jax
 import numpy as np  # noqa: E402
-from common import MODELS, cache_dir, load_data, log, settings  # noqa: E402
+import ovarian_common as common  # noqa: E402
+from ovarian_common import MODELS, cache_dir, load_data, log, settings  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -88,7 +88,7 @@ def stage_mcmc(cfg, cdir, logfile, models=MODELS):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reduced", action="store_true", help="CI-size run (see common.REDUCED)")
+    ap.add_argument("--reduced", action="store_true", help="CI-size run (see ovarian_common.REDUCED)")
     ap.add_argument("--stage", choices=STAGES + ("all",), default="all")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of logistic,relu")
     ap.add_argument("--cache", default=str(common.DEFAULT_CACHE))

@@ -23,8 +23,8 @@ import time
 import warnings
 
 import numpy as np
-from common import jax_model, log, save_json
 from diagnose import engine_arrays
+from ovarian_common import jax_model, log, save_json
 
 SEED = {"logistic": 11, "relu": 12}
 

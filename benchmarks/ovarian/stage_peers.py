@@ -14,7 +14,7 @@ import resource
 import warnings
 
 import numpy as np
-from common import PAPERS_SEVEN, THRESHOLD, jax_model, load_json, log, machine_info, save_json
+from ovarian_common import PAPERS_SEVEN, THRESHOLD, jax_model, load_json, log, machine_info, save_json
 
 METHODS = ("ppl_loo", "ppl_loo_papers7", "arviz_plain", "arviz_mm", "bayesianquilts")
 
@@ -138,7 +138,7 @@ def run(cfg, cdir, out, logfile, models):
             if "arviz_mm" in todo:
                 rec["arviz_mm"] = _summary(peers.run_arviz_mm(data, plain["_res"], model), k_psis)
             else:
-                rec["arviz_mm"] = {"error": "not run in this mode (O(d^3) per observation, see common.REDUCED)"}
+                rec["arviz_mm"] = {"error": "not run in this mode (O(d^3) per observation, see ovarian_common.REDUCED)"}
             if r == 0 and name in cfg["arviz_mm_default_cov_once"]:
                 d = _summary(peers.run_arviz_mm(data, plain["_res"], model, cov=True), k_psis)
                 d["max_abs_elpd_i_diff_vs_cov_false"] = float(np.max(np.abs(d["elpd_i"] - rec["arviz_mm"]["elpd_i"])))

@@ -16,7 +16,7 @@ probability of a method is ``exp(elpd_i)`` for ``y_i = 1`` and ``1 - exp(elpd_i)
 from __future__ import annotations
 
 import numpy as np
-from common import jax_model, load_json, log, save_json
+from ovarian_common import jax_model, load_json, log, save_json
 
 METHOD_KEYS = ("arviz_plain", "arviz_mm", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from common import MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, THRESHOLD, load_json, machine_info, save_json
+from ovarian_common import MODEL_LABEL, PAPER_TABLE1, PAPERS_SEVEN, THRESHOLD, load_json, machine_info, save_json
 from stage_table1 import ROWS, row_key
 
 METHOD_ORDER = ("arviz_plain", "arviz_mm", "arviz_mm_default_cov", "bayesianquilts", "ppl_loo_papers7", "ppl_loo")
@@ -314,7 +314,7 @@ def density_spread(cdir, name, s):
     KL and Var directions (Eq. 18-19) are proportional to the posterior *density*, so with an
     ESS near 1 only one draw moves (notes, section 3.3)."""
     import jax
-    from common import jax_model
+    from ovarian_common import jax_model
     from resample import Draws, resample_index
     from run import fit_path
 

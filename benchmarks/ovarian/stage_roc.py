@@ -11,7 +11,7 @@ adaptive and plain Eq. 13 weights. Curves and areas use ``ppl_loo.workflow.downs
 from __future__ import annotations
 
 import numpy as np
-from common import MODEL_LABEL, jax_model, load_json, log, save_json
+from ovarian_common import MODEL_LABEL, jax_model, load_json, log, save_json
 
 
 def p_from_elpd(elpd_i, y):

@@ -24,7 +24,7 @@ import time
 import warnings
 
 import numpy as np
-from common import (
+from ovarian_common import (
     ALL_TRANSFORMS,
     HBAR,
     PAPERS_FOUR,

@@ -29,7 +29,7 @@ import time
 import warnings
 
 import numpy as np
-from common import STAN_DIR
+from truth_common import STAN_DIR
 
 from ppl_loo.model import as_model
 

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax
-from common import DEFAULT_CACHE, RESULTS, cache_dir, load_json, log, machine_info, save_json  # noqa: E402
+from truth_common import DEFAULT_CACHE, RESULTS, cache_dir, load_json, log, machine_info, save_json, truth_value  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)
@@ -184,13 +184,6 @@ def restrict_obs(problem, data, obs):
         return list(obs)
     chosen = set(problem.refit_obs(data))
     return [i for i in obs if i in chosen]
-
-
-def truth_value(rec):
-    """``(truth, mcse)``: exact where known, else the bridge estimate."""
-    if "exact" in rec:
-        return float(rec["exact"]), 0.0
-    return float(rec["bridge"]), float(rec["bridge_mcse"])
 
 
 # ----------------------------------------------------------------------------- stage 3: methods

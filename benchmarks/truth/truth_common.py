@@ -76,3 +76,10 @@ def machine_info():
     import platform
 
     return {"cpu_count": os.cpu_count(), "load_average_1min": os.getloadavg()[0], "platform": platform.platform()}
+
+
+def truth_value(rec):
+    """``(truth, mcse)``: exact where known, else the bridge estimate."""
+    if "exact" in rec:
+        return float(rec["exact"]), 0.0
+    return float(rec["bridge"]), float(rec["bridge_mcse"])
