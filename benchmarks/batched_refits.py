@@ -181,7 +181,7 @@ def _stan_row(prob, truth, *, forced_batched=False):
         model = prob.model()
         kw = {}
         if label == "other" and forced_batched:  # on the adapter pl.loo runs on (cached on the StanModel)
-            from ppl_loo.model.stan.posterior import loo_adapter
+            from ppl_loo.adapters.stan.posterior import loo_adapter
 
             adapter = loo_adapter(model, data=data)
             adapter.batched_refit_density = lambda m=adapter: BatchedTarget(m.loo_logp, vectorize=True)

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import jax.scipy.stats as st
 from jax.scipy.special import gammaln
 import ppl_loo as pl
-from ppl_loo.model.jax.bijectors import Exp
+from ppl_loo.adapters.jax.bijectors import Exp
 from ppl_loo.sampling import sample_nuts
 rng = np.random.default_rng(1)
 N = 40

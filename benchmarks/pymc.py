@@ -61,8 +61,8 @@ def main():
     from arviz_stats.loo import loo_moment_match
 
     import ppl_loo as pl
+    from ppl_loo.adapters.pymc.adapter import PyMCModel
     from ppl_loo.datasets import load_ovarian
-    from ppl_loo.model.pymc.adapter import PyMCModel
     from ppl_loo.models import LogisticRegression
     from ppl_loo.sampling import sample_nuts
 

@@ -65,7 +65,7 @@ def eight_schools():
 
 def horseshoe_ovarian():
     from ppl_loo.datasets import load_ovarian
-    from ppl_loo.stan import horseshoe_data
+    from ppl_loo.stan_bridge import horseshoe_data
 
     X, y = load_ovarian()
     data = horseshoe_data(X, y)
@@ -119,8 +119,8 @@ def bench_model(spec, sizes, repeats, with_compile, with_pystan):
     import jax.numpy as jnp
 
     import ppl_loo as pl
-    from ppl_loo.model.stan.posterior import loo_adapter
-    from ppl_loo.stan import default_threads
+    from ppl_loo.adapters.stan.posterior import loo_adapter
+    from ppl_loo.stan_bridge import default_threads
 
     name, path, data, log_tau = spec
     row = {"model": name}

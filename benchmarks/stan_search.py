@@ -13,12 +13,12 @@ of the fit. Seconds per observation are over all ``n`` observations of the data 
 search examined, and the seconds per examined one). Programs: a negative-binomial and a Poisson regression
 with 40 observations (3 and 2 parameters: the LOO density is the program on the data without the observation),
 and ``stan_models/poisson_lognormal.stan`` with 20 (a latent effect per observation, N + 2 parameters: the LOO
-density is ``log p(theta | y) - log_lik[i]``, the derived ``log_lik`` program of :mod:`ppl_loo.stan.derived`).
+density is ``log p(theta | y) - log_lik[i]``, the derived ``log_lik`` program of :mod:`ppl_loo.stan_bridge.derived`).
 Rows are printed and the JSON written as each program finishes.
 
 For each model the search runs twice (three times for the regressions: also with ``adapt="all"``, every
 observation examined), with the full-model cache of the Stan callbacks
-(``ppl_loo.model.stan.posterior.FULL_CACHE_ENTRIES``) and without it (0 entries: every callback
+(``ppl_loo.adapters.stan.posterior.FULL_CACHE_ENTRIES``) and without it (0 entries: every callback
 evaluates the full model itself); the two must give identical ``elpd_i``. Columns:
 wall seconds, seconds per observation, draws evaluated by the bridge (full model, derived ``log_lik``
 programs) and microseconds per evaluated draw.
@@ -125,9 +125,9 @@ class Counter:
 
 def run_model(name, code, draws, cache_entries, n=40):
     import ppl_loo as pl
-    import ppl_loo.model.stan.posterior as post
-    from ppl_loo.stan.model import StanModel as Bridge
-    from ppl_loo.stan.sampler import sample_cmdstan_csv
+    import ppl_loo.adapters.stan.posterior as post
+    from ppl_loo.stan_bridge.model import StanModel as Bridge
+    from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
     d = data(n=n)
     if code is LATENT:

@@ -8,7 +8,7 @@ import jax.scipy.stats as jst
 import numpy as np
 
 import ppl_loo as pl
-from ppl_loo.model.jax.bijectors import Exp
+from ppl_loo.adapters.jax.bijectors import Exp
 from ppl_loo.sampling import sample_nuts
 
 y = np.r_[np.random.default_rng(0).normal(size=11), 7.5]

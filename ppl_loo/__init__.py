@@ -6,30 +6,30 @@
 """
 
 from ppl_loo import models
+from ppl_loo.adapters.jax.jax_model import JaxModel
+from ppl_loo.adapters.jax.pvi import SimulatorModel
 from ppl_loo.io import from_cmdstan
 from ppl_loo.model import Model, as_model
-from ppl_loo.model.jax.jax_model import JaxModel
-from ppl_loo.model.jax.pvi import SimulatorModel
-from ppl_loo.stan import StanModel
+from ppl_loo.stan_bridge import StanModel
 from ppl_loo.workflow.approx.laplace import laplace
 from ppl_loo.workflow.approx.laplace_predictive import laplace_predictive
 from ppl_loo.workflow.approx.qnvb import qnvb
 from ppl_loo.workflow.downstream.compare import compare
-from ppl_loo.workflow.downstream.crps import loo_score
-from ppl_loo.workflow.downstream.expectation import loo_expectation
-from ppl_loo.workflow.downstream.pit import loo_pit, plot_loo_pit
-from ppl_loo.workflow.downstream.predictive import LooROC, loo_roc
+from ppl_loo.workflow.downstream.loo_expectations import loo_expectation
+from ppl_loo.workflow.downstream.loo_pit import loo_pit, plot_loo_pit
+from ppl_loo.workflow.downstream.loo_roc import LooROC, loo_roc
+from ppl_loo.workflow.downstream.loo_score import loo_score
 from ppl_loo.workflow.downstream.scores import LooMetric, loo_metrics, loo_r2
-from ppl_loo.workflow.exact.kfold import KFoldResult, kfold
+from ppl_loo.workflow.exact.loo_kfold import KFoldResult, kfold
 from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.loo_mixture import loo_mixture
+from ppl_loo.workflow.pvi.predictive_scores import predictive_scores
 from ppl_loo.workflow.pvi.pvi import pvi
-from ppl_loo.workflow.pvi.pvi_eval import predictive_scores
 from ppl_loo.workflow.report.report import report
+from ppl_loo.workflow.subsample.loo_subsample import loo_subsample
 from ppl_loo.workflow.subsample.result import SubsampleResult
-from ppl_loo.workflow.subsample.subsample import loo_subsample
 
 __version__ = "0.1.0"
 

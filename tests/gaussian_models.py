@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from ppl_loo.model.jax.base import PosteriorModel
+from ppl_loo.adapters.jax.base import PosteriorModel
 
 
 class LinearRegressionKnownNoise(PosteriorModel):

@@ -30,9 +30,9 @@ def _layer(name):
     part = name.split(".")[1] if "." in name else ""
     if name == "ppl_loo.jax_settings" or part == "numerics":
         return 0
-    if part in ("stan", "io", "datasets"):
+    if part in ("stan_bridge", "io", "datasets"):
         return 1
-    if part == "model":
+    if part in ("model", "adapters"):
         return 2
     if part == "models":
         return 3

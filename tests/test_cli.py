@@ -1,7 +1,7 @@
 """The ``ppl-loo`` command line: ``loo``, ``compare``, ``report`` and ``sample`` on real compiled Stan programs.
 
 The CmdStan-format CSV files are written by Stan's own NUTS in-process (``ppl-loo sample``, i.e.
-``ppl_loo.stan.sampler.sample_cmdstan_csv``) for ``stan_models/normal_known_sigma.stan``, whose LOO has a
+``ppl_loo.stan_bridge.sampler.sample_cmdstan_csv``) for ``stan_models/normal_known_sigma.stan``, whose LOO has a
 closed form. Most tests call ``ppl_loo.cli.main`` in-process; ``test_subprocess_*`` run ``python -m
 ppl_loo.cli`` for the exit statuses a script sees.
 """
@@ -32,8 +32,8 @@ from data_paths import EIGHT_SCHOOLS as ES_DIR
 import ppl_loo as pl
 from ppl_loo.cli import main
 from ppl_loo.cli.inputs import observed_mapping, read_csvs
-from ppl_loo.stan import as_data_dict
-from ppl_loo.stan.sampler import sample_cmdstan_csv
+from ppl_loo.stan_bridge import as_data_dict
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"

@@ -16,7 +16,7 @@ if shutil.which("g++") is None:  # pragma: no cover
 
 import ppl_loo as pl  # noqa: E402
 from ppl_loo.cli.errors import for_the_command_line  # noqa: E402
-from ppl_loo.stan.sampler import sample_cmdstan_csv  # noqa: E402
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv  # noqa: E402
 from tests.test_cli import DATA, NORMAL, closed_form_elpd, run_cli  # noqa: E402  (one compiled library)
 
 

@@ -22,7 +22,7 @@ if shutil.which("g++") is None:  # pragma: no cover
 
 import ppl_loo as pl
 from ppl_loo.io.cmdstan import read_cmdstan_csv
-from ppl_loo.stan.compile import SAMPLER_FLAG, cache_key
+from ppl_loo.stan_bridge.compile import SAMPLER_FLAG, cache_key
 
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from data_paths import EIGHT_SCHOOLS as DATA_DIR
 
+from ppl_loo.adapters.stan.posterior import loo_adapter
 from ppl_loo.io import from_cmdstan, read_cmdstan_csv, read_rdump
-from ppl_loo.model.stan.posterior import loo_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV_FILES = [DATA_DIR / f"output_{i}.csv" for i in range(1, 5)]
@@ -146,8 +146,8 @@ def sampled(tmp_path_factory):
         pytest.skip("no C++ compiler")
     pytest.importorskip("httpstan")
     import ppl_loo as pl
-    from ppl_loo.stan import relu_data
-    from ppl_loo.stan.sampler import sample_cmdstan_csv
+    from ppl_loo.stan_bridge import relu_data
+    from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(20, 2))
@@ -351,7 +351,7 @@ def test_bridge_reproduces_csv_log_lik(dt):
     5e-6; the check is ``|bridge - csv| <= 1e-5 * |csv|`` (``rtol=1e-5``, ``atol=0``).
     """
     pytest.importorskip("httpstan")
-    from ppl_loo.stan import StanModel
+    from ppl_loo.stan_bridge import StanModel
 
     data = read_rdump(RDATA)
     model = StanModel(str(EIGHT), data)

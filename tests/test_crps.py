@@ -1,4 +1,4 @@
-"""``ppl_loo.workflow.downstream.crps``: the CRPS and SCRPS of weighted draws, binary and other discrete outcomes.
+"""``ppl_loo.workflow.downstream.loo_score``: the CRPS and SCRPS of weighted draws, binary and other discrete outcomes.
 
 Known answers: binary draws with weight ``p`` on 1 have ``E|Y - y| = 1 - p`` (``y = 1``) and ``E|Y - Y'| = 2 p (1 -
 p)``, so ``SCRPS = -A / G - log(G) / 2`` and ``CRPS = -(A - G / 2)`` in closed form, also for ``p = 1e-20``, where
@@ -21,7 +21,7 @@ from arviz_stats.base import array_stats
 
 import ppl_loo as pl
 from ppl_loo.workflow.downstream import points
-from ppl_loo.workflow.downstream.crps import weighted_scores
+from ppl_loo.workflow.downstream.loo_score import weighted_scores
 
 
 def _quiet(fn, *a, **kw):

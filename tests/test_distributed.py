@@ -265,7 +265,7 @@ def test_stan_program_same_numbers_and_worker_errors(client):
 def test_stan_sampler_on_a_worker_thread(client, tmp_path):
     """Stan's NUTS in the library, run on a dask worker (a task thread of another process, not the thread
     that loaded the library: it needs an autodiff stack of its own), writes the same draws as here."""
-    from ppl_loo.stan.sampler import sample_cmdstan_csv
+    from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
     data = {"N": 12, "y": [0.3, -0.5, 1.1, 0.2, -0.9, 0.4, 0.0, 0.7, -0.2, 0.5, -0.4, 6.0], "sigma": 1.0,
             "mu0": 0.0, "tau0": 2.0}  # test_cli.py's program and data: the same cached library

@@ -28,7 +28,7 @@ from scipy.special import logsumexp
 
 import ppl_loo as pl
 from ppl_loo.jax_settings import x64
-from ppl_loo.workflow.exact.kfold import check_kfold_model, fold_density, kfold_split
+from ppl_loo.workflow.exact.loo_kfold import check_kfold_model, fold_density, kfold_split
 
 ROOT = Path(__file__).resolve().parents[1]
 N, SIGMA, TAU = 30, 1.0, 3.0
@@ -289,7 +289,7 @@ def test_fold_density_is_the_refit_density_without_the_fold():
 def test_fold_fits_do_not_depend_on_the_batching(jax_kfold, monkeypatch):
     """Folds split over several batched runs (a memory budget of 2 folds per run: 3 runs, the last padded with a
     copy) give the same draws as one run of all 5: each fold has its own seed and starting draws."""
-    import ppl_loo.workflow.exact.kfold as kfold_module
+    import ppl_loo.workflow.exact.loo_kfold as kfold_module
 
     monkeypatch.setattr(kfold_module, "lanes_per_batch", lambda *a, **k: 2)
     res = _kfold(DATA, MODEL, K=5, random_seed=7)

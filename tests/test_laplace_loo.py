@@ -247,7 +247,7 @@ def test_laplace_bad_input_names_the_fix(relu):
 def test_laplace_refuses_a_posterior_without_a_mode():
     """A centred hierarchical model: as tau -> 0 with beta -> 0 the density grows without bound (the
     funnel), so there is no mode and no Laplace approximation; the error names the scale."""
-    from ppl_loo.model.jax.bijectors import Exp
+    from ppl_loo.adapters.jax.bijectors import Exp
 
     y = np.random.default_rng(3).normal(size=40)
     groups = np.repeat(np.arange(20), 2)

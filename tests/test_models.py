@@ -16,8 +16,7 @@ import xarray as xr
 from data_paths import OVARIAN
 from scipy import special, stats
 
-from ppl_loo.datasets import load_ovarian
-from ppl_loo.model.jax.bijectors import (
+from ppl_loo.adapters.jax.bijectors import (
     Exp,
     Identity,
     Interval,
@@ -26,6 +25,7 @@ from ppl_loo.model.jax.bijectors import (
     SimplexStickBreaking,
     UpperBound,
 )
+from ppl_loo.datasets import load_ovarian
 from ppl_loo.models import JaxModel, LogisticRegression, PosteriorModel, ReluNet
 from ppl_loo.sampling import sample_nuts
 
@@ -460,7 +460,7 @@ def test_load_ovarian():
 @pytest.mark.parametrize("prior", ["normal", "horseshoe"])
 def test_logistic_line_eval_fast_path_equals_default(prior):
     """The cached line evaluation equals the generic vmapped one (base-class implementation)."""
-    from ppl_loo.model.jax.base import PosteriorModel
+    from ppl_loo.adapters.jax.base import PosteriorModel
 
     rng = np.random.default_rng(7)
     X = rng.normal(size=(15, 6))
@@ -477,7 +477,7 @@ def test_logistic_line_eval_fast_path_equals_default(prior):
 
 
 def test_logistic_line_eval_low_rank_equals_dense():
-    from ppl_loo.model.jax.base import PosteriorModel
+    from ppl_loo.adapters.jax.base import PosteriorModel
     from ppl_loo.numerics.transforms import LowRank
 
     rng = np.random.default_rng(8)
@@ -497,7 +497,7 @@ def test_logistic_line_eval_low_rank_equals_dense():
 @pytest.mark.parametrize("prior", ["normal", "horseshoe"])
 def test_logistic_line_eval_diag_affine_equals_dense(prior):
     """A diagonal affine field (PMM2, iterated MM) evaluated from per-run sums equals the dense line."""
-    from ppl_loo.model.jax.base import PosteriorModel
+    from ppl_loo.adapters.jax.base import PosteriorModel
     from ppl_loo.numerics.transforms import DiagAffine
 
     rng = np.random.default_rng(9)
@@ -519,7 +519,7 @@ def test_logistic_line_eval_diag_affine_equals_dense(prior):
 @pytest.mark.parametrize("kind", ["dense", "lowrank", "diag"])
 def test_relu_line_eval_fast_path_equals_default(kind):
     """ReluNet's cached line evaluation equals the generic vmapped one for every displacement type."""
-    from ppl_loo.model.jax.base import PosteriorModel
+    from ppl_loo.adapters.jax.base import PosteriorModel
     from ppl_loo.numerics.transforms import DiagAffine, LowRank
 
     rng = np.random.default_rng(10)

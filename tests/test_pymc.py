@@ -16,7 +16,7 @@ pm = pytest.importorskip("pymc")
 azs = pytest.importorskip("arviz_stats")
 
 import ppl_loo as pl  # noqa: E402
-from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
+from ppl_loo.adapters.pymc.adapter import PyMCModel  # noqa: E402
 from ppl_loo.models import LogisticRegression  # noqa: E402
 from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS  # noqa: E402
 
@@ -291,7 +291,7 @@ def test_loo_roc_auc_pr():
 
 def test_roc_pr_functions_with_ties():
     """Array-level curves against brute force on scores with ties (scikit-learn's conventions)."""
-    from ppl_loo.workflow.downstream.predictive import average_precision, precision_recall_curve, roc_auc, roc_curve
+    from ppl_loo.workflow.downstream.loo_roc import average_precision, precision_recall_curve, roc_auc, roc_curve
 
     rng = np.random.default_rng(1)
     y = rng.integers(0, 2, size=40)

@@ -20,7 +20,7 @@ pm = pytest.importorskip("pymc")
 azs = pytest.importorskip("arviz_stats")
 
 import ppl_loo as pl  # noqa: E402
-from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
+from ppl_loo.adapters.pymc.adapter import PyMCModel  # noqa: E402
 
 SAMPLE = {"draws": 500, "tune": 500, "chains": 2, "cores": 1, "progressbar": False,
           "compute_convergence_checks": False}

@@ -20,8 +20,8 @@ import pytest
 pm = pytest.importorskip("pymc")
 pt = pytest.importorskip("pytensor.tensor")
 
-from ppl_loo.model.jax.base import PosteriorModel  # noqa: E402
-from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
+from ppl_loo.adapters.jax.base import PosteriorModel  # noqa: E402
+from ppl_loo.adapters.pymc.adapter import PyMCModel  # noqa: E402
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search  # noqa: E402
 from ppl_loo.numerics.transforms import DiagAffine, LowRank  # noqa: E402
 

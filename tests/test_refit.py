@@ -174,7 +174,7 @@ def test_batched_refits_match_closed_form_and_the_sequential_ones():
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler for the Stan bridge")
 def test_stan_refit_matches_closed_form(tmp_path):
     pytest.importorskip("httpstan")
-    from ppl_loo.stan.sampler import sample_cmdstan_csv
+    from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
     data = {"N": len(Y), "y": Y, "sigma": SIGMA, "mu0": 0.0, "tau0": TAU}
     program = ROOT / "stan_models" / "normal_known_sigma.stan"

@@ -21,7 +21,7 @@ import pytest
 pm = pytest.importorskip("pymc")
 pt = pytest.importorskip("pytensor.tensor")
 
-from ppl_loo.model.pymc.adapter import PyMCModel  # noqa: E402
+from ppl_loo.adapters.pymc.adapter import PyMCModel  # noqa: E402
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search  # noqa: E402
 from ppl_loo.numerics.loo.plan import left_out_message, search_plan  # noqa: E402
 from ppl_loo.workflow.loo.adapt import auto_batch_size  # noqa: E402

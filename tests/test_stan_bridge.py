@@ -1,4 +1,4 @@
-"""Tests of the in-process Stan bridge (ppl_loo.stan) with real compiled Stan programs.
+"""Tests of the in-process Stan bridge (ppl_loo.stan_bridge) with real compiled Stan programs.
 
 Two distinct programs are compiled (about a minute each the first time; cached afterwards in
 ``$PPL_LOO_STAN_CACHE`` or ``~/.cache/ppl_loo/stan``). The PyStan 3 comparison builds the eight
@@ -20,7 +20,7 @@ if shutil.which("g++") is None:  # pragma: no cover
 
 from data_paths import EIGHT_SCHOOLS
 
-from ppl_loo.stan import (
+from ppl_loo.stan_bridge import (
     StanCompileError,
     StanDataError,
     StanEvaluationError,

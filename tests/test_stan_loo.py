@@ -1,5 +1,5 @@
 """``pl.loo(data, model=pl.StanModel(...))``: compiled Stan programs in the adaptive LOO engine
-(exact LOO by data deletion, :class:`ppl_loo.model.stan.posterior.StanPosterior`).
+(exact LOO by data deletion, :class:`ppl_loo.adapters.stan.posterior.StanPosterior`).
 
 Uses the programs of ``stan_models/`` and one small inline program (compiled once, 30-60 s each,
 then cached in ``$PPL_LOO_STAN_CACHE`` or ``~/.cache/ppl_loo/stan``), the CmdStan eight-schools
@@ -25,7 +25,7 @@ import xarray as xr
 from data_paths import EIGHT_SCHOOLS as ES_DIR
 
 import ppl_loo as pl
-from ppl_loo.model.stan.posterior import StanPosterior, loo_adapter
+from ppl_loo.adapters.stan.posterior import StanPosterior, loo_adapter
 from ppl_loo.workflow.loo.inputs import stack_draws
 from ppl_loo.workflow.loo.verdict import convergence
 

@@ -1,5 +1,5 @@
 """The mixture-importance-sampling target as a derived Stan program, sampled by Stan's own NUTS
-(:func:`ppl_loo.stan.derived.mixture_program`, :meth:`StanPosterior.mixture_draws`).
+(:func:`ppl_loo.stan_bridge.derived.mixture_program`, :meth:`StanPosterior.mixture_draws`).
 
 Known answers:
 
@@ -30,10 +30,10 @@ from scipy import stats
 from scipy.special import logsumexp, softmax
 
 import ppl_loo as pl
+from ppl_loo.adapters.stan.posterior import StanPosterior
 from ppl_loo.model.build import from_adapter
-from ppl_loo.model.stan.posterior import StanPosterior
 from ppl_loo.numerics.psis import psislw
-from ppl_loo.stan.derived import canonical, mixture_program
+from ppl_loo.stan_bridge.derived import canonical, mixture_program
 from tests.linear_models import STAN_LINEAR, problem, stan_model
 
 pytestmark = pytest.mark.x64

@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 
 import ppl_loo as pl
-from ppl_loo.model.stan.posterior import loo_adapter
-from ppl_loo.stan import horseshoe_data
+from ppl_loo.adapters.stan.posterior import loo_adapter
+from ppl_loo.stan_bridge import horseshoe_data
 
 pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)
 

@@ -1,5 +1,5 @@
 """Stan programs with a parameter per observation (eight schools' ``theta_tilde`` / ``theta``), without
-``loo_extra``: the LOO density ``logp - log_lik[i]`` through the derived program (ppl_loo.stan.derived).
+``loo_extra``: the LOO density ``logp - log_lik[i]`` through the derived program (ppl_loo.stan_bridge.derived).
 
 Known answers:
 
@@ -37,8 +37,8 @@ from scipy import integrate, stats
 from scipy.special import gammaln, logsumexp
 
 import ppl_loo as pl
-from ppl_loo.model.stan.posterior import LOG_LIK, StanPosterior, loo_adapter
-from ppl_loo.stan.derived import loglik_program
+from ppl_loo.adapters.stan.posterior import LOG_LIK, StanPosterior, loo_adapter
+from ppl_loo.stan_bridge.derived import loglik_program
 from ppl_loo.workflow.loo.verdict import convergence
 
 pytestmark = pytest.mark.x64

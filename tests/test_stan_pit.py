@@ -1,5 +1,5 @@
 """``pl.loo_pit`` of a Stan program without ``cdf=``: the predictive CDF is Stan's own ``_lcdf`` of the
-distribution in each ``log_lik`` statement, in a derived program (:func:`ppl_loo.stan.derived.cdf_program`).
+distribution in each ``log_lik`` statement, in a derived program (:func:`ppl_loo.stan_bridge.derived.cdf_program`).
 
 Known answers: identical (1e-12) to the CDF written by hand with scipy at the same points, for a continuous outcome
 (``normal_lpdf``) and a discrete one on a link scale (``poisson_log_lpmf`` as ``poisson_lcdf`` of ``exp(eta)``, and
@@ -18,9 +18,9 @@ import pytest
 from scipy import stats
 
 import ppl_loo as pl
-from ppl_loo.model.stan.posterior import loo_adapter
-from ppl_loo.stan.derived import cdf_program
-from ppl_loo.stan.sampler import sample_cmdstan_csv
+from ppl_loo.adapters.stan.posterior import loo_adapter
+from ppl_loo.stan_bridge.derived import cdf_program
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"

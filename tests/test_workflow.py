@@ -10,7 +10,7 @@ import xarray as xr
 from gaussian_models import leverage_fit, leverage_regression
 
 import ppl_loo as pl
-from ppl_loo.model.jax.bijectors import Exp
+from ppl_loo.adapters.jax.bijectors import Exp
 
 
 @pytest.fixture(scope="module")

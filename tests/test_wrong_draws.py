@@ -29,8 +29,8 @@ from data_paths import EIGHT_SCHOOLS as ES_DIR
 
 import ppl_loo as pl
 from ppl_loo.model import as_model
-from ppl_loo.stan import as_data_dict
-from ppl_loo.stan.sampler import sample_cmdstan_csv
+from ppl_loo.stan_bridge import as_data_dict
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 from ppl_loo.workflow.loo.draws import LogLikMismatchError, loo_draws
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """MCMC fits of the ovarian models with Stan (PyStan 3 / httpstan, compiled from ``stan_models/``).
 
 Both models are the project's Stan programs (``logistic_horseshoe.stan`` with Paananen et al.'s
-hyperparameters from :func:`ppl_loo.stan.horseshoe_data`, ``relu_net.stan`` with 3 hidden units
+hyperparameters from :func:`ppl_loo.stan_bridge.horseshoe_data`, ``relu_net.stan`` with 3 hidden units
 and N(0, 1) weights), sampled with Stan's NUTS (diagonal metric, windowed adaptation). Their
 parameter names and layout are those of the closed-form JAX models, so the draws are fed to
 ``LogisticRegression(prior="horseshoe").unconstrain`` / ``ReluNet.unconstrain`` for the engine.
@@ -33,7 +33,7 @@ SAMPLER_COLUMNS = {"lp__": "lp", "accept_stat__": "acceptance_rate", "stepsize__
 
 def stan_data(name, X, y, drop=None):
     """The Stan data block, optionally without observation ``drop`` (same prior as the full data)."""
-    from ppl_loo.stan import horseshoe_data, relu_data
+    from ppl_loo.stan_bridge import horseshoe_data, relu_data
 
     keep = np.ones(len(y), bool)
     if drop is not None:

@@ -4,7 +4,7 @@ The LOO predicted probability of each observation is ``E_{-i}[sigmoid(mu_i)]`` (
 method's weights, equal to ``exp(elpd_i)`` for ``y_i = 1`` and ``1 - exp(elpd_i)`` for ``y_i = 0``
 (checked against ``pl.loo_expectation`` in the peers stage). MCMC: the first resampling of the
 peers stage (``s`` draws), adaptive (``ppl_loo``) and plain PSIS; ADVI: the variational draws,
-adaptive and plain Eq. 13 weights. Curves and areas use ``ppl_loo.workflow.downstream.predictive``
+adaptive and plain Eq. 13 weights. Curves and areas use ``ppl_loo.workflow.downstream.loo_roc``
 (scikit-learn conventions: ties count 1/2 in the AUC; average precision = sum (R_k - R_k-1) P_k).
 """
 
@@ -20,7 +20,7 @@ def p_from_elpd(elpd_i, y):
 
 
 def curves(y, p):
-    from ppl_loo.workflow.downstream.predictive import average_precision, precision_recall_curve, roc_auc, roc_curve
+    from ppl_loo.workflow.downstream.loo_roc import average_precision, precision_recall_curve, roc_auc, roc_curve
 
     fpr, tpr, _ = roc_curve(y, p)
     prec, rec, _ = precision_recall_curve(y, p)

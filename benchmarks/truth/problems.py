@@ -729,7 +729,7 @@ class StanProblem:
 
     def _sample(self, data, settings, seed, tmpdir):
         import ppl_loo as pl
-        from ppl_loo.stan.sampler import sample_cmdstan_csv
+        from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
         sm = self.stan_model(data, sampler=True)
         t0 = time.perf_counter()

@@ -16,7 +16,7 @@ import textwrap
 import traceback
 import warnings
 
-from ppl_loo.stan import StanCompileError, StanDataError, StanEvaluationError
+from ppl_loo.stan_bridge import StanCompileError, StanDataError, StanEvaluationError
 
 __all__ = ["EXIT_CODES", "EXIT_EPILOG", "OK", "DOUBTFUL", "BAD_INPUT", "COMPILE_ERROR", "STAN_ERROR", "INTERNAL",
            "CliError", "one_line", "run_guarded", "warnings_to_stderr", "for_the_command_line",

@@ -20,7 +20,7 @@ import xarray as xr
 import ppl_loo as pl
 from ppl_loo.cli.errors import COMPILE_ERROR, CliError, compile_summary, one_line
 from ppl_loo.io import read_cmdstan_csv
-from ppl_loo.stan import StanCompileError, StanDataError, as_data_dict
+from ppl_loo.stan_bridge import StanCompileError, StanDataError, as_data_dict
 
 __all__ = ["check_output", "check_program_file", "expand_csv_args", "load_data", "load_program", "load_results",
            "observed_mapping",

@@ -34,9 +34,9 @@ from ppl_loo.cli.inputs import (
     read_csvs,
     write_atomic,
 )
-from ppl_loo.stan import StanDataError, StanEvaluationError
-from ppl_loo.stan.compile import cache_dir, cached_build
-from ppl_loo.stan.sampler import SAMPLER_FLAG, sample_cmdstan_csv
+from ppl_loo.stan_bridge import StanDataError, StanEvaluationError
+from ppl_loo.stan_bridge.compile import cache_dir, cached_build
+from ppl_loo.stan_bridge.sampler import SAMPLER_FLAG, sample_cmdstan_csv
 from ppl_loo.workflow.loo.categories import category_counts, observation_categories
 from ppl_loo.workflow.loo.draws import LogLikMismatchError
 

@@ -1,8 +1,8 @@
 """The one model protocol (DESIGN.md, layer 2) and its backends.
 
 :class:`Model` is a NamedTuple of pure functions; :func:`as_model` builds it from a ``pymc.Model``
-(:mod:`ppl_loo.model.pymc`), a ``pl.StanModel`` (:mod:`ppl_loo.model.stan`) or JAX functions
-(:mod:`ppl_loo.model.jax`). Every algorithm (LOO, PVI, refits, NUTS) receives a :class:`Model`.
+(:mod:`ppl_loo.adapters.pymc`), a ``pl.StanModel`` (:mod:`ppl_loo.adapters.stan`) or JAX functions
+(:mod:`ppl_loo.adapters.jax`). Every algorithm (LOO, PVI, refits, NUTS) receives a :class:`Model`.
 """
 
 from ppl_loo.model.dispatch import as_model

@@ -20,7 +20,7 @@ def _layout(adapter, labels) -> Layout:
 
 
 def from_adapter(adapter, *, kind: str, labels=()) -> Model:
-    """The :class:`Model` of a :class:`~ppl_loo.model.jax.base.PosteriorModel` adapter (the LOO fields).
+    """The :class:`Model` of a :class:`~ppl_loo.adapters.jax.base.PosteriorModel` adapter (the LOO fields).
 
     The adapter's bound methods become the model's functions; its structure, adapted block and
     metadata are copied. ``kind`` names the backend in messages (``"JAX"``, ``"PyMC"``, ``"Stan"``).

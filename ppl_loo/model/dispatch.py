@@ -9,7 +9,7 @@ What each backend provides:
   distribution (a reparameterized, pathwise differentiable draw for continuous distributions).
 - **Stan** (a ``pl.StanModel`` or its LOO adapter ``StanPosterior``): the compiled program through
   the in-process bridge; exact LOO by data deletion; for PVI, single-observation instances of the
-  same program (:mod:`ppl_loo.model.stan.pvi`).
+  same program (:mod:`ppl_loo.adapters.stan.pvi`).
 - **JAX** (:class:`~ppl_loo.JaxModel`, the closed-form models of :mod:`ppl_loo.models`, any JAX
   :class:`~ppl_loo.models.PosteriorModel`): the user's functions; for PVI, a simulator and category
   probabilities as JAX functions of the constrained values.
@@ -24,17 +24,17 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ppl_loo.adapters.jax.base import PosteriorModel
+from ppl_loo.adapters.jax.pvi import SimulatorModel, jax_pvi_model, layout_labels, no_user_fns, simulator_pvi_model
+from ppl_loo.adapters.pymc.adapter import PyMCModel
+from ppl_loo.adapters.pymc.graph import value_labels
+from ppl_loo.adapters.pymc.pvi import pymc_pvi_model
+from ppl_loo.adapters.stan.posterior import loo_adapter
+from ppl_loo.adapters.stan.pvi import is_stan_model, stan_pvi_model
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.build import from_adapter
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.pvi import SimulatorModel, jax_pvi_model, layout_labels, no_user_fns, simulator_pvi_model
 from ppl_loo.model.protocol import Model
-from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.model.pymc.graph import value_labels
-from ppl_loo.model.pymc.pvi import pymc_pvi_model
-from ppl_loo.model.stan.posterior import loo_adapter
-from ppl_loo.model.stan.pvi import is_stan_model, stan_pvi_model
-from ppl_loo.stan.model import StanModel
+from ppl_loo.stan_bridge.model import StanModel
 
 __all__ = ["as_model", "pymc_adapter"]
 

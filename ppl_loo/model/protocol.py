@@ -2,7 +2,7 @@
 
 Every algorithm of the package (the adaptive LOO search, PVI, the refits, NUTS) receives a
 :class:`Model` and never the user's model object, as BlackJAX algorithms receive functions. A
-backend adapter (``ppl_loo.model.jax``, ``ppl_loo.model.pymc``, ``ppl_loo.model.stan``) builds it once
+backend adapter (``ppl_loo.adapters.jax``, ``ppl_loo.adapters.pymc``, ``ppl_loo.adapters.stan``) builds it once
 with :func:`ppl_loo.model.as_model`.
 
 Functions work in the unconstrained space, ``theta`` of shape ``(d,)`` for the per-draw ones and

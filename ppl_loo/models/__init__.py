@@ -4,14 +4,14 @@ They live in :mod:`ppl_loo.model` (one package per backend); :func:`ppl_loo.mode
 them into the :class:`~ppl_loo.model.Model` the algorithms run on.
 """
 
-from ppl_loo.model.jax import bijectors
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.jax_model import JaxModel, ParameterLayout
-from ppl_loo.model.jax.logistic import LogisticRegression
-from ppl_loo.model.jax.pvi import SimulatorModel
-from ppl_loo.model.jax.relu import ReluNet
+from ppl_loo.adapters.jax import bijectors
+from ppl_loo.adapters.jax.base import PosteriorModel
+from ppl_loo.adapters.jax.jax_model import JaxModel, ParameterLayout
+from ppl_loo.adapters.jax.logistic import LogisticRegression
+from ppl_loo.adapters.jax.pvi import SimulatorModel
+from ppl_loo.adapters.jax.relu import ReluNet
+from ppl_loo.adapters.pymc.adapter import PyMCModel
 from ppl_loo.model.protocol import GLMStructure, ReluStructure
-from ppl_loo.model.pymc.adapter import PyMCModel
 
 __all__ = [
     "PosteriorModel",

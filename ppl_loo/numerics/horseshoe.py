@@ -3,7 +3,7 @@
 One definition of the names, Paananen et al.'s default values, their checks and the global scale
 ``p0 / ((D - p0) sqrt(N))`` (Piironen & Vehtari 2017), shared by the JAX model
 (:class:`ppl_loo.models.LogisticRegression`) and the data of the Stan program
-(:func:`ppl_loo.stan.programs.horseshoe_data`), so that the two describe the same prior.
+(:func:`ppl_loo.stan_bridge.programs.horseshoe_data`), so that the two describe the same prior.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class LowRank(NamedTuple):
     The moment-matching shift, the gradient flows of GLMs (every draw moves along the design row)
     and the Newton step all have this form; a model with a linear predictor then evaluates the
     line ``theta + t delta`` in ``O(S n r)`` instead of ``O(S n d)``
-    (:meth:`ppl_loo.model.jax.base.PosteriorModel.line_eval`).
+    (:meth:`ppl_loo.adapters.jax.base.PosteriorModel.line_eval`).
     """
 
     coef: jnp.ndarray  # (S, r)
@@ -99,7 +99,7 @@ class DiagAffine(NamedTuple):
     The images ``phi = theta + t delta`` of a diagonal affine map (PMM2/MM2, iterated moment
     matching) are never formed: a model with a linear predictor evaluates the line from
     ``theta @ (slope * X)^T`` and per-run sums, and the weighted moments of the images follow from
-    those of the draws (:meth:`ppl_loo.model.jax.base.PosteriorModel.line_eval`).
+    those of the draws (:meth:`ppl_loo.adapters.jax.base.PosteriorModel.line_eval`).
     """
 
     shift: jnp.ndarray  # (d,)

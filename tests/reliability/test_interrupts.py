@@ -28,8 +28,8 @@ from interrupt_tools import ROOT, bar_moved, has_child_named, interrupt_when, pr
 assert shutil.which("g++") is not None, "these tests compile Stan programs: install g++ (bash dev.sh env does)"
 
 import ppl_loo as pl  # noqa: E402
-from ppl_loo.stan import StanCacheError, StanCompileError  # noqa: E402
-from ppl_loo.stan.compile import build_library  # noqa: E402
+from ppl_loo.stan_bridge import StanCacheError, StanCompileError  # noqa: E402
+from ppl_loo.stan_bridge.compile import build_library  # noqa: E402
 
 BROKEN = "parameters { real mu; } model { mu ~ normal(0, 1) }"  # missing ';' (a stanc syntax error)
 
@@ -79,7 +79,7 @@ def test_sigint_during_compile_kills_the_compiler_and_leaves_no_entry(tmp_path):
 
 PARALLEL_SCRIPT = """
 import os, sys
-from ppl_loo.stan import StanCompileError
+from ppl_loo.stan_bridge import StanCompileError
 import ppl_loo as pl
 try:
     m = pl.StanModel(os.environ["PROGRAM"], {})
@@ -179,8 +179,8 @@ SEARCH_SCRIPT = """
 import os, tempfile, warnings
 import numpy as np
 import ppl_loo as pl
-from ppl_loo.model.stan import posterior as _posterior
-from ppl_loo.stan.sampler import sample_cmdstan_csv
+from ppl_loo.adapters.stan import posterior as _posterior
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 _check_cancel, _seen = _posterior.StanPosterior._check_cancel, []
 def _reporting_check_cancel(self):  # prints CANCELLED once when a host callback aborts on the cancel flag
     try:
@@ -226,7 +226,7 @@ import json, os, sys, tempfile
 import numpy as np
 import ppl_loo as pl
 from ppl_loo.cli import main
-from ppl_loo.stan.sampler import sample_cmdstan_csv
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 rng = np.random.default_rng(1)
 N = 40
 y = rng.poisson(np.exp(1.0 + 0.8 * rng.normal(size=N)))
@@ -311,7 +311,7 @@ STAN_REFIT_SCRIPT = f"""
 import warnings
 import numpy as np
 import ppl_loo as pl
-from ppl_loo.stan.sampler import sample_cmdstan_csv
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 import tempfile
 Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
 data = {{"N": len(Y), "y": Y, "sigma": 1.0, "mu0": 0.0, "tau0": 10.0}}
@@ -440,7 +440,7 @@ def test_a_cancelled_host_callback_logs_no_traceback(caplog):
     import jax
     import jax.numpy as jnp
 
-    from ppl_loo.model.stan.posterior import CallbackCancelled
+    from ppl_loo.adapters.stan.posterior import CallbackCancelled
 
     def run(exc):
         def cb(x):

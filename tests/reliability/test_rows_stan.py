@@ -24,7 +24,7 @@ from rows import Row, check_row, params
 assert shutil.which("g++") is not None, "these rows compile Stan programs: install g++ (bash dev.sh env does)"
 
 import ppl_loo as pl  # noqa: E402
-from ppl_loo.stan import StanCacheError, StanCompileError  # noqa: E402
+from ppl_loo.stan_bridge import StanCacheError, StanCompileError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "parameters { real mu; } model { mu ~ normal(0, 1) }"  # missing ';'
@@ -73,7 +73,7 @@ def shared_cache_mode():
 FOUR = """
 import os
 import ppl_loo as pl
-from ppl_loo.stan import StanCompileError
+from ppl_loo.stan_bridge import StanCompileError
 try:
     pl.StanModel(os.environ["PROGRAM"], {})
     print("built")

@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.workflow.downstream.expectation import checked_model, expectation
+from ppl_loo.workflow.downstream.loo_expectations import checked_model, expectation
 
 __all__ = ["loo_r2", "loo_metrics", "LooMetric", "METRICS"]
 

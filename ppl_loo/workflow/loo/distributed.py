@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from ppl_loo.adapters.jax.base import PosteriorModel
 from ppl_loo.jax_settings import x64
 from ppl_loo.model import as_model
-from ppl_loo.model.jax.base import PosteriorModel
 from ppl_loo.numerics.loo import EngineData
 from ppl_loo.workflow.loo.engine import compiled_engine
 

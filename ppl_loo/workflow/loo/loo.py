@@ -77,7 +77,7 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         With a ``posterior`` group (and ``log_likelihood`` where present).
     model : pymc.Model, StanModel, PosteriorModel or None
         A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.StanModel`
-        (exact LOO by data deletion, :class:`~ppl_loo.model.stan.posterior.StanPosterior`), a
+        (exact LOO by data deletion, :class:`~ppl_loo.adapters.stan.posterior.StanPosterior`), a
         :class:`~ppl_loo.JaxModel`, a closed-form model (:class:`~ppl_loo.models.LogisticRegression`,
         :class:`~ppl_loo.models.ReluNet`), or None for plain PSIS-LOO from the ``log_likelihood``
         group (as ``arviz_stats.loo``).

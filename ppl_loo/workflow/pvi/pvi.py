@@ -28,7 +28,7 @@ from ppl_loo.numerics.vi import objective as npvi
 from ppl_loo.numerics.vi.families import flatten_params, get_family
 from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
 from ppl_loo.workflow.approx.approx_tree import log_likelihood_dataset, observed_dataset, posterior_dataset
-from ppl_loo.workflow.pvi.pvi_eval import training_scores
+from ppl_loo.workflow.pvi.predictive_scores import training_scores
 
 __all__ = ["DEFAULT_LEARNING_RATE", "pvi"]
 

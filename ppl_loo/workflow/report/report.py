@@ -29,8 +29,8 @@ import xarray as xr
 from arviz_base import rcParams
 
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS, WEIGHT_COLUMNS, compare, named_results
-from ppl_loo.workflow.downstream.pit import loo_pit
-from ppl_loo.workflow.downstream.predictive import loo_roc
+from ppl_loo.workflow.downstream.loo_pit import loo_pit
+from ppl_loo.workflow.downstream.loo_roc import loo_roc
 from ppl_loo.workflow.loo.categories import CATEGORIES, SHORT, category_counts, observation_categories
 from ppl_loo.workflow.loo.categories import evidence as _evidence
 from ppl_loo.workflow.loo.categories import transforms as _transforms

@@ -9,8 +9,8 @@
   in the ``httpstan`` wheel, cached (:mod:`.compile`), and exposes batched ``log_density``,
   ``log_density_gradient``, ``param_constrain`` and ``param_unconstrain`` over ``(S, d)`` arrays
   of unconstrained draws (one C++ call per batch, optionally threaded). Passed to
-  :func:`ppl_loo.loo`, it becomes a :class:`ppl_loo.model.stan.posterior.StanPosterior`
-  (:func:`ppl_loo.model.stan.posterior.loo_adapter`): exact LOO by data deletion through ``jax.pure_callback``.
+  :func:`ppl_loo.loo`, it becomes a :class:`ppl_loo.adapters.stan.posterior.StanPosterior`
+  (:func:`ppl_loo.adapters.stan.posterior.loo_adapter`): exact LOO by data deletion through ``jax.pure_callback``.
 * Readers of CmdStan / PyStan output and of ``.data.R`` files live in :mod:`ppl_loo.io`
   (:func:`ppl_loo.from_cmdstan`, :func:`ppl_loo.io.read_rdump`).
 * :mod:`.programs`: data of the ``stan_models/`` programs (:func:`horseshoe_data`,

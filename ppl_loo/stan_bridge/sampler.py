@@ -8,7 +8,7 @@ the services headers add about 40% to the compile time).
 Each chain runs ``stan::services::sample::hmc_nuts_diag_e_adapt`` (CmdStan's default
 ``method=sample``: NUTS, diagonal metric, windowed adaptation) with random inits in
 ``(-init_radius, init_radius)``. The file starts with a CmdStan-style configuration header
-(``# key = value`` tree, with ``# generator = ppl_loo.stan.sampler``), then what Stan's services
+(``# key = value`` tree, with ``# generator = ppl_loo.stan_bridge.sampler``), then what Stan's services
 write through the writer CmdStan uses (``unique_stream_writer`` with the ``"# "`` prefix): the
 header row, the warmup draws when saved, the adaptation block (step size, inverse metric), the
 sampling draws and the timing, with CmdStan's default 6 significant digits.
@@ -86,7 +86,7 @@ def _header(model: StanModel, *, path, chain, seed, num_warmup, num_samples, thi
         "output",
         f"  file = {path}",
         f"stanc_version = {stanc_version()}",
-        "generator = ppl_loo.stan.sampler (Stan services in-process, not the CmdStan executable)",
+        "generator = ppl_loo.stan_bridge.sampler (Stan services in-process, not the CmdStan executable)",
     ]
     return "".join(f"# {ln}\n" for ln in lines)
 

@@ -1,4 +1,4 @@
-"""PyMC adapter: a ``pymc.Model`` as a :class:`~ppl_loo.model.jax.base.PosteriorModel`.
+"""PyMC adapter: a ``pymc.Model`` as a :class:`~ppl_loo.adapters.jax.base.PosteriorModel`.
 
 The model's PyTensor graphs (joint log density with the log-Jacobians of the value transforms,
 the elementwise log-likelihood of one observed variable, and the forward / backward value
@@ -10,7 +10,7 @@ Conversions between constrained draws and ``theta`` are vectorized over draws wi
 :func:`jax.vmap` (no Python loop over draws).
 
 A Bernoulli observation whose logit is affine in the parameters is recognized in the graph
-(:mod:`ppl_loo.model.pymc.structure`) and handed to the engine as the GLM structure of the closed-form
+(:mod:`ppl_loo.adapters.pymc.structure`) and handed to the engine as the GLM structure of the closed-form
 models, so a logistic regression written in PyMC runs on the same fast path as
 :class:`~ppl_loo.models.LogisticRegression`.
 """
@@ -29,14 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.jax_model import read_draws
-from ppl_loo.model.protocol import GLMStructure
-from ppl_loo.model.pymc.graph import jaxify
-from ppl_loo.model.pymc.pvi import predictive_simulator
-from ppl_loo.model.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
-from ppl_loo.model.pymc.variables import (
+from ppl_loo.adapters.jax.base import PosteriorModel
+from ppl_loo.adapters.jax.jax_model import read_draws
+from ppl_loo.adapters.pymc.graph import jaxify
+from ppl_loo.adapters.pymc.pvi import predictive_simulator
+from ppl_loo.adapters.pymc.structure import detect_bernoulli_glm, prior_cache, prior_line
+from ppl_loo.adapters.pymc.variables import (
     bernoulli_var_target,
     constrained_placeholders,
     forward_transforms,
@@ -45,6 +43,8 @@ from ppl_loo.model.pymc.variables import (
     observation_layout,
     observed_variable_name,
 )
+from ppl_loo.jax_settings import uses_x64
+from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_block_rows
 from ppl_loo.numerics.special import softplus
 
@@ -71,7 +71,7 @@ class PyMCModel(PosteriorModel):
         of the value transforms is added by the adapter.
     structure : bool, default True
         Look for a Bernoulli observation whose logit is affine in a block of the unconstrained
-        parameters (:mod:`ppl_loo.model.pymc.structure`). When found (and proved), the adapter
+        parameters (:mod:`ppl_loo.adapters.pymc.structure`). When found (and proved), the adapter
         declares a :class:`~ppl_loo.model.GLMStructure` with ``adapt_index`` = that block,
         so the engine uses the exact closed-form Jacobians (Eq. 28) and evaluates lines through
         the linear predictor; the other parameters (for example a hierarchical scale) are held
@@ -101,7 +101,7 @@ class PyMCModel(PosteriorModel):
     structure, adapt_index :
         The detected :class:`~ppl_loo.model.GLMStructure` and its block, or None.
     glm : BernoulliGLM or None
-        The detected Bernoulli-logit linear predictor (:mod:`ppl_loo.model.pymc.structure`).
+        The detected Bernoulli-logit linear predictor (:mod:`ppl_loo.adapters.pymc.structure`).
     structure_note : str
         What was detected, or why nothing was (for example "the logit is not affine ...").
 
@@ -406,7 +406,7 @@ class PyMCModel(PosteriorModel):
 
     def line_cache(self, theta):
         """For a detected Bernoulli-logit linear predictor: the logit ``(S, n)``, the prior part's
-        per-run quantities (:func:`ppl_loo.model.pymc.structure.prior_cache`) and the data; else None."""
+        per-run quantities (:func:`ppl_loo.adapters.pymc.structure.prior_cache`) and the data; else None."""
         if self.glm is None:
             return None
         g = self.glm
@@ -425,7 +425,7 @@ class PyMCModel(PosteriorModel):
         Along ``theta + t delta`` the logit is ``mu0 + t X delta_block`` (one ``O(S n q)`` product, or
         ``O(S n r)`` for a rank-``r`` displacement, serves every ``t``) and the log-likelihood is
         ``-softplus(-(2y - 1) mu)``; the prior part comes from the PyMC graph
-        (:func:`ppl_loo.model.pymc.structure.prior_line`). Models without that structure use the
+        (:func:`ppl_loo.adapters.pymc.structure.prior_line`). Models without that structure use the
         generic evaluation of the full model.
         """
         if self.glm is None:

@@ -1,4 +1,4 @@
-"""``StanPosterior``: a compiled Stan program as a :class:`~ppl_loo.model.jax.base.PosteriorModel`.
+"""``StanPosterior``: a compiled Stan program as a :class:`~ppl_loo.adapters.jax.base.PosteriorModel`.
 
 Exact leave-one-out by data deletion: the same compiled program, instantiated on the data without
 observation ``i``, gives ``log p(theta | D without i)`` exactly (``propto=False``,
@@ -18,7 +18,7 @@ group, as ``theta_tilde`` in eight schools, or an observation-level random effec
 when an observation is deleted, so the deleted program does not give the LOO density of the full
 parameter vector. For them the LOO density is ``log p(theta | D) - log p(y_i | theta)`` in the full
 parameter space, with ``log p(y_i | theta)`` the program's own ``log_lik[i]`` generated quantity,
-differentiated by Stan's autodiff through a derived program (:mod:`ppl_loo.stan.derived`: the
+differentiated by Stan's autodiff through a derived program (:mod:`ppl_loo.stan_bridge.derived`: the
 generated quantities moved into the model block, ``target += log_lik[i]``), checked against the
 generated quantity before use. This assumes, as PSIS-LOO with that ``log_lik`` does, that the
 likelihood factorizes over observations with ``log_lik[i]`` as the factor of observation ``i``.
@@ -30,7 +30,7 @@ No Python loop over draws: every host call passes a whole batch to the bridge, w
 Draws at which Stan throws ``std::domain_error`` (a transformed draw far in the tails, where a
 scale underflows to 0) get log density ``-inf`` (importance weight 0), as Stan's samplers reject
 them; any other exception inside Stan, and any error at the posterior draws themselves, raises
-:class:`~ppl_loo.stan.StanEvaluationError` with Stan's message.
+:class:`~ppl_loo.stan_bridge.StanEvaluationError` with Stan's message.
 """
 
 from __future__ import annotations
@@ -47,10 +47,8 @@ import numpy as np
 import xarray as xr
 from scipy.special import logsumexp
 
-from ppl_loo.io import from_cmdstan
-from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.stan.data import (
+from ppl_loo.adapters.jax.base import PosteriorModel
+from ppl_loo.adapters.stan.data import (
     constrain_draws,
     detect_n_obs,
     dim_names,
@@ -60,11 +58,13 @@ from ppl_loo.model.stan.data import (
     split_name,
     unconstrain_draws,
 )
+from ppl_loo.io import from_cmdstan
+from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.batched_nuts import BatchedTarget
-from ppl_loo.stan.compile import StanCompileError
-from ppl_loo.stan.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, mixture_program
-from ppl_loo.stan.model import StanDataError, StanModel, merge_loo_options
-from ppl_loo.stan.sampler import sample_cmdstan_csv
+from ppl_loo.stan_bridge.compile import StanCompileError
+from ppl_loo.stan_bridge.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, mixture_program
+from ppl_loo.stan_bridge.model import StanDataError, StanModel, merge_loo_options
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
 __all__ = ["StanPosterior", "detect_n_obs", "loo_adapter", "resolve_var_name"]
 
@@ -75,7 +75,7 @@ LOG_LIK = "log_lik program"
 
 
 def _bridge_and_options(stan_file_or_code, data, options: dict) -> tuple[StanModel, dict]:
-    """The :class:`~ppl_loo.stan.StanModel` and its LOO options, ``options`` overriding them."""
+    """The :class:`~ppl_loo.stan_bridge.StanModel` and its LOO options, ``options`` overriding them."""
     if not isinstance(stan_file_or_code, StanModel):
         bridge = StanModel(stan_file_or_code, data, **options)
         return bridge, bridge.loo_options
@@ -173,7 +173,7 @@ class StanPosterior(PosteriorModel):
     fd_eps
         Relative step of the finite-difference Hessian-vector products.
     **options
-        Keywords of :class:`~ppl_loo.stan.StanModel`. Its LOO options override those of a given
+        Keywords of :class:`~ppl_loo.stan_bridge.StanModel`. Its LOO options override those of a given
         StanModel (a value equal to the default keeps the StanModel's):
 
         - ``n_obs``: name of the data entry holding the number of observations (``"N"``; ``"J"``
@@ -242,7 +242,7 @@ class StanPosterior(PosteriorModel):
             self.mixture_draws = None  # protocol's None, the workflow samples q_mix with NumPyro from logp, loglik
 
     def __reduce__(self):
-        """Pickled (cloudpickle: dask workers) as its :class:`~ppl_loo.stan.StanModel` (which pickles as
+        """Pickled (cloudpickle: dask workers) as its :class:`~ppl_loo.stan_bridge.StanModel` (which pickles as
         program, data and library key) and its LOO options; the deleted-data programs are rebuilt on use."""
         opts = {"var_name": self.var_name, "fd_eps": self.fd_eps, "n_obs": self.n_obs_key, "obs_keys": self.obs_keys,
                 "log_lik": self._log_lik_name, "loo_extra": self.loo_extra}
@@ -596,13 +596,13 @@ class StanPosterior(PosteriorModel):
         return BatchedTarget(self.loo_logp, vectorize=True)
 
     def refit_draws(self, i, *, chains, warmup, draws, random_seed, init, target_accept=0.8, max_tree_depth=10):
-        """Draws without observation ``i``: Stan's own NUTS (in-process, :mod:`ppl_loo.stan.sampler`) on
+        """Draws without observation ``i``: Stan's own NUTS (in-process, :mod:`ppl_loo.stan_bridge.sampler`) on
         the program with the data without ``i``, with the original fit's settings.
 
         A program whose parameters are indexed by observation has fewer parameters without ``i``;
         its refit draws would lack the coordinates ``log p(y_i | theta)`` needs, so it is refit with
         NumPyro's NUTS on the LOO density in the full parameter space (``logp - log_lik[i]``, or the
-        deleted program plus ``loo_extra``; :meth:`~ppl_loo.model.jax.base.PosteriorModel.refit_draws`,
+        deleted program plus ``loo_extra``; :meth:`~ppl_loo.adapters.jax.base.PosteriorModel.refit_draws`,
         Stan's gradients).
         """
         m, keep = self.deleted_model(int(i))
@@ -632,8 +632,8 @@ class StanPosterior(PosteriorModel):
     # ------------------------------------------------------------------ mixture importance sampling
     def mixture_draws(self, *, chains, warmup, draws, random_seed, init=None, target_accept=0.8, max_tree_depth=10):
         """Draws of the mixture of all LOO posteriors, ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
-        (Silva & Zanella 2023), by Stan's own NUTS (in-process, :mod:`ppl_loo.stan.sampler`) on the derived
-        program of :func:`~ppl_loo.stan.derived.mixture_program`.
+        (Silva & Zanella 2023), by Stan's own NUTS (in-process, :mod:`ppl_loo.stan_bridge.sampler`) on the derived
+        program of :func:`~ppl_loo.stan_bridge.derived.mixture_program`.
 
         The derived program (the model block plus ``target += log_sum_exp(-log_lik)``, with ``log_lik``
         the program's generated quantity) is built once with the sampler and kept on this object; before
@@ -649,7 +649,7 @@ class StanPosterior(PosteriorModel):
         random_seed
             Seed (or ``numpy.random.Generator``) from which Stan's seed is drawn.
         init
-            Ignored: :func:`~ppl_loo.stan.sampler.sample_cmdstan_csv` has no initial values, so each chain
+            Ignored: :func:`~ppl_loo.stan_bridge.sampler.sample_cmdstan_csv` has no initial values, so each chain
             starts at Stan's random inits, uniform in ``(-2, 2)`` on the unconstrained scale. Accepted so that
             the call matches the NumPyro fallback, which starts at ``init`` (``(chains, dim)``).
         target_accept, max_tree_depth
@@ -667,7 +667,7 @@ class StanPosterior(PosteriorModel):
             The program has no ``log_lik`` generated quantity, the derivation fails to compile, or the
             derived program's log density disagrees with ``logp + logsumexp(-log_lik)``.
         """
-        del init  # no initial values in ppl_loo.stan.sampler (docstring)
+        del init  # no initial values in ppl_loo.stan_bridge.sampler (docstring)
         sm = self._mixture_program(n_check=min(int(chains) * int(draws), HOST_CHUNK))
         theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
         return theta, {"sampler": "Stan NUTS on the mixture program", "divergences": div, "program": "mixture"}
@@ -732,7 +732,7 @@ class StanPosterior(PosteriorModel):
 
         Every parameter of the program must be in the posterior with the shape the program
         declares for these data; draws outside the support raise with Stan's message
-        (:func:`~ppl_loo.model.stan.data.unconstrain_draws`).
+        (:func:`~ppl_loo.adapters.stan.data.unconstrain_draws`).
         """
         return unconstrain_draws(self.bridge, posterior)
 
@@ -745,7 +745,7 @@ class StanPosterior(PosteriorModel):
         """``P(y_rep_i <= y_i | theta)`` ``(M, n)`` at the points ``params`` (constrained, as :meth:`constrain` gives
         them), and for a discrete outcome the tuple with ``P(y_rep_i < y_i | theta)``: Stan's own ``_lcdf`` of the
         distribution of each ``log_lik`` statement, in a derived program
-        (:func:`~ppl_loo.stan.derived.cdf_program`). For :func:`ppl_loo.loo_pit`."""
+        (:func:`~ppl_loo.stan_bridge.derived.cdf_program`). For :func:`ppl_loo.loo_pit`."""
         model, discrete = self._cdf_model()
         dataset = xr.Dataset({name: (("chain", "draw") + tuple(f"{name}_dim_{k}" for k in range(np.ndim(v) - 1)),
                                      np.asarray(v)[None]) for name, v in params.items()})

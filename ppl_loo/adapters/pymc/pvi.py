@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.adapters.pymc.graph import jaxify, value_labels
 from ppl_loo.model.build import category_index, pvi_model, simulate_terms
-from ppl_loo.model.pymc.graph import jaxify, value_labels
 from ppl_loo.numerics.vi.objective import Terms
 
 __all__ = ["pymc_pvi_model", "predictive_simulator"]

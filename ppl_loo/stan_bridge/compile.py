@@ -72,7 +72,7 @@ BASE_CXXFLAGS = (
 LIBRARIES = ("sundials_cvodes", "sundials_idas", "sundials_nvecserial", "tbb")
 #: stanc options httpstan uses (httpstan/compile.py), besides ``--name``.
 STANC_OPTIONS = ("--warn-pedantic",)
-#: compiler flag that adds Stan's NUTS (``ppl_loo.stan.sampler``) to the bridge library; the library built with
+#: compiler flag that adds Stan's NUTS (``ppl_loo.stan_bridge.sampler``) to the bridge library; the library built with
 #: it holds every function of the one built without it (``bridge.cpp`` only appends the sampler), so it can
 #: serve a model that does not sample (:func:`cached_build`)
 SAMPLER_FLAG = "-DPLSTAN_WITH_SAMPLER"
@@ -105,7 +105,7 @@ def httpstan_dir() -> Path:
         import httpstan
     except ImportError as exc:  # pragma: no cover - environment problem
         raise ImportError(
-            "ppl_loo.stan needs the 'httpstan' package (pip install httpstan); it ships stanc and "
+            "ppl_loo.stan_bridge needs the 'httpstan' package (pip install httpstan); it ships stanc and "
             "the Stan headers"
         ) from exc
     return Path(httpstan.__file__).resolve().parent

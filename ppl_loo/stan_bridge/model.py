@@ -6,8 +6,8 @@ one draw and the draw axis is dropped from the result.
 
 The same object is what a user passes to :func:`ppl_loo.loo` (``model=pl.StanModel(file, data)``):
 its LOO options (``n_obs``, ``obs_keys``, ``log_lik``, ``loo_extra``) are stored here and
-:func:`ppl_loo.model.stan.posterior.loo_adapter` turns it into the posterior-model adapter
-(:class:`ppl_loo.model.stan.posterior.StanPosterior`) that the engine uses.
+:func:`ppl_loo.adapters.stan.posterior.loo_adapter` turns it into the posterior-model adapter
+(:class:`ppl_loo.adapters.stan.posterior.StanPosterior`) that the engine uses.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ class StanModel:
     n_obs
         For LOO: name of the integer data entry holding the number of observations (``"N"``,
         ``"J"`` for eight schools). Default: detected from the data, see
-        :func:`ppl_loo.model.stan.data.detect_n_obs`; ambiguous data raise an error asking for it.
+        :func:`ppl_loo.adapters.stan.data.detect_n_obs`; ambiguous data raise an error asking for it.
     obs_keys
         For LOO: the data entries indexed by observation along their first axis, which exact LOO
         by data deletion subsets. Default: every array whose leading dimension equals
@@ -230,7 +230,7 @@ class StanModel:
         unconstrained draw giving the log conditional density of the coordinates that deleting
         observation ``i`` removes (usually their prior). Without it such programs use
         ``logp - log_lik[i]`` with ``log_lik`` differentiated through a derived program. See
-        :class:`~ppl_loo.model.stan.posterior.StanPosterior`.
+        :class:`~ppl_loo.adapters.stan.posterior.StanPosterior`.
     seed
         Seed of the model constructor (used by ``transformed data`` RNG calls).
     n_threads
@@ -242,7 +242,7 @@ class StanModel:
         Rebuild the library even when it is in the cache.
     sampler
         Also compile Stan's NUTS into the library, for
-        :func:`ppl_loo.stan.sampler.sample_cmdstan_csv` (CmdStan-format CSV output without
+        :func:`ppl_loo.stan_bridge.sampler.sample_cmdstan_csv` (CmdStan-format CSV output without
         CmdStan); a separate cached library that takes about 40% longer to build. A model built without
         ``sampler=True`` loads that library when it is cached and its own is not (it holds every function
         of the plain one), so that sampling a program and then computing its LOO compiles it once.
@@ -283,7 +283,7 @@ class StanModel:
         sampler: bool = False,
     ):
         self.code, filename = _read_program(stan_file_or_code)
-        if sampler:  # Stan's NUTS in the library (ppl_loo.stan.sampler), a separate cached build
+        if sampler:  # Stan's NUTS in the library (ppl_loo.stan_bridge.sampler), a separate cached build
             extra_cxxflags = (*extra_cxxflags, SAMPLER_FLAG)
         self.filename = filename
         self.data = as_data_dict(data)
@@ -335,7 +335,7 @@ class StanModel:
     def __reduce__(self):
         """Pickled (cloudpickle: dask workers) as the program, its data and options, not the loaded library:
         the unpickled model loads the library from the compiled-model cache by its key
-        (:func:`~ppl_loo.stan.compile.build_library`; workers on this machine share the cache folder) and
+        (:func:`~ppl_loo.stan_bridge.compile.build_library`; workers on this machine share the cache folder) and
         compiles it only where the cache lacks it."""
         opts = self.loo_options
         state = {"code": self.code, "data": self.data, "n_obs": opts["n_obs"], "obs_keys": opts["obs_keys"],

@@ -42,7 +42,7 @@ log density (``propto=False``, ``jacobian=True``) is the original program's plus
 The rewrite works on stanc's canonical print of the program (``stanc --print-canonical``), with
 a scanner that skips comments and strings. A program it cannot rewrite (``log_lik`` computed from a
 random number, a constrained type such as ``simplex`` declared in the generated quantities) fails
-to compile, and the caller says so; :class:`~ppl_loo.model.stan.posterior.StanPosterior` also
+to compile, and the caller says so; :class:`~ppl_loo.adapters.stan.posterior.StanPosterior` also
 checks the derived value against the generated quantity at test points before using it.
 """
 
@@ -53,7 +53,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ppl_loo.stan.compile import StanCompileError, stanc_path
+from ppl_loo.stan_bridge.compile import StanCompileError, stanc_path
 
 __all__ = ["OBS_INDEX", "BELOW", "loglik_program", "mixture_program", "cdf_program", "canonical"]
 

@@ -22,7 +22,7 @@ import xarray as xr
 from scipy.stats import rankdata
 
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.workflow.downstream.expectation import checked_model, expectation
+from ppl_loo.workflow.downstream.loo_expectations import checked_model, expectation
 
 __all__ = ["loo_roc", "LooROC", "roc_curve", "roc_auc", "precision_recall_curve", "average_precision"]
 

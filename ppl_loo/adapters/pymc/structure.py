@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_loo.model.pymc.graph import jaxify
+from ppl_loo.adapters.pymc.graph import jaxify
 
 __all__ = ["BernoulliGLM", "detect_bernoulli_glm", "value_ancestors", "prior_line", "prior_cache"]
 

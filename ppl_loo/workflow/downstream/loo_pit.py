@@ -15,7 +15,7 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.workflow.downstream.expectation import checked_model, summarized
+from ppl_loo.workflow.downstream.loo_expectations import checked_model, summarized
 from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function, posterior_draws
 
 __all__ = ["loo_pit", "plot_loo_pit"]
@@ -39,8 +39,8 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
         ``(P(y_rep_i <= y_i | theta), P(y_rep_i < y_i | theta))``. Default: the model's own (a PyMC model's
         ``logcdf`` of the observed distribution; a Stan program's own ``_lcdf`` of the distribution in its
         ``log_lik`` statements, ``log_lik[i] = D_lpdf(y[i] | ...)``, as derived by
-        :func:`ppl_loo.stan.derived.cdf_program`; a ``JaxModel``'s from its declared ``output``, ``"gaussian"`` or
-        ``"bernoulli"``, and ``observed``; ``model.pit_cdf`` of any model that defines it).
+        :func:`ppl_loo.stan_bridge.derived.cdf_program`; a ``JaxModel``'s from its declared ``output``,
+        ``"gaussian"`` or ``"bernoulli"``, and ``observed``; ``model.pit_cdf`` of any model that defines it).
     random_seed : int or numpy.random.Generator
         The uniform draws of the randomized PIT (discrete outcomes; required there).
 

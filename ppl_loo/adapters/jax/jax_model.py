@@ -3,7 +3,7 @@
 :class:`ParameterLayout` maps named constrained parameters to one flat unconstrained vector
 ``theta`` (the order of the ``params`` dict, each block flattened in C order) and back, vectorized
 over draws. :class:`JaxModel` combines a layout with user log-prior and log-likelihood functions
-into a :class:`~ppl_loo.model.jax.base.PosteriorModel`. The closed-form models
+into a :class:`~ppl_loo.adapters.jax.base.PosteriorModel`. The closed-form models
 (:class:`~ppl_loo.models.LogisticRegression`, :class:`~ppl_loo.models.ReluNet`) reuse the layout.
 """
 
@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.jax.base import PosteriorModel
+from ppl_loo.adapters.jax.bijectors import Bijector, Identity
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.bijectors import Bijector, Identity
 
 __all__ = ["JaxModel", "LayoutMixin", "ParameterLayout", "posterior_dataset", "read_draws"]
 
@@ -182,7 +182,7 @@ class ParameterLayout:
     ----------
     params : mapping
         ``name -> (shape, bijector or None)``; ``shape`` is the *constrained* shape of one draw
-        (``()`` for a scalar), ``None`` means :class:`~ppl_loo.model.jax.bijectors.Identity`.
+        (``()`` for a scalar), ``None`` means :class:`~ppl_loo.adapters.jax.bijectors.Identity`.
         ``theta`` holds the blocks in this order, each flattened in C order.
     param_dims : mapping, optional
         ``name -> tuple of dim names`` (without ``chain``/``draw``) used when reading draws from an
@@ -209,7 +209,7 @@ class ParameterLayout:
             bij = Identity() if bij is None else bij
             if not isinstance(bij, Bijector):
                 raise ValueError(
-                    f"params[{name!r}]: {bij!r} is not a ppl_loo.model.jax.bijectors.Bijector."
+                    f"params[{name!r}]: {bij!r} is not a ppl_loo.adapters.jax.bijectors.Bijector."
                 )
             ushape = bij.unconstrained_shape(shape)
             size = prod(ushape)
@@ -319,9 +319,9 @@ class LayoutMixin:
 
     For the adapters that hold a :class:`ParameterLayout` as ``self.layout``
     (:class:`JaxModel`, :class:`~ppl_loo.models.LogisticRegression`,
-    :class:`~ppl_loo.models.ReluNet`, :class:`~ppl_loo.model.jax.pvi.SimulatorModel`): every
+    :class:`~ppl_loo.models.ReluNet`, :class:`~ppl_loo.adapters.jax.pvi.SimulatorModel`): every
     name, dim and transform comes from the layout, so it is written once here. List it before
-    :class:`~ppl_loo.model.jax.base.PosteriorModel` among the bases.
+    :class:`~ppl_loo.adapters.jax.base.PosteriorModel` among the bases.
     """
 
     layout: ParameterLayout
@@ -366,7 +366,7 @@ class JaxModel(LayoutMixin, PosteriorModel):
     ----------
     params : dict
         ``name -> (shape, bijector or None)``: the constrained shape of one draw and the
-        bijector from the unconstrained space (:mod:`ppl_loo.model.jax.bijectors`; ``None`` is the
+        bijector from the unconstrained space (:mod:`ppl_loo.adapters.jax.bijectors`; ``None`` is the
         identity). ``theta`` is the concatenation of the unconstrained blocks in this order, each
         flattened in C order.
     log_prior : callable
@@ -411,7 +411,7 @@ class JaxModel(LayoutMixin, PosteriorModel):
     Examples
     --------
     >>> from ppl_loo.models import JaxModel
-    >>> from ppl_loo.model.jax.bijectors import Exp
+    >>> from ppl_loo.adapters.jax.bijectors import Exp
     >>> import jax.numpy as jnp, jax.scipy.stats as st
     >>> y = jnp.array([0.3, -1.2, 0.8])
     >>> m = JaxModel({"mu": ((), None), "sigma": ((), Exp())},

@@ -31,9 +31,9 @@ import arviz_stats
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.pymc.adapter import PyMCModel
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model.pymc.adapter import PyMCModel
-from ppl_loo.workflow.downstream.expectation import checked_model, warn_unkept
+from ppl_loo.workflow.downstream.loo_expectations import checked_model, warn_unkept
 from ppl_loo.workflow.downstream.points import blocks, entry_cache
 
 __all__ = ["loo_score", "SCORES", "weighted_scores"]

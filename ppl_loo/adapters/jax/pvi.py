@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.adapters.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.build import batch, category_index, coordinate_labels, pvi_model, simulate_terms
-from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.numerics.vi.objective import Terms
 
 __all__ = ["SimulatorModel", "jax_pvi_model", "simulator_pvi_model", "layout_labels", "no_user_fns"]

@@ -1,7 +1,7 @@
 """One-hidden-layer ReLU network classifier (Chang et al. 2024, Ex. 4.1; notes, section 4).
 
 ``mu = W2 . relu(W1 [x, 1]) + b2`` with the first-layer bias as the last column of ``W1``
-(notes 8.8), declared as a :class:`~ppl_loo.model.jax.base.ReluStructure` so that the engine can use
+(notes 8.8), declared as a :class:`~ppl_loo.adapters.jax.base.ReluStructure` so that the engine can use
 the exact eigen-decomposition Jacobians (Eq. 29-32 of Chang et al., arXiv:2402.08151v3).
 """
 
@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.adapters.jax.base import PosteriorModel
+from ppl_loo.adapters.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics.data import check_binary_data
 from ppl_loo.numerics.special import softplus

@@ -33,11 +33,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.adapters.stan import data as stan_data
+from ppl_loo.adapters.stan.posterior import StanPosterior
 from ppl_loo.model.build import category_index, pvi_model
-from ppl_loo.model.stan import data as stan_data
-from ppl_loo.model.stan.posterior import StanPosterior
 from ppl_loo.numerics.vi.objective import Terms
-from ppl_loo.stan.model import StanModel
+from ppl_loo.stan_bridge.model import StanModel
 
 __all__ = ["is_stan_model", "stan_pvi_model"]
 

@@ -1,7 +1,7 @@
 """Helpers of the Stan adapters: observations in the data, Stan's flat names, draws in and out.
 
-Shared by the LOO adapter (:mod:`ppl_loo.model.stan.posterior`) and the PVI terms
-(:mod:`ppl_loo.model.stan.pvi`); they work on a :class:`~ppl_loo.stan.StanModel` (the bridge) and
+Shared by the LOO adapter (:mod:`ppl_loo.adapters.stan.posterior`) and the PVI terms
+(:mod:`ppl_loo.adapters.stan.pvi`); they work on a :class:`~ppl_loo.stan_bridge.StanModel` (the bridge) and
 its data ``dict``.
 """
 
@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from ppl_loo.stan.model import StanDataError, StanEvaluationError
+from ppl_loo.stan_bridge.model import StanDataError, StanEvaluationError
 
 __all__ = [
     "NAME_RE",

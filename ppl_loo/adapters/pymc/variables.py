@@ -1,12 +1,12 @@
 """What the PyMC adapter reads from a ``pymc.Model`` when it is built: its free variables and their value
 variables, the observed variable, the forward transforms, the observation layout and the note on a
-detected GLM (:class:`~ppl_loo.model.pymc.adapter.PyMCModel`)."""
+detected GLM (:class:`~ppl_loo.adapters.pymc.adapter.PyMCModel`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ppl_loo.model.pymc.graph import jaxify
+from ppl_loo.adapters.pymc.graph import jaxify
 
 __all__ = ["free_variables", "observed_variable_name", "constrained_placeholders", "forward_transforms",
            "bernoulli_var_target", "observation_layout", "glm_note"]

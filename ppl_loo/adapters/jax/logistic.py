@@ -1,7 +1,7 @@
 """Bernoulli-logit regression with a normal or a regularized-horseshoe prior (notes, section 6).
 
 The linear predictor is ``mu_i = beta0 + x_i . beta`` (Eq. 24 with ``mu`` linear, the "LR"
-case of Eq. 28), declared as a :class:`~ppl_loo.model.jax.base.GLMStructure` so that the engine
+case of Eq. 28), declared as a :class:`~ppl_loo.adapters.jax.base.GLMStructure` so that the engine
 uses the exact closed-form Jacobians and the ``O(S n)`` line evaluation of :meth:`logp_line`.
 """
 
@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_loo.adapters.jax.base import PosteriorModel
+from ppl_loo.adapters.jax.bijectors import Exp
+from ppl_loo.adapters.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model.jax.base import PosteriorModel
-from ppl_loo.model.jax.bijectors import Exp
-from ppl_loo.model.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.numerics.batched_nuts import BatchedTarget
 from ppl_loo.numerics.data import check_binary_data
@@ -91,7 +91,7 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         ``nu_global``, ``nu_local`` (defaults 2.5, 1, 1, 1) and ``scale_global`` (overrides
         ``p0 / ((p - p0) sqrt(n))``): the fields of
         :class:`~ppl_loo.numerics.horseshoe.HorseshoeHyperparameters`, shared with the Stan
-        program's data (:func:`ppl_loo.stan.programs.horseshoe_data`). All must be > 0.
+        program's data (:func:`ppl_loo.stan_bridge.programs.horseshoe_data`). All must be > 0.
 
     Notes
     -----
