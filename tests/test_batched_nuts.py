@@ -1,4 +1,4 @@
-"""The batched NUTS of the refits (``ppl_loo/numerics/batched_nuts.py``) and its warm start, against known answers.
+"""The batched NUTS of the refits (``ppl_loo/numerics/nuts/batched.py``) and its warm start, against known answers.
 
 - Step-size-only adaptation (``adaptation="step_size"``, the warm-started refits' default) samples Gaussian targets
   with known means and variances within Monte Carlo error, as the window adaptation does.
@@ -21,7 +21,7 @@ from arviz_stats.base import array_stats
 
 import ppl_loo as pl
 from ppl_loo.jax_settings import x64
-from ppl_loo.numerics.batched_nuts import batched_nuts
+from ppl_loo.numerics.nuts import batched_nuts
 from ppl_loo.numerics.special import softplus
 from ppl_loo.sampling import sample_nuts
 from ppl_loo.workflow.exact.refit import WARM_WARMUP, fit_step_size, refit_settings, start_draws

@@ -19,11 +19,10 @@ from ppl_loo.adapters.jax.bijectors import Exp
 from ppl_loo.adapters.jax.jax_model import LayoutMixin, ParameterLayout
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.protocol import GLMStructure
-from ppl_loo.numerics.batched_nuts import BatchedTarget
 from ppl_loo.numerics.data import check_binary_data
 from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_block_rows
 from ppl_loo.numerics.horseshoe import HorseshoeHyperparameters
-from ppl_loo.numerics.nuts import nuts_model_samples
+from ppl_loo.numerics.nuts import BatchedTarget, nuts_model_samples
 from ppl_loo.numerics.special import softplus
 
 __all__ = ["LogisticRegression"]

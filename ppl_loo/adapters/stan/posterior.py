@@ -60,7 +60,7 @@ from ppl_loo.adapters.stan.data import (
 )
 from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.numerics.batched_nuts import BatchedTarget
+from ppl_loo.numerics.nuts import BatchedTarget
 from ppl_loo.stan_bridge.compile import StanCompileError
 from ppl_loo.stan_bridge.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, mixture_program
 from ppl_loo.stan_bridge.model import StanDataError, StanModel, merge_loo_options
@@ -586,7 +586,7 @@ class StanPosterior(PosteriorModel):
         program keeps its parameters without an observation: on a CPU, Stan's native sampler is faster than NUTS
         on the bridge's callbacks (``docs/method.md``, section 7). Where it loses some (parameters indexed by
         observation), the refits sample :meth:`loo_logp` in the full parameter space, and then all of them in
-        one batched run (:func:`~ppl_loo.numerics.batched_nuts.batched_nuts`, vectorized: every NUTS step of
+        one batched run (:func:`~ppl_loo.numerics.nuts.batched_nuts`, vectorized: every NUTS step of
         every lane in one call of the bridge's batched evaluations) instead of NumPyro's NUTS one refit after
         the other on the same callbacks.
         """

@@ -2,7 +2,7 @@
 
 This module owns K-fold CV end to end: the folds (explicit ``folds=``, or built as R ``loo``'s
 ``kfold_split_random`` / ``kfold_split_stratified`` / ``kfold_split_grouped`` do, :func:`kfold_split`), the
-posterior without each fold (one run of :func:`ppl_loo.numerics.batched_nuts.batched_nuts` over folds x chains on
+posterior without each fold (one run of :func:`ppl_loo.numerics.nuts.batched_nuts` over folds x chains on
 ``log p(theta | y_-k) = logp(theta) - sum_j mask[k, j] log p(y_j | theta)`` up to a constant, warm-started from the
 full-data draws, resampled with the fold's importance weights, as the batched refits of
 :mod:`ppl_loo.workflow.exact.refit` are), the pointwise
@@ -33,8 +33,8 @@ from tqdm.auto import tqdm
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
-from ppl_loo.numerics.batched_nuts import BatchedTarget, lanes_per_batch
 from ppl_loo.numerics.bridge import log_mean_exp
+from ppl_loo.numerics.nuts import BatchedTarget, lanes_per_batch
 from ppl_loo.workflow.exact.refit import batched_refit_density, batched_run, batched_warmup, refit_settings, warm_start
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, check_datatree, check_posterior_draws, rank_rhat
@@ -163,7 +163,7 @@ def kfold(data, model, *, K=DEFAULT_K, folds=None, stratify=None, groups=None, r
 
 
 def check_kfold_model(model):
-    """The :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget` of the batched refits of ``model`` (a
+    """The :class:`~ppl_loo.numerics.nuts.BatchedTarget` of the batched refits of ``model`` (a
     :class:`~ppl_loo.model.Model`), or ``NotImplementedError`` saying why K-fold CV cannot refit it and what
     to use instead."""
     kind = getattr(model, "kind", "this")
@@ -191,7 +191,7 @@ def check_kfold_model(model):
 
 
 def fold_density(model, target, mask):
-    """The :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget` of the posteriors without each fold:
+    """The :class:`~ppl_loo.numerics.nuts.BatchedTarget` of the posteriors without each fold:
     ``log_density(u, k) = logp(theta) - sum_j mask[k, j] loglik(theta)[j]`` (``mask`` ``(K, n)``, 1 for the
     observations of fold ``k``), in the coordinates of the model's batched refit ``target``: where that has its own
     (a non-centered horseshoe), ``target.log_density(u, 0) + loglik(theta)[0]`` is the full log density in them
@@ -322,7 +322,7 @@ def _settings(data, refit_kwargs):
 def _fit_folds(model, target, theta, fold_ids, settings, random_seed, progressbar, ll=None):
     """Each fold's posterior draws, ``{k: (draws (C, D, d) in theta, divergences (C, D), step sizes (C,),
     seconds, folds in its run)}`` for k = 0..K-1, in batched NUTS runs of equal width (one compilation; as many
-    folds per run as the memory budget allows, :func:`~ppl_loo.numerics.batched_nuts.lanes_per_batch`), and the
+    folds per run as the memory budget allows, :func:`~ppl_loo.numerics.nuts.lanes_per_batch`), and the
     total wall time. Warm-started (``settings["adapt"] == "warm"``, with ``ll`` ``(S, n)`` the full-data draws'
     log-likelihood), each fold's chains start at full-data draws resampled with the fold's importance weights
     ``1 / prod_{j in fold} p(y_j | theta)``."""

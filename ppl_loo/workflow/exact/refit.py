@@ -2,7 +2,7 @@
 
 This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For PyMC and JAX models (and Stan programs with
 a parameter per observation) all target observations are refit at once, one batched NUTS run over targets x
-chains (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`, :func:`batched_refit_density`), warm-started from the
+chains (:func:`ppl_loo.numerics.nuts.batched_nuts`, :func:`batched_refit_density`), warm-started from the
 full-data fit (:func:`refit_settings`, :func:`start_draws`, :func:`warm_start`); otherwise (other Stan programs,
 ``refit_kwargs={"batched": False}``) for each target observation ``i`` the model's own sampler runs on the
 posterior without ``i`` (:meth:`PosteriorModel.refit_draws`: ``pm.sample`` for PyMC, Stan's NUTS on the data
@@ -40,8 +40,8 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from ppl_loo.numerics.batched_nuts import BatchedTarget, batched_nuts, lanes_per_batch
 from ppl_loo.numerics.bridge import bridge_log_ratio, mean_log_ratio
+from ppl_loo.numerics.nuts import BatchedTarget, batched_nuts, lanes_per_batch
 from ppl_loo.workflow.loo.inputs import RHAT_NOT_MIXED, RHAT_VOUCH, rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 from ppl_loo.workflow.loo.messages import warn_refit_budget, warn_refits_not_converged
@@ -264,7 +264,7 @@ def batched_refit_density(model):
     """``log_density(theta, i)`` of the posterior without observation ``i`` for the batched refits, or None where
     they run one after the other with the model's own sampler.
 
-    Returns a :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget`. Batched: models whose log density is a JAX
+    Returns a :class:`~ppl_loo.numerics.nuts.BatchedTarget`. Batched: models whose log density is a JAX
     function (PyMC through PyTensor's JAX backend, JAX models) with a ``loo_logp``; the model's adapter may give
     its own through ``batched_refit_density()`` (the horseshoe logistic regression: its non-centered
     parameterization; a Stan program whose parameters are indexed by observation: its LOO density through the
@@ -286,7 +286,7 @@ CPU_BATCH, ACCELERATOR_BATCH = 8, 128
 
 def _run_batched(model, density, theta, ll, targets, seeds, settings, records, done, budget_s, posterior_draws,
                  full_chains, checkpoint, fingerprint, bar, kept=None):
-    """The refits of ``targets`` in batched NUTS runs (:func:`ppl_loo.numerics.batched_nuts.batched_nuts`) of
+    """The refits of ``targets`` in batched NUTS runs (:func:`ppl_loo.numerics.nuts.batched_nuts`) of
     equal-sized batches (one compilation; the last batch is padded with its last target, whose copy is dropped;
     with a time budget the first batch is the worst target alone, and the budget is checked between batches).
     Each chain starts at a full-data draw (:func:`start_draws`: resampled with the LOO weights when warm-started),
@@ -352,7 +352,7 @@ def start_draws(rng, S, C, ll_i=None):
 
 def warm_start(density, theta):
     """``(u_draws, inverse_mass_matrix, to_theta)``: the full-data draws ``theta`` ``(S, d)`` in the sampler's
-    coordinates of ``density`` (a :class:`~ppl_loo.numerics.batched_nuts.BatchedTarget`), their variances as the
+    coordinates of ``density`` (a :class:`~ppl_loo.numerics.nuts.BatchedTarget`), their variances as the
     starting inverse mass matrix (1 where a variance is 0 or not finite), and the batched map of ``(M, d)`` draws
     back to the model's ``theta``; shared by the batched refits and ``pl.kfold``'s fold fits."""
     to_u = jax.jit(jax.vmap(density.from_model)) if density.from_model is not None else np.asarray
@@ -364,7 +364,7 @@ def warm_start(density, theta):
 
 
 def batched_run(model, density, u_draws, obs, seeds, settings, imm, ll_cols=None, programs=None):
-    """One :func:`~ppl_loo.numerics.batched_nuts.batched_nuts` run of ``density`` on the targets ``obs`` (one seed
+    """One :func:`~ppl_loo.numerics.nuts.batched_nuts` run of ``density`` on the targets ``obs`` (one seed
     per target) with the refit ``settings``, interruptible by Ctrl-C
     (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`): ``(draws, diverging, step_sizes)``. Each target's
     chains start at :func:`start_draws` of the full-data draws ``u_draws`` (in the sampler's coordinates) from its

@@ -8,7 +8,7 @@ One extra MCMC run on ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
   :func:`ppl_loo.stan_bridge.derived.mixture_program`), sampled by Stan's own NUTS: one gradient evaluation per step;
 - a model with its own mixture sampler (``mixture_draws``: closed-form JAX models) with that;
 - every other model (PyMC, JAX) with BlackJAX's NUTS on ``logp(theta) + logsumexp(-loglik(theta))``, the batched
-  refits' sampler (:func:`~ppl_loo.numerics.batched_nuts.batched_nuts`), each chain started at a posterior draw and
+  refits' sampler (:func:`~ppl_loo.numerics.nuts.batched_nuts`), each chain started at a posterior draw and
   run on its own CPU core, its compiled program kept in the model's cache for the next run.
 
 The run's settings are the original fit's (chains, draws, warmup, target acceptance, tree depth; as ``refit=``
@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.numerics.batched_nuts import batched_nuts
 from ppl_loo.numerics.mixture import mixture_linearization, mixture_log_weights, mixture_loo
+from ppl_loo.numerics.nuts import batched_nuts
 from ppl_loo.workflow.loo.inputs import rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 
@@ -131,7 +131,7 @@ def _mixture_programs(model):
 
 @uses_x64
 def _blackjax_mixture(model, init, settings, seed, theta):
-    """BlackJAX's NUTS (:func:`~ppl_loo.numerics.batched_nuts.batched_nuts`: each chain a lane, the lanes over the
+    """BlackJAX's NUTS (:func:`~ppl_loo.numerics.nuts.batched_nuts`: each chain a lane, the lanes over the
     CPU cores) on ``logp + logsumexp(-loglik)``, from ``init`` ``(chains, d)`` with the posterior draws' variances
     as the starting inverse mass matrix and Stan's window adaptation: ``(chains, draws, d)`` draws and the info."""
     programs, log_density = _mixture_programs(model)
