@@ -11,12 +11,12 @@ from ppl_loo.model import Model, as_model
 from ppl_loo.model.jax.jax_model import JaxModel
 from ppl_loo.model.jax.pvi import SimulatorModel
 from ppl_loo.stan import StanModel
-from ppl_loo.workflow.approx.laplace import laplace
+from ppl_loo.workflow.approx.laplace import LaplaceOptions, laplace
 from ppl_loo.workflow.approx.laplace_predictive import laplace_predictive
-from ppl_loo.workflow.approx.qnvb import qnvb
+from ppl_loo.workflow.approx.qnvb import QNVBOptions, qnvb
 from ppl_loo.workflow.downstream.compare import compare
 from ppl_loo.workflow.downstream.crps import loo_score
-from ppl_loo.workflow.downstream.expectation import loo_expectation
+from ppl_loo.workflow.downstream.expectation import loo_expectations
 from ppl_loo.workflow.downstream.pit import loo_pit, plot_loo_pit
 from ppl_loo.workflow.downstream.predictive import LooROC, loo_roc
 from ppl_loo.workflow.downstream.scores import LooMetric, loo_metrics, loo_r2
@@ -25,6 +25,7 @@ from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.loo_mixture import loo_mixture
+from ppl_loo.workflow.pvi.options import FlowOptions, OptimizerOptions, OutputOptions, ScoreOptions
 from ppl_loo.workflow.pvi.pvi import pvi
 from ppl_loo.workflow.pvi.pvi_eval import predictive_scores
 from ppl_loo.workflow.report.report import report
@@ -33,9 +34,10 @@ from ppl_loo.workflow.subsample.subsample import loo_subsample
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_pit",
+__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectations", "loo_pit",
            "plot_loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult",
            "JaxModel", "StanModel", "from_cmdstan", "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model",
-           "qnvb", "laplace", "laplace_predictive",
+           "qnvb", "laplace", "laplace_predictive", "OptimizerOptions", "ScoreOptions", "OutputOptions", "FlowOptions",
+           "QNVBOptions", "LaplaceOptions",
            "compare", "report", "kfold", "KFoldResult"]
