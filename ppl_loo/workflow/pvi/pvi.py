@@ -28,7 +28,7 @@ from ppl_loo.model import as_model
 from ppl_loo.numerics.random import prng_key, seed_from
 from ppl_loo.numerics.vi import objective as npvi
 from ppl_loo.numerics.vi.families import flatten_params, get_family
-from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
+from ppl_loo.numerics.vi.optim import OPTIMIZERS, get_optimizer, step_decay
 from ppl_loo.workflow.approx.approx_tree import log_likelihood_dataset, observed_dataset, posterior_dataset
 from ppl_loo.workflow.options import resolve_options
 from ppl_loo.workflow.pvi.options import FlowOptions, OptimizerOptions, OutputOptions, ScoreOptions
@@ -96,9 +96,9 @@ def _check_available(pm, settings):
                          f"{pm.kind} model: {reason}.")
     if settings.score in ("crps", "quadratic") and getattr(t, "y", None) is None:
         raise ValueError(f"score={settings.score!r} compares the model's predictions with the observed outcomes, but "
-                         f"this {pm.kind} model has none: pass score_options={{'observed': y}} (the observed outcomes, "
-                         f"one per observation, shape {tuple(getattr(pm, 'obs_shape', ()) or ())}) to pl.pvi, or "
-                         "pl.JaxModel(..., observed=y).")
+                         f"this {pm.kind} model has none: pass score_options=pl.ScoreOptions(observed=y) (the observed "
+                         f"outcomes, one per observation, shape {tuple(getattr(pm, 'obs_shape', ()) or ())}) to "
+                         "pl.pvi, or pl.JaxModel(..., observed=y).")
     if settings.reg == "prior" and t.log_prior is None:
         raise ValueError(f"reg='prior' needs the log prior density, which this {pm.kind} model does not give; "
                          "pass log_prior= to the SimulatorModel, or use reg=None.")
@@ -302,6 +302,9 @@ def pvi(
     steps, draws_per_step, average, estimator = opt.steps, opt.draws_per_step, opt.average, opt.estimator
     _check_args(score, reg, lam, steps, draws_per_step, draws, average, estimator, out.heterogeneity_threshold)
     _check_learning_rate(opt.learning_rate)
+    if isinstance(opt.method, str) and opt.method not in OPTIMIZERS:
+        raise ValueError(f"optimizer.method={opt.method!r} is not known; choose from {sorted(OPTIMIZERS)} or pass an "
+                         "optax.GradientTransformation.")
     _check_int("max_rounds", opt.max_rounds, 1)
     _check_data(data, out.group)
     pm = as_model(model, pvi=True, var_name=sco.var_name, simulator=sco.simulator, probs=sco.probs,
