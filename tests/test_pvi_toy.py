@@ -147,12 +147,12 @@ def test_likelihood_free_simulator_model():
     tree = _fit(sm, score="crps")
     assert float(tree["pvi"]["sd"][0]) == pytest.approx(1.88386, abs=0.012)
     assert "log_likelihood" not in tree.children
-    tree = _fit(sm, score="crps", reg="prior", lam=1.0, steps=1500)
+    tree = _fit(sm, score="crps", reg="prior", lam=1.0, optimizer={"steps": 1500})
     assert float(tree["pvi"]["sd"][0]) == pytest.approx(2.62952, abs=0.03)
     with pytest.raises(ValueError, match="log"):
-        _fit(sm, score="log", steps=5)
+        _fit(sm, score="log", optimizer={"steps": 5})
     with pytest.raises(ValueError, match="posterior"):
-        _fit(sm, score="crps", reg="posterior", lam=1.0, steps=5)
+        _fit(sm, score="crps", reg="posterior", lam=1.0, optimizer={"steps": 5})
 
 
 def test_jax_quadratic_score_and_vector_energy_score():

@@ -120,9 +120,9 @@ def test_data_with_a_posterior_is_refused_before_fitting(lin, fits):
     _, tree = fits["jax"]
     for fit in (pl.qnvb, pl.laplace):
         with pytest.raises(ValueError, match="already has a posterior"):
-            fit(jax_model(lin), tree, random_seed=0)
+            fit(tree, jax_model(lin), random_seed=0)
         with pytest.raises(TypeError, match="DataTree"):
-            fit(jax_model(lin), {"posterior": 1}, random_seed=0)
+            fit({"posterior": 1}, jax_model(lin), random_seed=0)
 
 
 @pytest.mark.parametrize("fit", ["laplace", "qnvb"])
@@ -130,11 +130,11 @@ def test_bad_numbers_name_the_input(lin, fit):
     """Rows of bad input of both entry points: each error names the argument and what it must be."""
     fn, model = getattr(pl, fit), jax_model(lin)
     with pytest.raises(ValueError, match="init must be 3 finite values"):
-        fn(model, init=[0.0, np.nan, 0.0], random_seed=0)
+        fn(None, model, optimizer={"init": [0.0, np.nan, 0.0]}, random_seed=0)
     with pytest.raises(ValueError, match="init must be 3 finite values.*shape \\(2,\\)"):
-        fn(model, init=[0.0, 0.0], random_seed=0)
+        fn(None, model, optimizer={"init": [0.0, 0.0]}, random_seed=0)
     with pytest.raises(ValueError, match="draws=5 must be >= 10"):
-        fn(model, draws=5, random_seed=0)
+        fn(None, model, draws=5, random_seed=0)
 
 
 def test_bad_settings_name_the_input(lin):
@@ -150,8 +150,7 @@ def test_bad_settings_name_the_input(lin):
 
 
 def test_random_seed_none_reproduces(lin):
-    """``random_seed=None`` is a seed derived from the observed data: the same input gives the same fit, other data
-    another one."""
+    """``random_seed=None`` is a seed derived from the observed data: the same input gives the same fit."""
     a = pl.qnvb(None, jax_model(lin), draws=20, optimizer={"steps": 50})
     b = pl.qnvb(None, jax_model(lin), draws=20, optimizer={"steps": 50})
     np.testing.assert_array_equal(a["qnvb"]["mu"].values, b["qnvb"]["mu"].values)

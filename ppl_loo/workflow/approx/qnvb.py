@@ -100,7 +100,7 @@ def _check_args(opt, draws):
         raise ValueError(f"optimizer.minibatch={minibatch} must be a positive number of observations (or None: "
                          "all).")
     if not (0 < float(opt.sigma_min) <= float(opt.sigma_max)):
-        raise ValueError("need 0 < optimizer.sigma_min <= optimizer.sigma_max; got "
+        raise ValueError("the optimizer's sigma bounds need 0 < sigma_min <= sigma_max; got "
                          f"sigma_min={opt.sigma_min}, sigma_max={opt.sigma_max}.")
     check_draws(draws)
 
