@@ -5,7 +5,7 @@ PyMC, with a Normal(0, 1) and a regularized-horseshoe prior (the models of the g
 
 Per prior, in one process, as a user would run it: ``pm.sample`` (4 x 1,000 draws, PyMC's defaults otherwise),
 ``pm.compute_log_likelihood``, ``arviz_stats.loo``, ``pl.loo(idata, model)``, then each after-LOO function on its
-result (``loo_pit``, ``loo_score`` CRPS and SCRPS, ``loo_r2``, ``loo_metrics`` accuracy, ``loo_expectation``,
+result (``loo_pit``, ``loo_score`` CRPS and SCRPS, ``loo_r2``, ``loo_metrics`` accuracy, ``loo_expectations``,
 ``loo_roc``). Each wall time is printed as a ratio to the ``pm.sample`` call. Where the ground-truth suite's refits
 of the model are committed (``benchmarks/results/truth/breast_cancer_<prior>.json``: ``pm.sample`` without each of
 the 24 observations of highest plain k-hat), ``pl.loo``'s estimates on those observations are scored against them:
@@ -125,7 +125,7 @@ def run_prior(prior, draws, after_loo):
             "loo_score_scrps": lambda: pl.loo_score(idata, res, model=model, kind="scrps", random_seed=0),
             "loo_r2": lambda: pl.loo_r2(idata, res, model=model),
             "loo_metrics_acc": lambda: pl.loo_metrics(idata, res, model=model, kind="acc"),
-            "loo_expectation": lambda: pl.loo_expectation(idata, res, prob_benign, model=model),
+            "loo_expectation": lambda: pl.loo_expectations(idata, res, prob_benign, model=model),
             "loo_roc": lambda: pl.loo_roc(idata, res, model=model),
         }
         out["after_loo"], out["posterior_predictive_s"] = {}, t_pp

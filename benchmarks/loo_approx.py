@@ -14,12 +14,12 @@ NUTS fit (4 x 1000 draws; its wall time includes the NUTS fit).
 Approximations (each gives draws of ``q`` and ``log q``; ``pl.loo`` then uses the Eq. 13 weights, the
 adaptive proposals and the approximation's own proposals):
 
-- ``laplace``: ``pl.laplace(model)``: the full Laplace with the GGN of the model's output plus the
+- ``laplace``: ``pl.laplace(None, model)``: the full Laplace with the GGN of the model's output plus the
   prior's curvature at the mode (the ReLU net: isotropic prior, exact through the rank-54
   Gauss-Newton factor). The horseshoe regression has no mode in its unconstrained space (its
   centred global scale runs to zero, the log density grows without bound): ``pl.laplace`` refuses
   it, and the table says so;
-- ``qnvb``: ``pl.qnvb(model)`` (full batch, Hadamard, 2 pairs) with the package defaults;
+- ``qnvb``: ``pl.qnvb(None, model)`` (full batch, Hadamard, 2 pairs) with the package defaults;
 - ``pathfinder``: BlackJAX ``vi.pathfinder.approximate`` (L-BFGS history 10, default settings) and
   its ``sample`` (draws and ``log q``), passed to ``pl.loo(..., log_q=...)``.
 
@@ -109,11 +109,11 @@ def _fit(method, model, draws, quick):
     t0 = time.perf_counter()
     log_q = None
     if method == "laplace":
-        tree = pl.laplace(model, draws=draws, random_seed=0)  # raises where the posterior has no mode
+        tree = pl.laplace(None, model, draws=draws, random_seed=0)  # raises where the posterior has no mode
         info = {k: tree["laplace"].attrs[k] for k in ("subspace", "rank", "curvature", "map_steps", "map_converged",
                                                       "relative_error", "dead_fraction", "jacobian_rank")}
     elif method == "qnvb":
-        tree = pl.qnvb(model, draws=draws, random_seed=0, steps=1000 if quick else 3000)
+        tree = pl.qnvb(None, model, draws=draws, random_seed=0, optimizer={"steps": 1000 if quick else 3000})
         info = {k: tree["qnvb"].attrs[k] for k in ("steps", "gradient_evaluations", "final_elbo")}
     else:
         tree, log_q, _ = _pathfinder(model, draws, 0)

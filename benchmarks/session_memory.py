@@ -4,7 +4,7 @@ per round.
 Three models, each fitted once: a PyMC normal mean with one outlier (exact posterior draws), a PyMC logistic
 regression (``pm.sample``), and a ``pl.JaxModel`` linear regression with known noise and a high-leverage outlier
 (exact posterior draws). Each round runs, for every model, ``pl.loo`` (a new result) and then ``pl.loo_pit``,
-``pl.loo_score`` (CRPS and SCRPS), ``pl.loo_r2``, ``pl.loo_metrics`` and ``pl.loo_expectation`` on that result, and
+``pl.loo_score`` (CRPS and SCRPS), ``pl.loo_r2``, ``pl.loo_metrics`` and ``pl.loo_expectations`` on that result, and
 records each call's wall time, the number of the process' memory mappings (lines of ``/proc/self/maps``; the kernel
 refuses new ones past ``vm.max_map_count``, 65,530 by default) and its resident memory (``VmRSS``) after the round.
 Acceptance: mappings and RSS flat after the first round, nothing crashes.
@@ -162,7 +162,7 @@ def after_loo_calls(pl, spec, res):
         "loo_score_scrps": lambda: pl.loo_score(data, res, model=model, kind="scrps", random_seed=0, simulate=sim),
         "loo_r2": lambda: pl.loo_r2(data, res, model=model, mean=mean),
         "loo_metrics": lambda: pl.loo_metrics(data, res, model=model, kind="rmse", mean=mean),
-        "loo_expectation": lambda: pl.loo_expectation(data, res, values, model=model),
+        "loo_expectation": lambda: pl.loo_expectations(data, res, values, model=model),
     }
 
 

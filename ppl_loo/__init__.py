@@ -11,11 +11,11 @@ from ppl_loo.adapters.jax.pvi import SimulatorModel
 from ppl_loo.io import from_cmdstan
 from ppl_loo.model import Model, as_model
 from ppl_loo.stan_bridge import StanModel
-from ppl_loo.workflow.approx.laplace import laplace
+from ppl_loo.workflow.approx.laplace import LaplaceOptions, laplace
 from ppl_loo.workflow.approx.laplace_predictive import laplace_predictive
-from ppl_loo.workflow.approx.qnvb import qnvb
+from ppl_loo.workflow.approx.qnvb import QNVBOptions, qnvb
 from ppl_loo.workflow.downstream.compare import compare
-from ppl_loo.workflow.downstream.loo_expectations import loo_expectation
+from ppl_loo.workflow.downstream.loo_expectations import loo_expectations
 from ppl_loo.workflow.downstream.loo_pit import loo_pit, plot_loo_pit
 from ppl_loo.workflow.downstream.loo_roc import LooROC, loo_roc
 from ppl_loo.workflow.downstream.loo_score import loo_score
@@ -25,6 +25,7 @@ from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.loo_mixture import loo_mixture
+from ppl_loo.workflow.pvi.options import FlowOptions, OptimizerOptions, OutputOptions, ScoreOptions
 from ppl_loo.workflow.pvi.predictive_scores import predictive_scores
 from ppl_loo.workflow.pvi.pvi import pvi
 from ppl_loo.workflow.report.report import report
@@ -33,9 +34,10 @@ from ppl_loo.workflow.subsample.result import SubsampleResult
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_pit",
+__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectations", "loo_pit",
            "plot_loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult",
            "JaxModel", "StanModel", "from_cmdstan", "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model",
-           "qnvb", "laplace", "laplace_predictive",
+           "qnvb", "laplace", "laplace_predictive", "OptimizerOptions", "ScoreOptions", "OutputOptions", "FlowOptions",
+           "QNVBOptions", "LaplaceOptions",
            "compare", "report", "kfold", "KFoldResult"]

@@ -2,7 +2,7 @@
 
 - **float64**: PSIS must agree with ``arviz_stats`` to 1e-8, and log densities of hundreds of nats
   are differenced. The public entry points (``pl.loo``, ``pl.pvi``, ``pl.predictive_scores``,
-  ``pl.loo_expectation``, ``pl.loo_roc``, the samplers, the constructors of models that hold JAX
+  ``pl.loo_expectations``, ``pl.loo_roc``, the samplers, the constructors of models that hold JAX
   arrays) run inside :func:`x64`, which enables ``jax_enable_x64`` for the duration of the call
   only: importing or calling ppl_loo leaves the user's own JAX code in the precision they chose.
   While such a call runs, the process-wide flag is on as well (JAX runs host callbacks, such as the

@@ -47,7 +47,8 @@ def logistic_fits(n=40, seed=0, with_pvi=True):
         plain = pl.loo(tree)
         if not with_pvi:
             return model, pl.add_loo(tree, res), res, plain, None, None
-        pvi_tree = pl.pvi(model, score="log", steps=300, draws_per_step=50, random_seed=3, num_draws=500)
+        pvi_tree = pl.pvi(None, model, score="log", random_seed=3, draws=500,
+                          optimizer={"steps": 300, "draws_per_step": 50})
         # the search alone (no second opinions): every observation doubtful, the case of the compare table's
         # flagged columns where the best model is all doubtful; tests/test_report.py checks the defaults too
         res_pvi = pl.loo(pvi_tree, model, progressbar=False, mixture=False, smc=False)

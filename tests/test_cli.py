@@ -285,7 +285,7 @@ def test_posterior_predictive_mapping_reads_observed_data():
     paths = sorted(str(p) for p in ES_DIR.glob("output_*.csv"))
     data = as_data_dict(ES_DIR / "eight_schools.data.R")
     pp, observed = observed_mapping(["y_hat=y"], data, "eight_schools.data.R", paths[0])
-    tree = read_csvs(paths, log_lik="log_lik", posterior_predictive=pp, observed=observed)
+    tree = read_csvs(paths, log_likelihood="log_lik", posterior_predictive=pp, observed=observed)
     np.testing.assert_array_equal(tree["observed_data"]["y"].values, [28, 8, -3, 7, -1, 1, 18, 12])
     raw = pl.from_cmdstan(paths, posterior_predictive="y_hat")
     np.testing.assert_array_equal(tree["posterior_predictive"]["y"].values, raw["posterior_predictive"]["y_hat"].values)

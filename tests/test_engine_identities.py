@@ -98,7 +98,7 @@ def test_bad_inputs(setup):
 
 @pytest.mark.parametrize("transforms", [("mm_iter",), ("pmm1", "kl", "newton_mix")])
 def test_rebuilt_points_carry_the_chosen_weights(setup, transforms):
-    """``points`` (what loo_expectation rebuilds) are the points the chosen candidate's weights sit on:
+    """``points`` (what loo_expectations rebuilds) are the points the chosen candidate's weights sit on:
     the log-likelihood there is the search's ``ll_phi`` exactly, and ``log sum w l`` its ``elpd_i``
     (for ``mm_iter`` its label is the iteration count, 1 to 4)."""
     import jax.numpy as jnp

@@ -62,8 +62,8 @@ def test_refit_draws_give_the_loo_posterior_and_pit(refit_fit):
     m, data, res, _ = refit_fit
     assert res.transform.values[0] == "refit" and list(res.kept_log_weights["kept"].values) == [0]
     loc, sd, pit = _exact(m, 0)
-    mean = pl.loo_expectation(data, res, _lin(m), model=m)
-    got_sd = pl.loo_expectation(data, res, _lin(m), model=m, kind="sd")
+    mean = pl.loo_expectations(data, res, _lin(m), model=m)
+    got_sd = pl.loo_expectations(data, res, _lin(m), model=m, kind="sd")
     assert mean.weights.values[0] == "refit" and np.isnan(mean.pareto_k.values[0])  # no importance sampling
     assert abs(mean.values[0] - loc) < 0.1 * sd, (mean.values[0], loc, sd)  # 4,000 refit draws: 0.016 sd
     assert abs(got_sd.values[0] / sd - 1) < 0.1, (got_sd.values[0], sd)
@@ -75,7 +75,7 @@ def test_refit_draws_give_the_loo_posterior_and_pit(refit_fit):
     assert table.loc["refit", "n_weights_fallback"] == 0
     # the kept draws are plain data: written with the result and read back, the same numbers
     back = pl.LooResult.from_datatree(pl.add_loo(data, res))
-    again = pl.loo_expectation(data, back, _lin(m), model=m)
+    again = pl.loo_expectations(data, back, _lin(m), model=m)
     np.testing.assert_array_equal(again.values, mean.values)
 
 
@@ -89,7 +89,7 @@ def test_a_refit_read_from_a_checkpoint_falls_back_with_a_warning(refit_fit):
                        transforms=("pmm1",), hbar=[1e-3], refit_kwargs={"checkpoint": str(checkpoint)})
     assert rerun.elpd_i.values[0] == res.elpd_i.values[0] and rerun.kept_log_weights is None
     with pytest.warns(UserWarning, match=r"refit, mixture importance sampling or SMC.*plain PSIS weights"):
-        got = pl.loo_expectation(data, rerun, _lin(m), model=m)
+        got = pl.loo_expectations(data, rerun, _lin(m), model=m)
     assert got.weights.values[0] == "psis"
     assert pl.compare({"rerun": rerun}).loc["rerun", "n_weights_fallback"] == 1
 
@@ -106,8 +106,8 @@ def test_mixture_draws_give_the_loo_posterior():
                      hbar=[1e-3])
     assert res.transform.values[0] == "mixture", res.transform.values[:2]
     loc, sd, pit = _exact(m, 0)
-    mean = pl.loo_expectation(data, res, _lin(m), model=model)
-    got_sd = pl.loo_expectation(data, res, _lin(m), model=model, kind="sd")
+    mean = pl.loo_expectations(data, res, _lin(m), model=model)
+    got_sd = pl.loo_expectations(data, res, _lin(m), model=model, kind="sd")
     assert mean.weights.values[0] == "mixture" and np.isfinite(mean.pareto_k.values[0])
     assert abs(mean.values[0] - loc) < 0.15 * sd, (mean.values[0], loc, sd)
     assert abs(got_sd.values[0] / sd - 1) < 0.1, (got_sd.values[0], sd)

@@ -82,7 +82,7 @@ def _jax_linear_model(m):
 def linear_laplace():
     m = _problem()
     model = _jax_linear_model(m)
-    tree = pl.laplace(model, draws=2000, random_seed=1)
+    tree = pl.laplace(None, model, draws=2000, random_seed=1)
     return m, model, tree
 
 
@@ -125,7 +125,7 @@ def backend_fits():
     out = {"pymc": (pymc_model(m), None)}
     if shutil.which("g++") is not None:
         out["stan"] = (stan_model(m), None)
-    return m, {k: (model, pl.laplace(model, draws=2000, random_seed=1)) for k, (model, _) in out.items()}
+    return m, {k: (model, pl.laplace(None, model, draws=2000, random_seed=1)) for k, (model, _) in out.items()}
 
 
 @pytest.mark.parametrize("backend", ["pymc", "stan"])
@@ -161,7 +161,7 @@ def relu_full(relu):
     """The full Laplace approximation of the network (one MAP search and compile shared by the tests that
     only read its mode, basis and precision)."""
     X, y, net = relu
-    return pl.laplace(net, draws=200, random_seed=0)
+    return pl.laplace(None, net, draws=200, random_seed=0)
 
 
 def test_relu_full_laplace_is_exact_through_the_gauss_newton_factor(relu, relu_full):
@@ -189,13 +189,13 @@ def test_relu_subspaces_theorem_1(relu):
     X, y, net = relu
     errs, traces = {}, {}
     for method in ("optimal", "lowrank-diag", "lowrank-kfac", "subset-magnitude", "subset-diag", "subset-swag"):
-        g = pl.laplace(net, subspace=method, rank=5, prior_precision=1.0, draws=100, random_seed=0)["laplace"]
+        g = pl.laplace(None, net, subspace=method, rank=5, prior_precision=1.0, draws=100, random_seed=0)["laplace"]
         assert g.attrs["rank"] == 5 and g["P"].shape == (net.dim, 5)
         errs[method], traces[method] = g.attrs["relative_error"], g.attrs["trace"]
         assert traces[method] <= g.attrs["trace_bound"] * (1 + 1e-8)  # Lemma 2 / Ky Fan
     assert traces["optimal"] == pytest.approx(g.attrs["trace_bound"], rel=1e-8)
     assert all(errs["optimal"] <= e + 1e-10 for e in errs.values()), errs
-    full = pl.laplace(net, subspace="optimal", rank=30, prior_precision=1.0, draws=100, random_seed=0)["laplace"]
+    full = pl.laplace(None, net, subspace="optimal", rank=30, prior_precision=1.0, draws=100, random_seed=0)["laplace"]
     assert full.attrs["jacobian_rank"] == 30 and full.attrs["relative_error"] < 1e-8
 
 
@@ -203,7 +203,7 @@ def test_laplace_predictive_probit(relu, relu_full):
     """Eq. 12: p = sigmoid(f / sqrt(1 + pi/8 var)), var = J Sigma J^T at the new inputs."""
     X, y, net = relu
     tree = relu_full  # the predictive reads the mode, P and M only (not the draws)
-    pred = pl.laplace_predictive(tree, X[:4], net)
+    pred = pl.laplace_predictive(tree, net, X[:4])
     g = tree["laplace"]
     pm = pl.as_model(net)
     from ppl_loo.jax_settings import x64
@@ -225,8 +225,8 @@ def test_glm_curvatures_agree():
     X = rng.normal(size=(40, 3))
     y = (rng.random(40) < 0.5).astype(int)
     lr = pl.models.LogisticRegression(X, y)
-    sds = [pl.laplace(lr, curvature=c, draws=20, random_seed=0)["laplace"]["sd"].values for c in ("ggn", "hessian",
-                                                                                                  "fisher")]
+    sds = [pl.laplace(None, lr, curvature=c, draws=20, random_seed=0)["laplace"]["sd"].values
+           for c in ("ggn", "hessian", "fisher")]
     np.testing.assert_allclose(sds[0], sds[1], rtol=1e-8)
     np.testing.assert_allclose(sds[0], sds[2], rtol=1e-8)
 
@@ -235,13 +235,19 @@ def test_laplace_bad_input_names_the_fix(relu):
     X, y, net = relu
     m = _problem()
     with pytest.raises(ValueError, match="needs rank="):
-        pl.laplace(net, subspace="optimal", random_seed=0)
+        pl.laplace(None, net, subspace="optimal", random_seed=0)
     with pytest.raises(ValueError, match="curvature='hessian'"):
-        pl.laplace(_jax_linear_model(m), curvature="ggn", random_seed=0)
+        pl.laplace(None, _jax_linear_model(m), curvature="ggn", random_seed=0)
     with pytest.raises(TypeError, match="random_seed"):
-        pl.laplace(net)
+        pl.laplace(None, net, random_seed="abc")
+    with pytest.raises(ValueError, match=r"unknown option 'max_steps'.*LaplaceOptions.*steps"):
+        pl.laplace(None, net, optimizer={"max_steps": 10})
+    # random_seed=None: a seed derived from the observed data, so a rerun on the same input reproduces
+    a, b = (pl.laplace(None, _jax_linear_model(m), draws=20)["posterior"] for _ in range(2))
+    for name in a.data_vars:
+        np.testing.assert_array_equal(a[name].values, b[name].values)
     with pytest.raises(ValueError, match="lowrank-kfac"):
-        pl.laplace(_jax_linear_model(m), subspace="lowrank-kfac", rank=2, random_seed=0)
+        pl.laplace(None, _jax_linear_model(m), subspace="lowrank-kfac", rank=2, random_seed=0)
 
 
 def test_laplace_refuses_a_posterior_without_a_mode():
@@ -256,7 +262,7 @@ def test_laplace_refuses_a_posterior_without_a_mode():
                         lambda v: jst.norm.logpdf(jnp.asarray(y), v["beta"][groups], 3.0), obs_dims=("obs",),
                         observed=y)
     with pytest.raises(ValueError, match="no mode.*tau"):
-        pl.laplace(model, random_seed=0)
+        pl.laplace(None, model, random_seed=0)
 
 
 def test_declared_gaussian_output_ggn_and_regression_predictive():
@@ -274,12 +280,12 @@ def test_declared_gaussian_output_ggn_and_regression_predictive():
     model = pl.JaxModel({"beta": ((m.dim,), None)}, lambda v: jnp.sum(jst.norm.logpdf(v["beta"], 0.0, m.tau)),
                         lambda v: jst.norm.logpdf(y, X @ v["beta"], m.sigma), obs_dims=("obs",),
                         observed=np.asarray(m.y), output=Output(mean_fn, "gaussian", m.sigma))
-    tree = pl.laplace(model, draws=100, random_seed=0)
+    tree = pl.laplace(None, model, draws=100, random_seed=0)
     assert tree["laplace"].attrs["curvature"] == "ggn"
     mean, cov = m.posterior()
     np.testing.assert_allclose(tree["laplace"]["sd"].values, np.sqrt(np.diag(cov)), rtol=1e-8)
     X_new = np.random.default_rng(9).normal(size=(4, m.dim))
-    pred = pl.laplace_predictive(tree, X_new, model)
+    pred = pl.laplace_predictive(tree, model, X_new)
     np.testing.assert_allclose(pred["f"].values, X_new @ mean, atol=1e-8)
     np.testing.assert_allclose(pred["var_y"].values, np.einsum("id,de,ie->i", X_new, cov, X_new) + m.sigma**2,
                                rtol=1e-8)
@@ -289,6 +295,6 @@ def test_laplace_predictive_bad_input_names_the_fix(relu, relu_full):
     X, y, net = relu
     tree = relu_full
     with pytest.raises(ValueError, match=r"X has shape \(4, 7\).*rows of 21 inputs \(or 20"):
-        pl.laplace_predictive(tree, np.zeros((4, 7)), net)
+        pl.laplace_predictive(tree, net, np.zeros((4, 7)))
     with pytest.raises(ValueError, match="no laplace group"):
-        pl.laplace_predictive(pl.qnvb(net, steps=5, draws=20, random_seed=0), X[:2], net)
+        pl.laplace_predictive(pl.qnvb(None, net, draws=20, random_seed=0, optimizer={"steps": 5}), net, X[:2])

@@ -1,4 +1,4 @@
-"""``pl.loo_expectation(..., kind=, probs=)``: LOO means, variances, sds, medians and quantiles with the adapted
+"""``pl.loo_expectations(..., kind=, probs=)``: LOO means, variances, sds, medians and quantiles with the adapted
 weights, and each estimate's own k-hat.
 
 Known answers: identical to ``arviz_stats.loo_expectations`` (values and k-hats, to 1e-8) on a model where plain
@@ -53,7 +53,7 @@ def _shifted_square(p):
 def test_identical_to_arviz_stats_where_nothing_is_adapted(normal, kind, probs):
     model, data, res = normal
     assert np.all(np.asarray(res.transform.values) == "psis")
-    got = pl.loo_expectation(data, res, _shifted_square, model=model, kind=kind, probs=probs)
+    got = pl.loo_expectations(data, res, _shifted_square, model=model, kind=kind, probs=probs)
     post = data["posterior"]
     h = _shifted_square({"mu": post["mu"].values.reshape(-1)}).reshape(post.sizes["chain"], post.sizes["draw"], -1)
     tree = data.copy()
@@ -81,8 +81,8 @@ def test_leverage_points_sd_and_quantiles_against_the_closed_form(lev):
     mean = np.array([model.X[i] @ model.posterior(drop=i)[0] for i in range(model.n_obs)])
     sd = np.array([np.sqrt(model.X[i] @ model.posterior(drop=i)[1] @ model.X[i]) for i in range(model.n_obs)])
     exact_q = mean[:, None] + sd[:, None] * stats.norm.ppf(probs)[None, :]
-    got_sd = pl.loo_expectation(data, res, lin, model=model, kind="sd")
-    got_q = pl.loo_expectation(data, res, lin, model=model, kind="quantile", probs=probs)
+    got_sd = pl.loo_expectations(data, res, lin, model=model, kind="sd")
+    got_q = pl.loo_expectations(data, res, lin, model=model, kind="quantile", probs=probs)
     for i in (0, 1):
         assert got_sd.weights.values[i] == "adapted" and got_q.weights.values[i] == "adapted"
         assert abs(got_sd.values[i] - sd[i]) < 0.2 * sd[i], (i, got_sd.values[i], sd[i])
@@ -105,7 +105,7 @@ def test_compare_counts_the_weights_the_after_loo_functions_use(lev):
     lin = lambda p: np.asarray(p["beta"]) @ model.X.T  # noqa: E731
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        used = np.asarray(pl.loo_expectation(data, res, lin, model=model).weights.values).astype(str)
+        used = np.asarray(pl.loo_expectations(data, res, lin, model=model).weights.values).astype(str)
     table = pl.compare({"lev": res})
     tr = np.asarray(res.transform.values).astype(str)
     assert table.loc["lev", "n_weights_adapted"] == np.sum(used == "adapted") >= 2
@@ -115,7 +115,7 @@ def test_compare_counts_the_weights_the_after_loo_functions_use(lev):
     other = copy.deepcopy(res)
     other.transform.values[k] = "refit"
     with pytest.warns(UserWarning, match=r"refit, mixture importance sampling or SMC.*plain PSIS weights"):
-        again = pl.loo_expectation(data, other, lin, model=model)
+        again = pl.loo_expectations(data, other, lin, model=model)
     assert again.weights.values[k] == "psis"
     both = pl.compare({"lev": res, "other": other})
     assert both.loc["other", "n_weights_fallback"] == table.loc["lev", "n_weights_fallback"] + 1
@@ -125,13 +125,13 @@ def test_compare_counts_the_weights_the_after_loo_functions_use(lev):
 def test_bad_kind_and_probs_name_the_input(normal):
     model, data, res = normal
     with pytest.raises(ValueError, match=r"kind='mode': use one of 'mean', 'median', 'var', 'sd', 'quantile'"):
-        pl.loo_expectation(data, res, _shifted_square, model=model, kind="mode")
+        pl.loo_expectations(data, res, _shifted_square, model=model, kind="mode")
     with pytest.raises(ValueError, match=r"kind='quantile' needs probs="):
-        pl.loo_expectation(data, res, _shifted_square, model=model, kind="quantile")
+        pl.loo_expectations(data, res, _shifted_square, model=model, kind="quantile")
     with pytest.raises(ValueError, match=r"probs=\[0.5, 1.5\]: quantile levels must be numbers in \[0, 1\]"):
-        pl.loo_expectation(data, res, _shifted_square, model=model, kind="quantile", probs=[0.5, 1.5])
+        pl.loo_expectations(data, res, _shifted_square, model=model, kind="quantile", probs=[0.5, 1.5])
     with pytest.raises(ValueError, match=r"probs= is for kind='quantile'"):
-        pl.loo_expectation(data, res, _shifted_square, model=model, kind="mean", probs=[0.5])
+        pl.loo_expectations(data, res, _shifted_square, model=model, kind="mean", probs=[0.5])
 
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)

@@ -109,17 +109,19 @@ def test_pymc_logcdf_normal_and_randomized_poisson():
         pm.Poisson("c", lam, observed=counts)
         idp = _quiet(pm.sample, draws=1000, tune=500, chains=4, cores=1, random_seed=3, progressbar=False)
     rp = _quiet(pl.loo, idp, mp, progressbar=False)
-    with pytest.raises(ValueError, match="discrete: its LOO-PIT is randomized; pass random_seed"):
-        pl.loo_pit(idp, rp, model=mp)
     a = pl.loo_pit(idp, rp, model=mp, random_seed=5)
     b = pl.loo_pit(idp, rp, model=mp, random_seed=5)
     np.testing.assert_array_equal(a.values, b.values)
+    # random_seed=None: a seed derived from the input, so a rerun reproduces
+    c = pl.loo_pit(idp, rp, model=mp)
+    np.testing.assert_array_equal(c.values, pl.loo_pit(idp, rp, model=mp).values)
     for i in range(counts.size):
         rest = np.delete(counts, i)
         shape, rate = 2.0 + rest.sum(), 1.0 + rest.size
         nb = stats.nbinom(shape, rate / (rate + 1.0))
         lo, hi = nb.cdf(counts[i] - 1), nb.cdf(counts[i])
-        assert lo - 0.02 <= a.values[i] <= hi + 0.02, (i, lo, a.values[i], hi)
+        for pit in (a, c):
+            assert lo - 0.02 <= pit.values[i] <= hi + 0.02, (i, lo, pit.values[i], hi)
 
 
 def test_bad_cdf_is_named():

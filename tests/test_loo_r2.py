@@ -55,9 +55,13 @@ def test_identical_to_arviz_stats_where_nothing_is_adapted(normal):
     obs = data["log_likelihood"]["y"].coords["obs"]
     tree["posterior_predictive"] = xr.Dataset({"y": (("chain", "draw", "obs"), mu)}, coords={"obs": obs})
     tree["observed_data"] = xr.Dataset({"y": (("obs",), yy)}, coords={"obs": obs})
-    got = pl.loo_r2(data, res, model=model, mean=mean)
+    got = pl.loo_r2(data, res, model=model, mean=mean, random_seed=42)  # arviz_stats' bootstrap seed
     ref = azs.loo_r2(tree, var_name="y", summary=False)
     np.testing.assert_allclose(got.values, np.asarray(ref).ravel(), rtol=0, atol=1e-10)
+    # random_seed=None: a seed derived from the input, so a rerun reproduces; the same R² distribution
+    derived = pl.loo_r2(data, res, model=model, mean=mean)
+    np.testing.assert_array_equal(derived.values, pl.loo_r2(data, res, model=model, mean=mean).values)
+    assert float(derived.mean()) == pytest.approx(float(np.mean(ref)), abs=0.01)
     for kind in ("mae", "mse", "rmse"):
         m = pl.loo_metrics(data, res, model=model, kind=kind, mean=mean)
         r = azs.loo_metrics(tree, kind=kind, round_to="none")
@@ -71,7 +75,7 @@ def test_leverage_points_against_the_closed_form():
         return np.asarray(p["beta"]) @ model.X.T
 
     exact = np.array([model.X[i] @ model.posterior(drop=i)[0] for i in range(model.n_obs)])
-    got = pl.loo_r2(data, res, model=model, mean=mean, y=model.y)
+    got = pl.loo_r2(data, res, model=model, mean=mean, y=model.y, random_seed=42)
     np.testing.assert_allclose(got.attrs["ypred_loo"][:2], exact[:2], atol=0.3)
     want = xr.DataArray(model.y, dims=["obs"]).azstats.loo_r2(ypred_loo=xr.DataArray(exact, dims=["obs"]))
     assert abs(float(got.mean()) - float(np.mean(want))) < 0.01

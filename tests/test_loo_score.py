@@ -180,8 +180,11 @@ def test_pymc_outlier_simulated_by_pymc_and_bad_input():
 
     with pytest.raises(ValueError, match=r"kind='energy': use one of 'crps', 'scrps'"):
         pl.loo_score(idata, res, model=m, kind="energy", random_seed=1)
-    with pytest.raises(ValueError, match=r"1 observation\(s\) use adapted proposals.*pass random_seed=<int>"):
-        pl.loo_score(idata, res, model=m)
+    # random_seed=None: a seed derived from the adapted points, so a rerun reproduces
+    derived = pl.loo_score(idata, res, model=m, kind="crps", pointwise=True)
+    assert derived.mean == pl.loo_score(idata, res, model=m, kind="crps").mean
+    se = _mc_se("crps", y[i], *_normal_mean_loo(y, i), _adapted_lw(res, i))
+    assert abs(derived.pointwise.values[i] - _closed_form("crps", y[i], *_normal_mean_loo(y, i))) < 4 * se
     with pytest.raises(ValueError, match=r"loo_score needs model="):
         pl.loo_score(idata, res, random_seed=1)
     bare = idata.copy()

@@ -1,6 +1,6 @@
 """``ppl_loo.workflow.downstream.points``: a result's weighted points built once and reused by the after-LOO functions.
 
-Known answers: the second call of ``pl.loo_pit``, ``pl.loo_score``, ``pl.loo_expectation``, ``pl.loo_r2`` and
+Known answers: the second call of ``pl.loo_pit``, ``pl.loo_score``, ``pl.loo_expectations``, ``pl.loo_r2`` and
 ``pl.loo_metrics`` on the same result gives bitwise the numbers of the first, builds no points (the counter
 ``points.BUILT``: 1 build for the six calls) and compiles nothing (JAX's compilation events: 0); a pickled result
 (a new object) and one read back from its DataTree give the same numbers (to 1e-12) from points built once more; other
@@ -70,7 +70,7 @@ def _calls(idata, res, m):
         "crps": lambda: pl.loo_score(idata, res, model=m, kind="crps", random_seed=4, pointwise=True).pointwise.values,
         "scrps": lambda: pl.loo_score(idata, res, model=m, kind="scrps", random_seed=4,
                                       pointwise=True).pointwise.values,
-        "mean": lambda: pl.loo_expectation(idata, res, lambda p: np.repeat(p["mu"][:, None], Y.size, 1),
+        "mean": lambda: pl.loo_expectations(idata, res, lambda p: np.repeat(p["mu"][:, None], Y.size, 1),
                                            model=m).values,
         "r2": lambda: pl.loo_r2(idata, res, model=m).values,
         "rmse": lambda: np.array(pl.loo_metrics(idata, res, model=m, kind="rmse")),

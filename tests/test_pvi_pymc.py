@@ -26,7 +26,8 @@ def test_t4_poisson_lognormal_population_vs_vi_collapse():
     with pm.Model(coords={"obs": np.arange(n)}) as model:
         theta = pm.Normal("theta", 0.0, 10.0)
         pm.Poisson("y", pm.math.exp(theta), observed=y, dims="obs")
-    tree = pl.pvi(model, score="log", steps=1500, draws_per_step=200, random_seed=3, init_scale=0.5, num_draws=500)
+    tree = pl.pvi(None, model, score="log", random_seed=3, draws=500,
+                  optimizer={"steps": 1500, "draws_per_step": 200, "init_scale": 0.5})
     g = tree["pvi"]
     assert float(g["pvi_mean"][0]) == pytest.approx(1.0, abs=0.06)
     assert float(g["pvi_sd"][0]) == pytest.approx(0.7, abs=0.06)
@@ -40,11 +41,12 @@ def test_t4_poisson_lognormal_population_vs_vi_collapse():
     np.testing.assert_array_equal(tree.observed_data["y"].values, y)
     # CRPS needs a pathwise-differentiable simulator: a Poisson outcome is refused with the reason
     with pytest.raises(ValueError, match="discrete"):
-        pl.pvi(model, score="crps", random_seed=0, steps=5)
+        pl.pvi(None, model, score="crps", random_seed=0, optimizer={"steps": 5})
     # the unbiased rejection estimator with the automatic Poisson bound reaches the same population
     with pytest.warns(UserWarning, match="max_rounds"):  # rare observations may exhaust the rounds
-        rs = pl.pvi(model, score="log", estimator="rejection", steps=800, draws_per_step=100, random_seed=4,
-                    init_scale=0.5, compare_vi=False, num_draws=100)["pvi"]
+        rs = pl.pvi(None, model, score="log", random_seed=4, draws=100,
+                    optimizer={"estimator": "rejection", "steps": 800, "draws_per_step": 100, "init_scale": 0.5},
+                    output={"compare_vi": False})["pvi"]
     assert float(rs["loc"][0]) == pytest.approx(1.0, abs=0.1)
     assert float(rs["sd"][0]) == pytest.approx(0.7, abs=0.1)
 
@@ -56,8 +58,8 @@ def test_normal_toy_crps_through_the_pymc_sampler_and_held_out_scores():
         y_data = pm.Data("y_data", y)
         theta = pm.Normal("theta", 0.0, 10.0)
         pm.Normal("y", theta + x, 1.0, observed=y_data, shape=x.shape)
-    tree = pl.pvi(model, score="crps", steps=2000, draws_per_step=1000, random_seed=7, init_scale=1.0,
-                  num_draws=4000, compare_vi=False)
+    tree = pl.pvi(None, model, score="crps", random_seed=7, draws=4000,
+                  optimizer={"steps": 2000, "draws_per_step": 1000, "init_scale": 1.0}, output={"compare_vi": False})
     g = tree["pvi"]
     assert float(g["sd"][0]) == pytest.approx(1.88386, abs=0.012)
     assert abs(float(g["loc"][0])) < 0.02
@@ -88,8 +90,8 @@ def test_t5_bernoulli_quadratic_predictive_matches_frequency():
     with pm.Model() as model:
         a = pm.Normal("a", 0.0, 3.0)
         pm.Bernoulli("y", logit_p=a, observed=yb)
-    tree = pl.pvi(model, score="quadratic", reg="prior", lam=0.1, steps=1500, draws_per_step=200, random_seed=3,
-                  num_draws=4000)
+    tree = pl.pvi(None, model, score="quadratic", reg="prior", lam=0.1, random_seed=3, draws=4000,
+                  optimizer={"steps": 1500, "draws_per_step": 200})
     p = 1 / (1 + np.exp(-tree.posterior["a"].values.ravel()))
     assert p.mean() == pytest.approx(yb.mean(), abs=0.01)
     # training quadratic score of the mixture: 2 P(y_i) - P(0)^2 - P(1)^2, from the draws directly
@@ -106,4 +108,4 @@ def test_t5_bernoulli_quadratic_predictive_matches_frequency():
         mu = pm.Normal("mu")
         pm.Normal("y", mu, 1.0, observed=rng.normal(size=10))
     with pytest.raises(ValueError, match="categorical"):
-        pl.pvi(cont, score="quadratic", random_seed=0, steps=5)
+        pl.pvi(None, cont, score="quadratic", random_seed=0, optimizer={"steps": 5})

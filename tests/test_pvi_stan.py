@@ -59,8 +59,8 @@ def normal_stan():
 
 
 def test_stan_log_score_and_vi(normal_stan):
-    tree = pl.pvi(normal_stan, score="log", steps=1000, draws_per_step=400, random_seed=1, init_scale=1.0,
-                  num_draws=2000)
+    tree = pl.pvi(None, normal_stan, score="log", random_seed=1, draws=2000,
+                  optimizer={"steps": 1000, "draws_per_step": 400, "init_scale": 1.0})
     g = tree["pvi"]
     assert float(g["sd"][0]) == pytest.approx(math.sqrt(3.0), abs=0.01)
     assert abs(float(g["loc"][0])) < 0.02
@@ -86,26 +86,31 @@ def test_stan_log_score_and_vi(normal_stan):
 
 
 def test_stan_crps_through_y_rep(normal_stan):
-    tree = pl.pvi(normal_stan, score="crps", simulator="y_rep", observed="y", steps=800, draws_per_step=200,
-                  random_seed=2, init_scale=1.0, compare_vi=False, num_draws=200)
+    tree = pl.pvi(None, normal_stan, score="crps", random_seed=2, draws=200,
+                  optimizer={"steps": 800, "draws_per_step": 200, "init_scale": 1.0},
+                  score_options={"simulator": "y_rep", "observed": "y"}, output={"compare_vi": False})
     assert float(tree["pvi"]["sd"][0]) == pytest.approx(1.88386, abs=0.04)
     with pytest.raises(ValueError, match="generated quantity"):
-        pl.pvi(normal_stan, score="crps", simulator="nope", observed="y", random_seed=0, steps=5)
+        pl.pvi(None, normal_stan, score="crps", random_seed=0, optimizer={"steps": 5},
+               score_options={"simulator": "nope", "observed": "y"})
     with pytest.raises(ValueError, match="observed="):
-        pl.pvi(normal_stan, score="crps", simulator="y_rep", random_seed=0, steps=5)
+        pl.pvi(None, normal_stan, score="crps", random_seed=0, optimizer={"steps": 5},
+               score_options={"simulator": "y_rep"})
 
 
 def test_stan_quadratic_bernoulli_and_refusals():
     z = (np.arange(40) % 10 < 3).astype(int)  # 12 ones out of 40
     sm = pl.StanModel(PROGRAM, _data(1, y=np.zeros(40), z=z), n_obs="N")
-    tree = pl.pvi(sm, score="quadratic", observed="z", reg="prior", lam=0.1, steps=800, draws_per_step=100,
-                  random_seed=3, num_draws=2000, compare_vi=False)
+    tree = pl.pvi(None, sm, score="quadratic", reg="prior", lam=0.1, random_seed=3, draws=2000,
+                  optimizer={"steps": 800, "draws_per_step": 100}, score_options={"observed": "z"},
+                  output={"compare_vi": False})
     p = 1 / (1 + np.exp(-tree.posterior["theta"].values.ravel()))
     assert p.mean() == pytest.approx(0.3, abs=0.015)
     # the CRPS simulator is refused for... a continuous y_rep is fine, but a continuous outcome has no
     # categories for the quadratic score
     with pytest.raises(ValueError, match="continuous"):
-        pl.pvi(pl.StanModel(PROGRAM, _data(0), n_obs="N"), score="quadratic", observed="y", random_seed=0, steps=5)
+        pl.pvi(None, pl.StanModel(PROGRAM, _data(0), n_obs="N"), score="quadratic", random_seed=0,
+               optimizer={"steps": 5}, score_options={"observed": "y"})
     # a transformed datum computed from all observations breaks the per-observation decomposition
     with pytest.raises(ValueError, match="not the sum of one term per observation"):
-        pl.pvi(pl.StanModel(PROGRAM, _data(2), n_obs="N"), score="log", random_seed=0, steps=5)
+        pl.pvi(None, pl.StanModel(PROGRAM, _data(2), n_obs="N"), score="log", random_seed=0, optimizer={"steps": 5})

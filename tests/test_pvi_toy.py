@@ -46,10 +46,11 @@ def toy():
     return as_model(normal_model(Y5), pvi=True, simulator=normal_sim)
 
 
-def _fit(pm, **kw):
-    args = dict(steps=2000, draws_per_step=1000, random_seed=11, init_scale=1.0, compare_vi=False, num_draws=200)
+def _fit(pm, optimizer=None, **kw):
+    args = dict(random_seed=11, draws=200, output={"compare_vi": False})
     args.update(kw)
-    return pl.pvi(pm, **args)
+    opt = {"steps": 2000, "draws_per_step": 1000, "init_scale": 1.0, **(optimizer or {})}
+    return pl.pvi(None, pm, optimizer=opt, **args)
 
 
 # T2 of the notes: (score, reg, lam) -> s
@@ -73,15 +74,16 @@ def test_t2_fixed_data_optimum(toy, score, reg, lam, s_expected):
 
 
 def test_optax_transformation_as_optimizer(toy):
-    """``optimizer=`` takes an optax transformation: Adam with the default schedule is the default fit."""
-    kw = dict(steps=400, draws_per_step=100, num_draws=50)
-    ref = _fit(toy, **kw)["pvi"]
-    tree = _fit(toy, optimizer=optax.adam(step_decay(1e-2, 200)), **kw)
+    """``optimizer.method`` takes an optax transformation: Adam with the default schedule is the default fit."""
+    opt = dict(steps=400, draws_per_step=100)
+    ref = _fit(toy, optimizer=opt, draws=50)["pvi"]
+    tree = _fit(toy, optimizer={**opt, "method": optax.adam(step_decay(1e-2, 200))}, draws=50)
     g = tree["pvi"]
     np.testing.assert_allclose(g["objective"].values, ref["objective"].values, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(g["sd"].values, ref["sd"].values, rtol=1e-12)
     assert g.attrs["optimizer"] == "custom"
-    clipped = _fit(toy, optimizer=optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(1e-2)), **kw)["pvi"]
+    clipped = _fit(toy, optimizer={**opt, "method": optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(1e-2))},
+                   draws=50)["pvi"]
     assert np.all(np.isfinite(clipped["objective"].values))
 
 
@@ -91,8 +93,8 @@ def test_t1_population_optimum_log_and_crps():
     y = np.random.default_rng(3).normal(0.0, 2.0, 1000)
     sim = lambda v, key: v["theta"] + jax.random.normal(key, y.shape)
     pm = as_model(normal_model(y), pvi=True, simulator=sim)
-    s_log = float(_fit(pm, score="log", draws_per_step=200, steps=1000)["pvi"]["sd"][0])
-    s_crps = float(_fit(pm, score="crps", draws_per_step=100, steps=1000)["pvi"]["sd"][0])
+    s_log = float(_fit(pm, score="log", optimizer={"draws_per_step": 200, "steps": 1000})["pvi"]["sd"][0])
+    s_crps = float(_fit(pm, score="crps", optimizer={"draws_per_step": 100, "steps": 1000})["pvi"]["sd"][0])
     assert s_log == pytest.approx(math.sqrt(np.var(y) - 1.0), abs=0.02)
     assert s_log == pytest.approx(math.sqrt(3.0), abs=0.1)
     assert s_crps == pytest.approx(math.sqrt(3.0), abs=0.12)
@@ -110,15 +112,17 @@ def test_t8_large_posterior_weight_is_vi_and_vi_is_exact_on_conjugate():
                         lambda v: jnp.sum(jst.norm.logpdf(v["beta"], 0, 5)) + jst.norm.logpdf(jnp.log(v["sigma"])),
                         lambda v: jst.norm.logpdf(yj, Xj @ v["beta"], v["sigma"]), observed=y)
     pm = as_model(model, pvi=True)
-    kw = dict(family="fullrank", steps=3000, draws_per_step=200, random_seed=5, compare_vi=False)
-    vi = pl.pvi(pm, score=None, **kw)["pvi"]
-    big = pl.pvi(pm, score="log", reg="posterior", lam=1e4, **kw)["pvi"]
+    kw = dict(family="fullrank", optimizer={"steps": 3000, "draws_per_step": 200}, random_seed=5,
+              output={"compare_vi": False})
+    vi = pl.pvi(None, pm, score=None, **kw)["pvi"]
+    big = pl.pvi(None, pm, score="log", reg="posterior", lam=1e4, **kw)["pvi"]
     np.testing.assert_allclose(big["loc"].values, vi["loc"].values, atol=0.02)
     np.testing.assert_allclose(big["sd"].values, vi["sd"].values, rtol=0.06)
     # conjugate: y ~ N(theta, 1), theta ~ N(0, 10^2); q = posterior exactly
     yc = np.random.default_rng(1).normal(1.0, 1.0, 15)
     post_var = 1.0 / (15 + 1 / TAU**2)
-    exact = pl.pvi(normal_model(yc), score=None, steps=2000, draws_per_step=200, random_seed=2)["pvi"]
+    exact = pl.pvi(None, normal_model(yc), score=None, random_seed=2,
+                   optimizer={"steps": 2000, "draws_per_step": 200})["pvi"]
     assert float(exact["loc"][0]) == pytest.approx(post_var * yc.sum(), abs=0.01)
     assert float(exact["sd"][0]) == pytest.approx(math.sqrt(post_var), rel=0.03)
 
@@ -126,13 +130,14 @@ def test_t8_large_posterior_weight_is_vi_and_vi_is_exact_on_conjugate():
 def test_rejection_estimator_end_to_end():
     """Appendix B's unbiased estimator (bound C = 1/sqrt(2 pi) of N(y|theta, 1)) reaches the same
     optimum s = sqrt(3) on the T2 data."""
-    tree = pl.pvi(normal_model(Y5), score="log", estimator="rejection", log_lik_bound=-0.5 * math.log(2 * math.pi),
-                  steps=3000, draws_per_step=100, random_seed=4, init_scale=1.0, compare_vi=False, num_draws=100)
+    tree = pl.pvi(None, normal_model(Y5), score="log", random_seed=4, draws=100, output={"compare_vi": False},
+                  optimizer={"estimator": "rejection", "log_lik_bound": -0.5 * math.log(2 * math.pi), "steps": 3000,
+                             "draws_per_step": 100, "init_scale": 1.0})
     assert float(tree["pvi"]["sd"][0]) == pytest.approx(math.sqrt(3.0), abs=0.06)
     # a wrong bound is detected, never silently used
     with pytest.raises(ValueError, match="not an upper bound"):
-        pl.pvi(normal_model(Y5), score="log", estimator="rejection", log_lik_bound=-3.0, steps=20,
-               draws_per_step=20, random_seed=4, compare_vi=False)
+        pl.pvi(None, normal_model(Y5), score="log", random_seed=4, output={"compare_vi": False},
+               optimizer={"estimator": "rejection", "log_lik_bound": -3.0, "steps": 20, "draws_per_step": 20})
 
 
 def test_likelihood_free_simulator_model():
@@ -142,12 +147,12 @@ def test_likelihood_free_simulator_model():
     tree = _fit(sm, score="crps")
     assert float(tree["pvi"]["sd"][0]) == pytest.approx(1.88386, abs=0.012)
     assert "log_likelihood" not in tree.children
-    tree = _fit(sm, score="crps", reg="prior", lam=1.0, steps=1500)
+    tree = _fit(sm, score="crps", reg="prior", lam=1.0, optimizer={"steps": 1500})
     assert float(tree["pvi"]["sd"][0]) == pytest.approx(2.62952, abs=0.03)
     with pytest.raises(ValueError, match="log"):
-        _fit(sm, score="log", steps=5)
+        _fit(sm, score="log", optimizer={"steps": 5})
     with pytest.raises(ValueError, match="posterior"):
-        _fit(sm, score="crps", reg="posterior", lam=1.0, steps=5)
+        _fit(sm, score="crps", reg="posterior", lam=1.0, optimizer={"steps": 5})
 
 
 def test_jax_quadratic_score_and_vector_energy_score():
@@ -164,16 +169,17 @@ def test_jax_quadratic_score_and_vector_energy_score():
         p1 = jax.nn.sigmoid(v["a"]) * jnp.ones(200)
         return jnp.stack([1 - p1, p1], axis=-1)
 
-    tree = pl.pvi(model, score="quadratic", probs=probs, reg="prior", lam=0.1, steps=600, draws_per_step=100,
-                  random_seed=2, num_draws=4000, compare_vi=False)
+    tree = pl.pvi(None, model, score="quadratic", reg="prior", lam=0.1, random_seed=2, draws=4000,
+                  optimizer={"steps": 600, "draws_per_step": 100}, score_options={"probs": probs},
+                  output={"compare_vi": False})
     p = 1 / (1 + np.exp(-tree.posterior["a"].values.ravel()))
     assert p.mean() == pytest.approx(0.25, abs=0.01)
 
     y2 = np.random.default_rng(4).normal(0.0, 2.0, (600, 2))
     sim = pl.SimulatorModel({"theta": ((2,), None)}, lambda v, key: v["theta"] + jax.random.normal(key, y2.shape),
                             y2, vector=True)
-    g = pl.pvi(sim, score="crps", steps=600, draws_per_step=100, random_seed=3, init_scale=1.0,
-               compare_vi=False, num_draws=100)["pvi"]
+    g = pl.pvi(None, sim, score="crps", random_seed=3, draws=100, output={"compare_vi": False},
+               optimizer={"steps": 600, "draws_per_step": 100, "init_scale": 1.0})["pvi"]
     np.testing.assert_allclose(g["sd"].values, math.sqrt(3.0), atol=0.15)
     np.testing.assert_allclose(g["loc"].values, 0.0, atol=0.15)
 
@@ -188,11 +194,11 @@ def test_flow_recovers_a_bimodal_population():
     yj = jnp.asarray(y)
     model = pl.JaxModel({"theta": ((), None)}, lambda v: jst.norm.logpdf(v["theta"], 0.0, 10.0),
                         lambda v: jst.norm.logpdf(yj, v["theta"], 0.3), observed=y)
-    kw = dict(score="log", steps=2500, draws_per_step=200, random_seed=3, init_scale=1.0, compare_vi=False,
-              num_draws=4000, learning_rate=0.02)
-    flow_draws = pl.pvi(model, family="flow", family_options={"n_layers": 4, "hidden": 8, "n_bins": 10},
+    kw = dict(score="log", random_seed=3, draws=4000, output={"compare_vi": False},
+              optimizer={"steps": 2500, "draws_per_step": 200, "init_scale": 1.0, "learning_rate": 0.02})
+    flow_draws = pl.pvi(None, model, family=pl.FlowOptions(n_layers=4, hidden=8, n_bins=10),
                         **kw).posterior["theta"].values.ravel()
-    gauss_draws = pl.pvi(model, **kw).posterior["theta"].values.ravel()
+    gauss_draws = pl.pvi(None, model, **kw).posterior["theta"].values.ravel()
     assert np.mean(np.abs(flow_draws)) == pytest.approx(2.0, abs=0.25)
     assert np.mean(np.abs(flow_draws) < 1.0) < 0.12
     assert np.mean(np.abs(gauss_draws) < 1.0) > 0.3  # the Gaussian puts a third of its mass between the modes
@@ -208,7 +214,7 @@ def test_datatree_layout_and_heterogeneity_table():
                         lambda v: jst.norm.logpdf(yj, v["mu"][gj], v["sigma"]), observed=y, var_name="y",
                         obs_dims=("obs",), param_dims={"mu": ("group",)},
                         coords={"group": ["a", "b", "c"], "obs": np.arange(120)})
-    tree = pl.pvi(model, score="log", steps=400, draws_per_step=50, random_seed=0, num_draws=300)
+    tree = pl.pvi(None, model, score="log", random_seed=0, draws=300, optimizer={"steps": 400, "draws_per_step": 50})
     post = tree.posterior
     assert post["mu"].dims == ("chain", "draw", "group") and list(post["group"].values) == ["a", "b", "c"]
     assert post["sigma"].dims == ("chain", "draw") and np.all(post["sigma"].values > 0)
@@ -233,18 +239,19 @@ def test_datatree_layout_and_heterogeneity_table():
     lq = stats.norm.logpdf(theta, mf[:4], np.exp(mf[4:])).sum(1)
     np.testing.assert_allclose(g["log_q"].values.ravel(), lq, rtol=1e-9)
     # warm start from a previous result: its marginal means and sds (no movement at a zero learning rate)
-    again = pl.pvi(model, init=tree, steps=2, learning_rate=1e-12, average=0.0, random_seed=1, compare_vi=False,
-                   num_draws=20)["pvi"]
+    again = pl.pvi(None, model, random_seed=1, draws=20, output={"compare_vi": False},
+                   optimizer={"init": tree, "steps": 2, "learning_rate": 1e-12, "average": 0.0})["pvi"]
     np.testing.assert_allclose(again["loc"].values, g["loc"].values, atol=1e-9)
     np.testing.assert_allclose(again["sd"].values, g["sd"].values, rtol=1e-9)
     # user groups are kept; an existing posterior is refused unless another group is named
     base = xr.DataTree.from_dict({"constant_data": xr.Dataset({"g": ("obs", groups)})})
-    out = pl.pvi(model, base, score="log", steps=20, random_seed=0, num_draws=20, compare_vi=False)
+    out = pl.pvi(base, model, score="log", random_seed=0, draws=20, optimizer={"steps": 20},
+                 output={"compare_vi": False})
     assert "constant_data" in out.children and "posterior" in out.children
     with pytest.raises(ValueError, match="already has a 'posterior'"):
-        pl.pvi(model, out, score="log", steps=20, random_seed=0)
-    other = pl.pvi(model, out, score="log", steps=20, random_seed=0, group="posterior_pvi", compare_vi=False,
-                   num_draws=20)
+        pl.pvi(out, model, score="log", random_seed=0, optimizer={"steps": 20})
+    other = pl.pvi(out, model, score="log", random_seed=0, draws=20, optimizer={"steps": 20},
+                   output={"group": "posterior_pvi", "compare_vi": False})
     assert "posterior_pvi" in other.children
 
 
@@ -265,8 +272,8 @@ def test_loo_on_pvi_draws_uses_eq13():
     exact = _exact_loo_normal(y)
     trees = {}
     for score in ("log", None):  # PVI draws and plain-VI draws
-        trees[score] = tree = pl.pvi(model, score=score, steps=1000, draws_per_step=200, random_seed=1,
-                                     num_draws=2000, init_scale=1.0, compare_vi=False)
+        trees[score] = tree = pl.pvi(None, model, score=score, random_seed=1, draws=2000, output={"compare_vi": False},
+                                     optimizer={"steps": 1000, "draws_per_step": 200, "init_scale": 1.0})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = pl.loo(tree, model, progressbar=False)
@@ -300,22 +307,23 @@ def test_loo_on_pvi_draws_uses_eq13():
 def test_bad_input_errors():
     model = normal_model(Y5)
     with pytest.raises(TypeError, match="random_seed"):
-        pl.pvi(model)
+        pl.pvi(None, model, random_seed="abc", optimizer={"steps": 5})
     with pytest.raises(ValueError, match="score="):
-        pl.pvi(model, score="brier", random_seed=0)
+        pl.pvi(None, model, score="brier", random_seed=0)
     with pytest.raises(ValueError, match="lam"):
-        pl.pvi(model, lam=-1.0, reg="prior", random_seed=0)
+        pl.pvi(None, model, lam=-1.0, reg="prior", random_seed=0)
     with pytest.raises(ValueError, match="regularizer"):
-        pl.pvi(model, lam=1.0, random_seed=0)
+        pl.pvi(None, model, lam=1.0, random_seed=0)
     with pytest.raises(ValueError, match="family"):
-        pl.pvi(model, family="diagonal", random_seed=0, steps=5)
+        pl.pvi(None, model, family="diagonal", random_seed=0, optimizer={"steps": 5})
     with pytest.raises(ValueError, match="simulator"):
-        pl.pvi(model, score="crps", random_seed=0, steps=5)
+        pl.pvi(None, model, score="crps", random_seed=0, optimizer={"steps": 5})
     with pytest.raises(ValueError, match="probs"):
-        pl.pvi(model, score="quadratic", random_seed=0, steps=5)
+        pl.pvi(None, model, score="quadratic", random_seed=0, optimizer={"steps": 5})
     with pytest.raises(ValueError, match="log_lik_bound"):
-        pl.pvi(model, estimator="rejection", random_seed=0, steps=5)
+        pl.pvi(None, model, random_seed=0, optimizer={"estimator": "rejection", "steps": 5})
     with pytest.raises(ValueError, match="even"):
-        pl.pvi(model, score="crps", simulator=normal_sim, draws_per_step=7, random_seed=0, steps=5)
+        pl.pvi(None, model, score="crps", random_seed=0, optimizer={"draws_per_step": 7, "steps": 5},
+               score_options={"simulator": normal_sim})
     with pytest.raises(TypeError, match="not supported"):
-        pl.pvi(object(), random_seed=0)
+        pl.pvi(None, object(), random_seed=0)

@@ -84,7 +84,7 @@ def logistic_loo(logistic_fit):
     model, idata, X, y, s, s0 = logistic_fit
     m = PyMCModel(model)
     # only the observations plain PSIS flags: the rest keep plain PSIS (compared with arviz_stats below); the search
-    # alone, whose elpd_i are those of the weights pl.loo_expectation uses (a value pooled with a second opinion is
+    # alone, whose elpd_i are those of the weights pl.loo_expectations uses (a value pooled with a second opinion is
     # not the mean of one set of weights)
     return m, pl.loo(idata, m, progressbar=False, adapt="flagged", mixture=False, smc=False)
 
@@ -210,7 +210,7 @@ def _exact_logistic_loo(idata, X, y, s, s0, points=80, width=8.0):
 
 
 # ---------------------------------------------------------------------- 3. LOO probabilities, ROC, AUC
-def test_loo_expectation_predicted_probability(logistic_fit, logistic_loo):
+def test_loo_expectations_predicted_probability(logistic_fit, logistic_loo):
     """Plain-PSIS observations: the PSIS-weighted mean with arviz_stats's smoothed weights; every
     observation: the Bernoulli identity with elpd_i."""
     model, idata, X, y, s, s0 = logistic_fit
@@ -220,7 +220,7 @@ def test_loo_expectation_predicted_probability(logistic_fit, logistic_loo):
     def prob(p):
         return expit(np.asarray(p["beta0"])[:, None] + np.asarray(p["b"]) @ X.T)
 
-    e = pl.loo_expectation(idata, res, prob, model=m)
+    e = pl.loo_expectations(idata, res, prob, model=m)
     vals = np.asarray(e.values)
     assert e.dims == res.elpd_i.dims
     assert np.all((vals > 0) & (vals < 1))
@@ -267,7 +267,7 @@ def test_loo_roc_auc_pr():
     roc = pl.loo_roc(idata, res, model=m)
     p = np.asarray(roc.probability.values)
     assert roc.probability.dims == ("obs_id",)
-    np.testing.assert_allclose(p, np.asarray(pl.loo_expectation(idata, res, prob, model=m).values), rtol=1e-12)
+    np.testing.assert_allclose(p, np.asarray(pl.loo_expectations(idata, res, prob, model=m).values), rtol=1e-12)
     np.testing.assert_array_equal(roc.y, y)
     # AUC: every (positive, negative) pair, ties count 1/2
     pos, neg = p[y == 1], p[y == 0]

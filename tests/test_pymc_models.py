@@ -7,7 +7,7 @@ Real PyMC sampling (small, seeded); no mocks:
   with an exact LOO refit (MCMC on the data without the observation) within Monte Carlo error.
 - Non-centered eight schools: the same peer comparison and elpd within 1.0 of the peer.
 
-(``loo_expectation`` and ``loo_roc`` of the Bernoulli-logit GLM are in ``test_pymc.py``.)
+(``loo_expectations`` and ``loo_roc`` of the Bernoulli-logit GLM are in ``test_pymc.py``.)
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ def fits(lin):
     out = {}
     for name, build in (("jax", jax_model), ("pymc", pymc_model)):
         model = build(lin)  # one model object for the fit and the LOO (PyMC's graph converted once)
-        out[name] = (model, pl.qnvb(model, random_seed=1, draws=2000))
+        out[name] = (model, pl.qnvb(None, model, random_seed=1, draws=2000))
     if shutil.which("g++") is not None:
         sm = stan_model(lin)
-        out["stan"] = (sm, pl.qnvb(sm, random_seed=1, draws=2000))
+        out["stan"] = (sm, pl.qnvb(None, sm, random_seed=1, draws=2000))
     return out
 
 
@@ -52,7 +52,7 @@ def test_qnvb_reaches_the_mean_field_optimum(lin, fits, backend):
 
 def test_full_hadamard_period_is_exact(lin):
     """Notes T6: with every pair of the period (d = 3 -> 4 pairs) the Hessian diagonal is exact."""
-    tree = pl.qnvb(jax_model(lin), n_pairs=4, random_seed=2, draws=100)
+    tree = pl.qnvb(None, jax_model(lin), random_seed=2, draws=100, optimizer={"n_pairs": 4})
     np.testing.assert_allclose(tree["qnvb"]["sigma"].values, mean_field_sd(lin), rtol=1e-6)
 
 
@@ -85,7 +85,7 @@ def test_projective_proposal_is_used_and_close(lin, fits):
 
 def test_minibatch_qnvb(lin):
     """Minibatch QNVB: unbiased loss estimates, the mean lands within the posterior's spread."""
-    tree = pl.qnvb(jax_model(lin), minibatch=5, steps=3000, random_seed=3, draws=100)
+    tree = pl.qnvb(None, jax_model(lin), random_seed=3, draws=100, optimizer={"minibatch": 5, "steps": 3000})
     mean, cov = lin.posterior()
     assert np.all(np.abs(tree["qnvb"]["mu"].values - mean) < 3 * np.sqrt(np.diag(cov)))
     assert tree["qnvb"].attrs["minibatch"] == 5
@@ -93,11 +93,13 @@ def test_minibatch_qnvb(lin):
 
 def test_bad_arguments_name_the_fix(lin):
     with pytest.raises(ValueError, match="power of 2"):
-        pl.qnvb(jax_model(lin), n_pairs=3, random_seed=0)
+        pl.qnvb(None, jax_model(lin), random_seed=0, optimizer={"n_pairs": 3})
     with pytest.raises(TypeError, match="random_seed"):
-        pl.qnvb(jax_model(lin))
+        pl.qnvb(None, jax_model(lin), random_seed="abc", optimizer={"steps": 5})
+    with pytest.raises(ValueError, match=r"unknown option 'n_pair'.*QNVBOptions.*n_pairs"):
+        pl.qnvb(None, jax_model(lin), optimizer={"n_pair": 4})
     with pytest.raises(ValueError, match="quadrature"):
-        pl.qnvb(jax_model(lin), quadrature="simpson", random_seed=0)
+        pl.qnvb(None, jax_model(lin), random_seed=0, optimizer={"quadrature": "simpson"})
 
 
 def test_refit_fallback_from_an_approximation(lin, fits):
@@ -118,9 +120,9 @@ def test_data_with_a_posterior_is_refused_before_fitting(lin, fits):
     _, tree = fits["jax"]
     for fit in (pl.qnvb, pl.laplace):
         with pytest.raises(ValueError, match="already has a posterior"):
-            fit(jax_model(lin), tree, random_seed=0)
+            fit(tree, jax_model(lin), random_seed=0)
         with pytest.raises(TypeError, match="DataTree"):
-            fit(jax_model(lin), {"posterior": 1}, random_seed=0)
+            fit({"posterior": 1}, jax_model(lin), random_seed=0)
 
 
 @pytest.mark.parametrize("fit", ["laplace", "qnvb"])
@@ -128,20 +130,28 @@ def test_bad_numbers_name_the_input(lin, fit):
     """Rows of bad input of both entry points: each error names the argument and what it must be."""
     fn, model = getattr(pl, fit), jax_model(lin)
     with pytest.raises(ValueError, match="init must be 3 finite values"):
-        fn(model, init=[0.0, np.nan, 0.0], random_seed=0)
+        fn(None, model, optimizer={"init": [0.0, np.nan, 0.0]}, random_seed=0)
     with pytest.raises(ValueError, match="init must be 3 finite values.*shape \\(2,\\)"):
-        fn(model, init=[0.0, 0.0], random_seed=0)
+        fn(None, model, optimizer={"init": [0.0, 0.0]}, random_seed=0)
     with pytest.raises(ValueError, match="draws=5 must be >= 10"):
-        fn(model, draws=5, random_seed=0)
+        fn(None, model, draws=5, random_seed=0)
 
 
 def test_bad_settings_name_the_input(lin):
     model = jax_model(lin)
     with pytest.raises(ValueError, match="minibatch=0"):
-        pl.qnvb(model, minibatch=0, random_seed=0)
+        pl.qnvb(None, model, random_seed=0, optimizer={"minibatch": 0})
     with pytest.raises(ValueError, match="sigma_min <= sigma_max"):
-        pl.qnvb(model, sigma_min=1.0, sigma_max=0.1, random_seed=0)
+        pl.qnvb(None, model, random_seed=0, optimizer={"sigma_min": 1.0, "sigma_max": 0.1})
     with pytest.raises(ValueError, match="prior_precision must be positive and finite"):
-        pl.laplace(model, curvature="hessian", prior_precision=np.nan, random_seed=0)
+        pl.laplace(None, model, curvature="hessian", prior_precision=np.nan, random_seed=0)
     with pytest.raises(ValueError, match="subspace='diagonal'"):
-        pl.laplace(model, subspace="diagonal", rank=2, random_seed=0)
+        pl.laplace(None, model, subspace="diagonal", rank=2, random_seed=0)
+
+
+def test_random_seed_none_reproduces(lin):
+    """``random_seed=None`` is a seed derived from the observed data: the same input gives the same fit."""
+    a = pl.qnvb(None, jax_model(lin), draws=20, optimizer={"steps": 50})
+    b = pl.qnvb(None, jax_model(lin), draws=20, optimizer={"steps": 50})
+    np.testing.assert_array_equal(a["qnvb"]["mu"].values, b["qnvb"]["mu"].values)
+    np.testing.assert_array_equal(a["qnvb"]["log_q"].values, b["qnvb"]["log_q"].values)

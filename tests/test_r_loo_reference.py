@@ -2,7 +2,7 @@
 
 Given R's own PSIS weights, the LOO mean (``E_loo``) and the predictive metrics are identical to R's to 1e-8;
 loo 2.5.1's variance, quantile and expectation k-hat are defined differently from ``arviz_stats`` 1.3's (which
-``pl.loo_expectation`` follows), and the test pins what R computes there
+``pl.loo_expectations`` follows), and the test pins what R computes there
 (``test_what_r_251_computes_for_variance_and_quantiles``). PSIS itself differs between R 2.5.1 and ``arviz_stats`` 1.3
 (whose numbers ``pl.loo`` reproduces to 1e-8) in the tail smoothing, at relative 1e-5 in ``elpd_i``: those comparisons,
 and the end-to-end ones through ``pl`` functions, carry that tolerance.
@@ -74,7 +74,7 @@ def test_loo_pointwise_and_pareto_k_ids(fitted):
 
 
 def _r_weights_summary(fitted, kind):
-    """Our weighted arithmetic (:mod:`ppl_loo.numerics.weighted`, what ``pl.loo_expectation`` runs per observation)
+    """Our weighted arithmetic (:mod:`ppl_loo.numerics.weighted`, what ``pl.loo_expectations`` runs per observation)
     on R's own PSIS weights: values and k-hats per observation."""
     data, model, res, y, probs, ref = fitted
     inp = np.load(DATA / "input.npz")
@@ -95,7 +95,7 @@ def test_e_loo_mean_on_r_weights(fitted):
 
 def test_what_r_251_computes_for_variance_and_quantiles(fitted):
     """loo 2.5.1 defines the LOO variance, quantiles and the expectation's k-hat differently from ``arviz_stats``
-    1.3 (which ``pl.loo_expectation`` equals to 1e-8): its ``.wvar`` is ``sum(w^2 (x - m)^2) / r_eff`` (the Monte
+    1.3 (which ``pl.loo_expectations`` equals to 1e-8): its ``.wvar`` is ``sum(w^2 (x - m)^2) / r_eff`` (the Monte
     Carlo variance of the weighted mean, not the variance of ``x``: ours is ``sum(w (x - m)^2) / (1 - sum w^2)``,
     larger by about the ESS here), its ``.wquant`` interpolates the weighted CDF linearly (ours: the weighted type-7
     quantile), and its k-hat fits ``sqrt(1 + h^2) r`` (ours: Vehtari et al. 2024's ``max(k(r), k(h r))``). This pins
@@ -128,7 +128,7 @@ def test_predictive_metrics_on_r_weights(fitted, kind):
 
 
 def test_pl_functions_against_r_end_to_end(fitted):
-    """``pl.loo_expectation`` and ``pl.loo_metrics`` end to end (our PSIS weights) against R: as close as the two
+    """``pl.loo_expectations`` and ``pl.loo_metrics`` end to end (our PSIS weights) against R: as close as the two
     PSIS implementations' weights are (relative 1e-3 here; 1.2e-4 seen)."""
     data, model, _, y, probs, ref = fitted
     with warnings.catch_warnings():
@@ -137,7 +137,7 @@ def test_pl_functions_against_r_end_to_end(fitted):
         res = pl.loo(data, model, reff=1.0, adapt="flagged", mixture=False, smc=False, progressbar=False)
     plain = np.asarray(res.transform.values).ravel() == "psis"
     assert plain.sum() >= 12
-    got = pl.loo_expectation(data, res, _quantity(y), model=model, kind="mean")
+    got = pl.loo_expectations(data, res, _quantity(y), model=model, kind="mean")
     np.testing.assert_allclose(got.values.ravel()[plain], np.asarray(ref["mean"]["value"])[plain], rtol=1e-3)
     if plain.all():
         m = pl.loo_metrics(data, res, model=model, kind="rmse", y=y,

@@ -80,13 +80,13 @@ def test_eight_schools_setup(eight_schools):
     bare = StanPosterior(MODELS / "eight_schools_noncentered.stan", data, n_obs="J")
     assert bare.deleted_model(0)[1] == "log_lik program" and bare.loo_method == "log_lik program"
     # ... and without a log_lik generated quantity it is refused with an explanation naming both fixes
-    no_ll = StanPosterior(MODELS / "eight_schools_noncentered.stan", data, n_obs="J", log_lik=None)
+    no_ll = StanPosterior(MODELS / "eight_schools_noncentered.stan", data, n_obs="J", log_likelihood=None)
     with pytest.raises(ValueError, match="no log_lik generated quantity.*loo_extra"):
         no_ll.deleted_model(0)
     with pytest.raises(Exception, match="no log_lik generated quantity"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pl.loo(dt, pl.StanModel(MODELS / "eight_schools_noncentered.stan", data, log_lik=None), var_name="log_lik",
-               progressbar=False)
+        pl.loo(dt, pl.StanModel(MODELS / "eight_schools_noncentered.stan", data, log_likelihood=None),
+               var_name="log_lik", progressbar=False)
 
 
 def test_eight_schools_loglik_and_deletion_identity(eight_schools):

@@ -139,7 +139,7 @@ def test_derived_program_refuses_what_it_cannot_keep():
     derived program cannot keep the rng statements, its value (NaN) disagrees with the generated quantity at
     the test points, and the error says so and to pass loo_extra."""
     with pytest.raises(ValueError, match="disagrees with the 'y_hat' generated quantity.*loo_extra"):
-        StanPosterior(MODELS / "eight_schools_noncentered.stan", DATA, log_lik="y_hat").deleted_model(0)
+        StanPosterior(MODELS / "eight_schools_noncentered.stan", DATA, log_likelihood="y_hat").deleted_model(0)
 
 
 # ----------------------------------------------------------------------------- exact LOO, PyMC and Stan

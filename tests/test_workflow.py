@@ -1,4 +1,4 @@
-"""User-facing workflow: JaxModel end to end, Eq. 13 weights, loo_expectation, add_loo."""
+"""User-facing workflow: JaxModel end to end, Eq. 13 weights, loo_expectations, add_loo."""
 
 import warnings
 
@@ -46,9 +46,9 @@ def test_jax_model_gives_the_same_answer(lev):
     assert abs(res2.elpd - exact.sum()) < 0.5
 
 
-def test_loo_expectation_of_linear_predictor(lev):
+def test_loo_expectations_of_linear_predictor(lev):
     model, data, res = lev
-    got = pl.loo_expectation(data, res, lambda p: np.asarray(p["beta"]) @ model.X.T, model=model)
+    got = pl.loo_expectations(data, res, lambda p: np.asarray(p["beta"]) @ model.X.T, model=model)
     exact = np.array([model.X[i] @ model.posterior(drop=i)[0] for i in range(model.n_obs)])
     # posterior sd of x_i beta under the LOO posterior sets the Monte Carlo scale
     sd = np.array([np.sqrt(model.X[i] @ model.posterior(drop=i)[1] @ model.X[i]) for i in range(model.n_obs)])
@@ -166,10 +166,10 @@ def test_result_is_plain_data_pickle_and_netcdf(lev, tmp_path):
     table2 = azs.compare({"adaptive": got, "other": plain})
     assert table.drop(columns=["elpd_i"], errors="ignore").equals(table2.drop(columns=["elpd_i"], errors="ignore"))
     f = lambda p: np.asarray(p["beta"]) @ model.X.T  # noqa: E731
-    np.testing.assert_allclose(pl.loo_expectation(back, got, f, model=model).values,
-                               pl.loo_expectation(data, res, f, model=model).values, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(pl.loo_expectations(back, got, f, model=model).values,
+                               pl.loo_expectations(data, res, f, model=model).values, rtol=1e-12, atol=1e-14)
     with pytest.raises(ValueError, match="needs model="):
-        pl.loo_expectation(data, got, f)
+        pl.loo_expectations(data, got, f)
 
 
 def test_jax_model_with_constrained_parameter():

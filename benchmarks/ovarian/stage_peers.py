@@ -4,7 +4,7 @@ Per resampling and model: ``ppl_loo`` (all eleven transformations, and the paper
 ``arviz_stats.loo`` (plain PSIS), ``arviz_stats.loo_moment_match`` (split) and the authors'
 ``bayesianquilts`` (logistic model only). Also checks the identities the test asserts: the
 engine's plain PSIS (``pareto_k_psis`` and ``pl.loo(data)``) equals ``arviz_stats.loo``; the LOO
-predictive probability ``pl.loo_expectation`` equals ``exp(elpd_i)`` (``y = 1``) or
+predictive probability ``pl.loo_expectations`` equals ``exp(elpd_i)`` (``y = 1``) or
 ``1 - exp(elpd_i)`` (``y = 0``), since both are the same self-normalized average.
 """
 
@@ -42,7 +42,7 @@ def _summary(r, k_psis):
 
 def identities(pl, data, model, ppl, plain):
     """The numbers the test asserts: plain PSIS of the engine vs arviz_stats, and the LOO
-    predictive probability of ``pl.loo_expectation`` vs ``exp(elpd_i)``."""
+    predictive probability of ``pl.loo_expectations`` vs ``exp(elpd_i)``."""
     import jax
     from diagnose import engine_arrays
     from scipy.special import logsumexp
@@ -60,7 +60,7 @@ def identities(pl, data, model, ppl, plain):
         theta = model_theta(model, params)
         return np.asarray(jax.nn.sigmoid(jax.vmap(model.linear_predictor)(theta)))
 
-    p_exp = np.asarray(pl.loo_expectation(data, res, prob, model=model)).ravel()
+    p_exp = np.asarray(pl.loo_expectations(data, res, prob, model=model)).ravel()
     p_from_elpd = np.where(y == 1, np.exp(res.elpd_i.values.ravel()), 1 - np.exp(res.elpd_i.values.ravel()))
     k_eng = np.asarray(res.pareto_k_psis).ravel()
     k_pl = np.asarray(plain_pl.pareto_k).ravel()
@@ -76,7 +76,7 @@ def identities(pl, data, model, ppl, plain):
         "max_abs_elpd_i_engine_psis_vs_arviz": float(np.max(np.abs(elpd_psis_engine - e_az))),
         "max_abs_elpd_i_pl_loo_plain_vs_arviz": float(np.max(np.abs(np.asarray(plain_pl.elpd_i).ravel() - e_az))),
         "abs_elpd_pl_loo_plain_vs_arviz": float(abs(plain_pl.elpd - plain["elpd"])),
-        "max_abs_loo_expectation_vs_exp_elpd": float(np.max(np.abs(p_exp - p_from_elpd))),
+        "max_abs_loo_expectations_vs_exp_elpd": float(np.max(np.abs(p_exp - p_from_elpd))),
         "max_abs_stan_log_lik_vs_jax_log_lik": float(np.max(np.abs(
             np.asarray(data["log_likelihood"]["y"].values).reshape(ll_engine.shape) - ll_engine))),
     }

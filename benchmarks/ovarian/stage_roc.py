@@ -2,7 +2,7 @@
 
 The LOO predicted probability of each observation is ``E_{-i}[sigmoid(mu_i)]`` (Eq. 8) with the
 method's weights, equal to ``exp(elpd_i)`` for ``y_i = 1`` and ``1 - exp(elpd_i)`` for ``y_i = 0``
-(checked against ``pl.loo_expectation`` in the peers stage). MCMC: the first resampling of the
+(checked against ``pl.loo_expectations`` in the peers stage). MCMC: the first resampling of the
 peers stage (``s`` draws), adaptive (``ppl_loo``) and plain PSIS; ADVI: the variational draws,
 adaptive and plain Eq. 13 weights. Curves and areas use ``ppl_loo.workflow.downstream.loo_roc``
 (scikit-learn conventions: ties count 1/2 in the AUC; average precision = sum (R_k - R_k-1) P_k).

@@ -76,9 +76,10 @@ def fit(m_tr, score, reg, lam, args, seed, lr, steps, init=None):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tree = pl.pvi(m_tr, score=score, reg=reg, lam=lam, family=args.family, steps=steps,
-                      draws_per_step=args.draws, learning_rate=lr, random_seed=seed, compare_vi=False,
-                      num_draws=args.num_draws, init=init)
+        tree = pl.pvi(None, m_tr, score=score, reg=reg, lam=lam, family=args.family, random_seed=seed,
+                      draws=args.num_draws,
+                      optimizer={"steps": steps, "draws_per_step": args.draws, "learning_rate": lr, "init": init},
+                      output={"compare_vi": False})
     return tree, time.perf_counter() - t0
 
 

@@ -34,19 +34,19 @@ def _fmt_table(rows, headers):
     return "\n".join(out)
 
 
-def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree_depth=None,
+def demo(prior="horseshoe", chains=2, warmup=500, draws=500, random_seed=2024, max_tree_depth=None,
          transforms="all", progressbar=True, refit=False, mixture="auto", out=sys.stdout):
     """Fit the ovarian logistic regression, then plain PSIS-LOO vs adaptive LOO on the same draws, with
     ``mixture="auto"`` mixture importance sampling as a second opinion where the search alone cannot vouch
     (and, with ``refit=True``, exact LOO by refitting what is still doubtful)."""
     steps = 4 if refit else 3
-    model, data, y, t_fit = _fit(prior, chains, warmup, draws, seed, max_tree_depth, progressbar, steps, out)
+    model, data, y, t_fit = _fit(prior, chains, warmup, draws, random_seed, max_tree_depth, progressbar, steps, out)
     print(f"[2/{steps}] plain PSIS-LOO", file=out, flush=True)
     plain = _quiet(pl.loo, data, None)
     print(f"[3/{steps}] adaptive importance-sampling LOO", file=out, flush=True)
     t1 = time.perf_counter()
     res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, mixture=mixture,
-                 random_seed=seed)
+                 random_seed=random_seed)
     t_loo = time.perf_counter() - t1
     _report(plain, res, y, out)
     mix = res.mixture_info.get("seconds") if res.mixture_info else None
@@ -58,7 +58,7 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, seed=2024, max_tree
               "(one batched NUTS run, warm-started from the fit)", file=out, flush=True)
         t2 = time.perf_counter()
         res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
-                     mixture=mixture, random_seed=seed)
+                     mixture=mixture, random_seed=random_seed)
         _report_refits(plain, res, time.perf_counter() - t2, out)
     elif n_doubt:
         print("exact LOO for the doubtful observations: ppl-loo demo --refit (pl.loo(data, model, "
@@ -73,7 +73,7 @@ def _quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def _fit(prior, chains, warmup, draws, seed, max_tree_depth, progressbar, steps, out):
+def _fit(prior, chains, warmup, draws, random_seed, max_tree_depth, progressbar, steps, out):
     """NUTS on the ovarian logistic regression; ``(model, data, y, seconds)``."""
     X, y = load_ovarian()
     n, p = X.shape
@@ -86,9 +86,9 @@ def _fit(prior, chains, warmup, draws, seed, max_tree_depth, progressbar, steps,
     if max_tree_depth is not None:
         kw["max_tree_depth"] = max_tree_depth
     t0 = time.perf_counter()
-    print(f"[1/{steps}] NUTS: {chains} chains x ({warmup} warmup + {draws} draws), seed {seed} "
+    print(f"[1/{steps}] NUTS: {chains} chains x ({warmup} warmup + {draws} draws), seed {random_seed} "
           f"(JAX on {jax.default_backend()})", file=out, flush=True)
-    data = sample_nuts(model, num_chains=chains, num_warmup=warmup, num_samples=draws, random_seed=seed,
+    data = sample_nuts(model, num_chains=chains, num_warmup=warmup, num_samples=draws, random_seed=random_seed,
                        progress_bar=progressbar, **kw)
     t_fit = time.perf_counter() - t0
     div = int(np.asarray(data["sample_stats"]["diverging"]).sum()) if "sample_stats" in data.children else -1
@@ -172,7 +172,7 @@ def add_parser(sub):
 
 def run(args):
     """``ppl-loo demo``: exit status 0."""
-    demo(prior=args.prior, chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed,
+    demo(prior=args.prior, chains=args.chains, warmup=args.warmup, draws=args.draws, random_seed=args.seed,
          max_tree_depth=args.max_tree_depth, progressbar=not args.no_progress, refit=args.refit,
          mixture={"auto": "auto", "on": True, "off": False}[args.mixture])
     return 0

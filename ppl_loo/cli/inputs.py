@@ -57,11 +57,11 @@ def check_program_file(stan_file):
     _existing_file(stan_file, "Stan program", "give the path of the .stan file")
 
 
-def load_program(stan_file, data, data_path, *, n_obs=None, log_lik="log_lik", sampler=False):
+def load_program(stan_file, data, data_path, *, n_obs=None, log_likelihood="log_lik", sampler=False):
     """``pl.StanModel(stan_file, data)``, compiled with the cache; errors name the program or the data file."""
     check_program_file(stan_file)
     try:
-        return pl.StanModel(stan_file, data, n_obs=n_obs, log_lik=log_lik, sampler=sampler)
+        return pl.StanModel(stan_file, data, n_obs=n_obs, log_likelihood=log_likelihood, sampler=sampler)
     except StanCompileError as err:
         raise CliError(stan_file, compile_summary(err), "fix the Stan program (stanc's full message: --debug)",
                        COMPILE_ERROR) from err
@@ -109,11 +109,11 @@ def _culprit(paths):
     return None, None
 
 
-def read_csvs(paths, *, log_lik, posterior_predictive, observed):
+def read_csvs(paths, *, log_likelihood, posterior_predictive, observed):
     """``pl.from_cmdstan``; a file that cannot be read is named, with the reason."""
     fix = "give the CSV files CmdStan wrote for this program (all chains of one run)"
     try:
-        return pl.from_cmdstan(paths, log_likelihood=log_lik, posterior_predictive=posterior_predictive or None,
+        return pl.from_cmdstan(paths, log_likelihood=log_likelihood, posterior_predictive=posterior_predictive or None,
                                observed_data=observed or None)
     except KeyError as err:
         raise CliError(paths[0], one_line(err.args[0] if err.args else err),

@@ -152,7 +152,7 @@ def _compile(args, data, sampler=False):
         _say(args, f"{args.stan_file}: compiling the Stan program{' with the sampler' if sampler else ''} "
                    f"(about a minute, once: cached in {cache_dir()})")
     return load_program(args.stan_file, data, args.data, n_obs=getattr(args, "n_obs", None),
-                        log_lik=getattr(args, "log_lik", "log_lik"), sampler=sampler)
+                        log_likelihood=getattr(args, "log_lik", "log_lik"), sampler=sampler)
 
 
 _OPINION = {"auto": "auto", "on": True, "off": False}  # --mixture / --smc to pl.loo's mixture= / smc=
@@ -217,7 +217,7 @@ def run_loo(args):
         pp, observed = observed_mapping(args.posterior_predictive, data, args.data, paths[0])
         if args.log_lik in ("", "none"):  # no log-likelihood column: by data deletion
             args.log_lik = None
-        tree = read_csvs(paths, log_lik=args.log_lik, posterior_predictive=pp, observed=observed)
+        tree = read_csvs(paths, log_likelihood=args.log_lik, posterior_predictive=pp, observed=observed)
     model = _compile(args, data)
     check_csv_matches_program(tree, model, paths, args.stan_file, args.data)
     if "log_likelihood" not in tree.children:  # say which path is taken: no stored log-likelihood to compare with

@@ -407,11 +407,11 @@ def cmdstan_method(paths: list[str]) -> str:
     if method == "optimize":
         raise ValueError(f"{where}: CmdStan method=optimize output is a point estimate (the mode), not draws, so "
                          "there is no LOO to compute from it; run CmdStan's method=sample (or method=variational), "
-                         "or use pl.laplace(model) for a Laplace approximation around the mode")
+                         "or use pl.laplace(None, model) for a Laplace approximation around the mode")
     if method == "pathfinder":
         raise ValueError(f"{where}: CmdStan method=pathfinder output is not read by ppl_loo (its draws are resampled, "
                          "so lp_approx__ is not the density they come from); run CmdStan's method=sample, "
-                         "or use pl.laplace(model) / pl.pvi(model) on the model")
+                         "or use pl.laplace(None, model) / pl.pvi(None, model) on the model")
     if method == "generate_quantities":
         raise ValueError(f"{where}: CmdStan method=generate_quantities output holds only the generated "
                          "quantities; give the CSV files of the method=sample run they were generated from")

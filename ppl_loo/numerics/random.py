@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["prng_key"]
+__all__ = ["prng_key", "seed_from"]
 
 
 def prng_key(random_seed):
@@ -40,3 +42,14 @@ def prng_key(random_seed):
         "random_seed must be an int, a numpy.random.Generator or a JAX PRNG key, got "
         f"{type(random_seed).__name__}; pass an explicit seed."
     )
+
+
+def seed_from(random_seed, *arrays):
+    """``random_seed`` itself, or, for None, an int derived from the bytes of ``arrays``
+    (a rerun on the same input reproduces)."""
+    if random_seed is not None:
+        return random_seed
+    h = hashlib.blake2b(digest_size=8)
+    for a in arrays:
+        h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
+    return int.from_bytes(h.digest(), "little") & (2**63 - 1)

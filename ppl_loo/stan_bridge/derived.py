@@ -252,13 +252,13 @@ def _log_lik_statements(text: str, blocks: dict, log_lik: str) -> str:
     if "generated quantities" not in blocks:
         raise ValueError(f"the program has no generated quantities block, so no {log_lik!r} to differentiate: "
                          f"add one declaring the pointwise log-likelihood ({log_lik} with log p(y_i | theta) "
-                         "per observation), or pass log_lik= with the name of yours")
+                         "per observation), or pass log_likelihood= with the name of yours")
     _, gq_body_start, gq_end = blocks["generated quantities"]
     gq_body = text[gq_body_start:gq_end]
     if not re.search(rf"^\s*(?:array\s*\[[^\]]*\]\s*)?\w+(?:<[^;]*>)?(?:\[[^\]]*\])?\s+{re.escape(log_lik)}\s*[;=]",
                      gq_body, re.MULTILINE):
         raise ValueError(f"{log_lik!r} is not declared at the top of the generated quantities block: declare the "
-                         "pointwise log-likelihood there, or pass log_lik= with the name of yours")
+                         "pointwise log-likelihood there, or pass log_likelihood= with the name of yours")
     return _drop_rng_statements(_unconstrain_declarations(gq_body))
 
 

@@ -5,7 +5,7 @@ library, which loops over the draws in C++ (on ``n_threads`` threads); a 1-D inp
 one draw and the draw axis is dropped from the result.
 
 The same object is what a user passes to :func:`ppl_loo.loo` (``model=pl.StanModel(file, data)``):
-its LOO options (``n_obs``, ``obs_keys``, ``log_lik``, ``loo_extra``) are stored here and
+its LOO options (``n_obs``, ``obs_keys``, ``log_likelihood``, ``loo_extra``) are stored here and
 :func:`ppl_loo.adapters.stan.posterior.loo_adapter` turns it into the posterior-model adapter
 (:class:`ppl_loo.adapters.stan.posterior.StanPosterior`) that the engine uses.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ppl_loo.io import read_rdump
+from ppl_loo.numerics.random import seed_from
 
 from .compile import SAMPLER_FLAG, BuildResult, StanCompileError, build_library, cached_build
 
@@ -170,7 +171,7 @@ def default_threads() -> int:
 _ON_ERROR = ("raise", "reject")
 
 #: the LOO options of a :class:`StanModel` and their defaults
-LOO_OPTIONS = {"n_obs": None, "obs_keys": None, "log_lik": "log_lik", "loo_extra": None}
+LOO_OPTIONS = {"n_obs": None, "obs_keys": None, "log_likelihood": "log_lik", "loo_extra": None}
 
 
 def merge_loo_options(options: dict, **overrides) -> dict:
@@ -181,8 +182,8 @@ def merge_loo_options(options: dict, **overrides) -> dict:
     options : dict
         LOO options (``StanModel.loo_options``).
     **overrides
-        ``n_obs``, ``obs_keys``, ``log_lik``, ``loo_extra``; a value equal to its default (``None``;
-        ``"log_lik"`` for ``log_lik``, whose ``None`` means no such generated quantity) keeps the
+        ``n_obs``, ``obs_keys``, ``log_likelihood``, ``loo_extra``; a value equal to its default (``None``;
+        ``"log_lik"`` for ``log_likelihood``, whose ``None`` means no such generated quantity) keeps the
         option of ``options``.
 
     Returns
@@ -220,7 +221,7 @@ class StanModel:
         For LOO: the data entries indexed by observation along their first axis, which exact LOO
         by data deletion subsets. Default: every array whose leading dimension equals
         ``data[n_obs]``.
-    log_lik
+    log_likelihood
         For LOO: the generated quantity with the pointwise log-likelihood (a vector of length
         ``data[n_obs]``). Default ``"log_lik"``; programs without it get the log-likelihood by
         data deletion.
@@ -231,8 +232,9 @@ class StanModel:
         observation ``i`` removes (usually their prior). Without it such programs use
         ``logp - log_lik[i]`` with ``log_lik`` differentiated through a derived program. See
         :class:`~ppl_loo.adapters.stan.posterior.StanPosterior`.
-    seed
-        Seed of the model constructor (used by ``transformed data`` RNG calls).
+    random_seed
+        Seed of the model constructor (used by ``transformed data`` RNG calls). None: a seed derived
+        from the program and its data, so that the same program on the same data reproduces.
     n_threads
         Threads used by the batched methods (results do not depend on it); ``None``: the CPUs
         available to this process, at most 8.
@@ -257,6 +259,8 @@ class StanModel:
         Number of unconstrained parameters.
     data : dict
         The data (as a dict).
+    random_seed : int
+        The seed of the model constructor (given, or derived from the program and its data).
     last_n_rejected : int
         Draws rejected (log density ``-inf``) by the last density call with ``on_error="reject"``.
 
@@ -274,9 +278,9 @@ class StanModel:
         *,
         n_obs: str | None = None,
         obs_keys=None,
-        log_lik: str | None = "log_lik",
+        log_likelihood: str | None = "log_lik",
         loo_extra=None,
-        seed: int = 1234,
+        random_seed: int | None = None,
         n_threads: int | None = None,
         extra_cxxflags: tuple[str, ...] = (),
         force_compile: bool = False,
@@ -295,7 +299,7 @@ class StanModel:
                 raise StanDataError(f"n_obs={n_obs!r}: data[{n_obs!r}] = {value!r} is not a positive integer "
                                     "(the number of observations)")
         self.loo_options = merge_loo_options(dict(LOO_OPTIONS), n_obs=n_obs, obs_keys=obs_keys,
-                                             log_lik=log_lik, loo_extra=loo_extra)
+                                             log_likelihood=log_likelihood, loo_extra=loo_extra)
         self.extra_cxxflags = tuple(extra_cxxflags)
         # the library built with the sampler serves too when it is the one cached (ppl-loo sample, then loo)
         cached = None if force_compile else cached_build(self.code, self.extra_cxxflags, accept_sampler=True)
@@ -309,12 +313,13 @@ class StanModel:
         self.stanc_warnings = self.build.stanc_warnings
         self._lib = ctypes.CDLL(str(self.build.library), mode=os.RTLD_LOCAL)
         _bind(self._lib)
-        self.seed = int(seed)
         self.n_threads = default_threads() if n_threads is None else max(1, int(n_threads))
         self.data_json = data_to_json(self.data)
+        self.random_seed = int(seed_from(random_seed, np.frombuffer(self.code.encode(), dtype=np.uint8),
+                                         np.frombuffer(self.data_json.encode(), dtype=np.uint8)))
         self.last_n_rejected = 0
         err = ctypes.c_void_p()
-        handle = self._lib.plstan_new(self.data_json.encode(), self.seed & 0xFFFFFFFF, ctypes.byref(err))
+        handle = self._lib.plstan_new(self.data_json.encode(), self.random_seed & 0xFFFFFFFF, ctypes.byref(err))
         if not handle:
             raise StanDataError(f"Stan could not instantiate the model with these data: {self._take(err)}")
         self._handle = handle
@@ -339,13 +344,14 @@ class StanModel:
         compiles it only where the cache lacks it."""
         opts = self.loo_options
         state = {"code": self.code, "data": self.data, "n_obs": opts["n_obs"], "obs_keys": opts["obs_keys"],
-                 "log_lik": opts["log_lik"], "loo_extra": opts["loo_extra"], "seed": self.seed,
+                 "log_likelihood": opts["log_likelihood"], "loo_extra": opts["loo_extra"],
+                 "random_seed": self.random_seed,
                  "n_threads": self.n_threads, "extra_cxxflags": self.extra_cxxflags, "filename": self.filename}
         return _rebuild_stan_model, (state,)
 
     def with_data(self, data) -> StanModel:
         """The same (cached) program on other data, with the same seed and threads."""
-        return StanModel(self.code, data, seed=self.seed, n_threads=self.n_threads,
+        return StanModel(self.code, data, random_seed=self.random_seed, n_threads=self.n_threads,
                          extra_cxxflags=self.extra_cxxflags)
 
     def _take(self, err: ctypes.c_void_p) -> str:

@@ -5,5 +5,5 @@
 - :mod:`.approx`: ``pl.laplace``, ``pl.laplace_predictive``, ``pl.qnvb``;
 - :mod:`.pvi`: ``pl.pvi``, ``pl.predictive_scores``;
 - :mod:`.report`: ``pl.report``;
-- :mod:`.downstream`: ``pl.compare``, ``pl.loo_expectation``, ``pl.loo_roc``.
+- :mod:`.downstream`: ``pl.compare``, ``pl.loo_expectations``, ``pl.loo_roc``.
 """

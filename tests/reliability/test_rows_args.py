@@ -60,10 +60,11 @@ def check_elpd(res):
     assert abs(res.elpd - exact_elpd()) < 0.05
 
 
-def pvi(**kw):
-    args = dict(random_seed=0, steps=5, compare_vi=False, num_draws=20)
+def pvi(optimizer=None, output=None, **kw):
+    args = dict(random_seed=0, draws=20, optimizer={"steps": 5, **(optimizer or {})},
+                output={"compare_vi": False, **(output or {})})
     args.update(kw)
-    return pl.pvi(model(), **args)
+    return pl.pvi(None, model(), **args)
 
 
 J, P = "pl.JaxModel", "pl.pvi"
@@ -98,33 +99,40 @@ ROWS = [
     Row(J, "names", "log_prior asks for an undeclared parameter", lambda: pl.JaxModel({"theta": ((), None)},
         lambda v: jst.norm.logpdf(v["mu"]), lambda v: jnp.zeros(3)), error=ValueError,
         says=("log_prior", "'mu'", "not declared in params")),
-    Row(P, "options", "CRPS score without observed=", lambda: pvi(score="crps", simulator=sim), error=ValueError,
+    Row(P, "options", "CRPS score without observed=", lambda: pvi(score="crps", score_options={"simulator": sim}),
+        error=ValueError,
         says=("score='crps'", "observed=", "shape (8,)"), regression=True),
     Row(P, "options", "quadratic score without observed=", lambda: pvi(score="quadratic",
-        probs=lambda v: jnp.stack([jnp.full(Y.shape, 0.5), jnp.full(Y.shape, 0.5)], -1)), error=ValueError,
+        score_options={"probs": lambda v: jnp.stack([jnp.full(Y.shape, 0.5), jnp.full(Y.shape, 0.5)], -1)}),
+        error=ValueError,
         says=("quadratic", "observed=")),
     Row(P, "options", "score name in capitals", lambda: pvi(score="CRPS"), error=ValueError,
         says=("score='CRPS'", "'crps'")),
     Row(P, "options", "unknown family", lambda: pvi(family="gauss"), error=ValueError,
         says=("family='gauss'", "meanfield")),
-    Row(P, "options", "unknown optimizer", lambda: pvi(optimizer="sgdx"), error=ValueError,
-        says=("optimizer='sgdx'", "adam")),
-    Row(P, "shapes and types", "steps a string", lambda: pvi(steps="x"), error=ValueError,
+    Row(P, "options", "unknown optimizer", lambda: pvi(optimizer={"method": "sgdx"}), error=ValueError,
+        says=("method='sgdx'", "adam")),
+    Row(P, "options", "unknown option in a group", lambda: pvi(optimizer={"stepz": 5}), error=ValueError,
+        says=("'stepz'", "OptimizerOptions", "steps")),
+    Row(P, "shapes and types", "steps a string", lambda: pvi(optimizer={"steps": "x"}), error=ValueError,
         says=("steps='x'", "integer")),
-    Row(P, "shapes and types", "steps not whole", lambda: pvi(steps=2.5), error=ValueError,
+    Row(P, "shapes and types", "steps not whole", lambda: pvi(optimizer={"steps": 2.5}), error=ValueError,
         says=("steps=2.5", "integer")),
-    Row(P, "shapes and types", "num_draws a string", lambda: pvi(num_draws="many"), error=ValueError,
-        says=("num_draws='many'", "integer")),
-    Row(P, "shapes and types", "learning_rate a string", lambda: pvi(learning_rate="fast"), error=ValueError,
+    Row(P, "shapes and types", "draws a string", lambda: pvi(draws="many"), error=ValueError,
+        says=("draws='many'", "integer")),
+    Row(P, "shapes and types", "learning_rate a string", lambda: pvi(optimizer={"learning_rate": "fast"}),
+        error=ValueError,
         says=("learning_rate='fast'", "positive number")),
     Row(P, "shapes and types", "random_seed a string", lambda: pvi(random_seed="abc"), error=TypeError,
         says=("random_seed", "int")),
-    Row(P, "shapes and types", "init of the wrong size", lambda: pvi(init=np.zeros(3)), error=ValueError,
+    Row(P, "shapes and types", "init of the wrong size", lambda: pvi(optimizer={"init": np.zeros(3)}),
+        error=ValueError,
         says=("init", "dim=1")),
-    Row(P, "shapes and types", "data not a DataTree", lambda: pl.pvi(model(), {"a": 1}, random_seed=0), error=TypeError,
+    Row(P, "shapes and types", "data not a DataTree", lambda: pl.pvi({"a": 1}, model(), random_seed=0), error=TypeError,
         says=("data must be an xarray.DataTree",)),
-    Row(P, "mismatched data and results", "observed of another shape", lambda: pvi(score="crps", simulator=sim,
-        observed=np.zeros(3)), error=ValueError, says=("observed has shape (3,)", "(8,)")),
+    Row(P, "mismatched data and results", "observed of another shape", lambda: pvi(score="crps",
+        score_options={"simulator": sim, "observed": np.zeros(3)}), error=ValueError,
+        says=("observed has shape (3,)", "(8,)")),
 ]
 
 

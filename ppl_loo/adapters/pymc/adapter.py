@@ -306,7 +306,7 @@ class PyMCModel(PosteriorModel):
         """``p(y_i = 1 | theta)`` of a Bernoulli observed variable, shape ``(M, *obs_shape)``.
 
         ``params`` maps the free variables' names to constrained values of shape ``(M, *shape)``
-        (the output of :meth:`constrain`); for :func:`ppl_loo.loo_expectation` and
+        (the output of :meth:`constrain`); for :func:`ppl_loo.loo_expectations` and
         :func:`ppl_loo.loo_roc`.
         """
         if self._prob_fn is None:

@@ -69,7 +69,7 @@ from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 __all__ = ["StanPosterior", "detect_n_obs", "loo_adapter", "resolve_var_name"]
 
 #: keywords of :class:`StanPosterior` besides the LOO options that only matter when it builds the StanModel
-_BUILD_OPTIONS = ("seed", "n_threads")
+_BUILD_OPTIONS = ("random_seed", "n_threads")
 #: ``deleted_model``'s ``keep`` for an observation whose LOO density is ``logp - log_lik[i]`` (derived program)
 LOG_LIK = "log_lik program"
 
@@ -93,8 +93,8 @@ def _log_lik_shape(bridge: StanModel, log_lik: str | None):
         raise ValueError(f"generated quantity {log_lik!r} has shape {ll_shape}; the pointwise log-likelihood "
                          "must be a vector with one entry per observation")
     if log_lik is not None and ll_shape is None and log_lik != "log_lik":
-        raise ValueError(f"log_lik={log_lik!r} is not a generated quantity (or transformed parameter) of the "
-                         f"program; it has {list(gq_dims)}. Pass log_lik=None to get the log-likelihood by "
+        raise ValueError(f"log_likelihood={log_lik!r} is not a generated quantity (or transformed parameter) of "
+                         f"the program; it has {list(gq_dims)}. Pass log_likelihood=None to get the log-likelihood by "
                          "data deletion.")
     return ll_shape
 
@@ -180,13 +180,13 @@ class StanPosterior(PosteriorModel):
           for eight schools), decremented in the deleted data. Default: :func:`detect_n_obs`.
         - ``obs_keys``: data entries indexed by observation along their first axis. Default:
           every array whose leading dimension equals ``data[n_obs]``.
-        - ``log_lik``: generated quantity with the pointwise log-likelihood (used by
+        - ``log_likelihood``: generated quantity with the pointwise log-likelihood (used by
           :meth:`loglik` at the draws); when the program has none, ``loglik`` is
           ``logp - loo_logp`` for every observation.
         - ``loo_extra``: ``loo_extra(theta, i)``, log conditional density of the coordinates that
           the deleted program lacks (only for programs whose parameter dimension depends on
           ``n_obs``); without it such programs use ``logp - log_lik[i]`` (module docstring).
-        - ``n_threads``, ``seed`` (and the build options): used when the program is built here.
+        - ``n_threads``, ``random_seed`` (and the build options): used when the program is built here.
 
     Notes
     -----
@@ -207,7 +207,7 @@ class StanPosterior(PosteriorModel):
     def __init__(self, stan_file_or_code, data=None, *, var_name: str | None = None, fd_eps: float = 1e-5,
                  **options):
         bridge, opts = _bridge_and_options(stan_file_or_code, data, options)
-        log_lik = opts["log_lik"]
+        log_lik = opts["log_likelihood"]
         self.bridge = bridge
         self.code = bridge.code
         self.data = bridge.data
@@ -215,7 +215,7 @@ class StanPosterior(PosteriorModel):
         ll_shape = _log_lik_shape(bridge, log_lik)
         self.n_obs_key, self.n_obs, self.obs_keys = _observations(
             self.data, opts["n_obs"], opts["obs_keys"], ll_shape[0] if ll_shape else None)
-        self._seed = bridge.seed
+        self._seed = bridge.random_seed
         self.var_name = str(var_name or log_lik or "log_lik")
         self.obs_dims = (f"{self.var_name}_dim_0",)
         self.obs_shape = (self.n_obs,)
@@ -291,14 +291,14 @@ class StanPosterior(PosteriorModel):
                "others (usually their prior), to use the deleted program instead")
         if self._ll_cols is None:
             raise ValueError(f"{why}; ppl_loo uses log p(theta | D) - log_lik[i] for such programs, but the "
-                             "program has no log_lik generated quantity (log_lik= names it). Add one with "
+                             "program has no log_lik generated quantity (log_likelihood= names it). Add one with "
                              f"log p(y_i | theta) per observation, or: {fix}.")
         if self._loglik_base is None:
             try:
                 code = loglik_program(self.code, self._log_lik_name)
                 data = {**self.data, OBS_INDEX: 1}
-                self._loglik_base = StanModel(code, data, seed=self._seed, n_threads=self.bridge.n_threads,
-                                              log_lik=None)
+                self._loglik_base = StanModel(code, data, random_seed=self._seed, n_threads=self.bridge.n_threads,
+                                              log_likelihood=None)
             except (ValueError, StanCompileError, StanDataError) as err:
                 raise ValueError(f"{why}. ppl_loo differentiates the {self._log_lik_name!r} generated quantity "
                                  "through a derived program (its statements moved into the model block) for such "
@@ -609,7 +609,7 @@ class StanPosterior(PosteriorModel):
         if keep is not None:
             return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
                                        init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
-        sm = StanModel(self.code, self.deleted_data(int(i)), seed=self._seed, sampler=True)
+        sm = StanModel(self.code, self.deleted_data(int(i)), random_seed=self._seed, sampler=True)
         theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
         return theta, {"sampler": "Stan NUTS on the program without the observation", "divergences": div}
 
@@ -680,11 +680,11 @@ class StanPosterior(PosteriorModel):
         if self._ll_cols is None:
             raise ValueError(f"mixture importance sampling needs the pointwise log-likelihood as a generated "
                              f"quantity of the program, and it has no {self._log_lik_name!r}: add one with "
-                             "log p(y_i | theta) per observation (log_lik= names it)")
+                             "log p(y_i | theta) per observation (log_likelihood= names it)")
         try:
             code = mixture_program(self.code, self._log_lik_name)
-            sm = StanModel(code, self.data, seed=self._seed, n_threads=self.bridge.n_threads, log_lik=None,
-                           sampler=True)
+            sm = StanModel(code, self.data, random_seed=self._seed, n_threads=self.bridge.n_threads,
+                           log_likelihood=None, sampler=True)
         except (ValueError, StanCompileError, StanDataError) as err:
             raise ValueError(f"ppl_loo samples the mixture of the LOO posteriors with a derived Stan program (the "
                              f"{self._log_lik_name!r} generated quantity moved into the model block, plus "
@@ -763,7 +763,8 @@ class StanPosterior(PosteriorModel):
         if self._cdf is None:
             try:
                 code, discrete = cdf_program(self.code, self._log_lik_name)
-                model = StanModel(code, self.data, seed=self._seed, n_threads=self.bridge.n_threads, log_lik=None)
+                model = StanModel(code, self.data, random_seed=self._seed, n_threads=self.bridge.n_threads,
+                                  log_likelihood=None)
             except (ValueError, StanCompileError, StanDataError) as err:
                 raise ValueError(f"no predictive CDF could be derived from the program's {self._log_lik_name!r} "
                                  f"statements ({str(err).splitlines()[0]}): pass pl.loo_pit "
@@ -798,7 +799,7 @@ def loo_adapter(stan_model: StanModel, var_name: str | None = None, data=None) -
     data
         The user's DataTree (only its ``log_likelihood`` group is looked at).
     """
-    var_name = resolve_var_name(var_name, data, stan_model.loo_options["log_lik"])
+    var_name = resolve_var_name(var_name, data, stan_model.loo_options["log_likelihood"])
     # kept on the StanModel (a ppl_loo object; the adapter references it, so a module-level map would
     # keep every program alive): the adapter and its compiled functions go with the StanModel
     per_model = vars(stan_model).setdefault("loo_adapters", {})

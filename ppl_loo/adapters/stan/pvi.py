@@ -147,7 +147,7 @@ class _Programs:
         self.bridge, self.data, self.n_key, self.obs_keys = bridge, data, n_key, obs_keys
         self.n = int(np.asarray(data[n_key]))
         self.dim = bridge.dim
-        self.seed = int(getattr(bridge, "seed", 1234))
+        self.seed = int(getattr(bridge, "random_seed", 1234))
         self.prior = self.instance([], "no data (N = 0)")
         self.single = [self.instance([i], f"observation {i} alone (N = 1)") for i in range(self.n)]
 
@@ -155,7 +155,7 @@ class _Programs:
         """The program on the observations ``idx`` (with ``replace`` entries), of the full dimension."""
         dat = stan_data.observation_data(self.data, self.n_key, self.obs_keys, idx, replace)
         try:
-            m = type(self.bridge)(self.bridge.code, dat, seed=self.seed, n_threads=1)
+            m = type(self.bridge)(self.bridge.code, dat, random_seed=self.seed, n_threads=1)
         except Exception as err:
             raise ValueError(f"PVI needs the program on {what}, and Stan refused: {err}. Declare the number "
                              f"of observations {self.n_key!r} with <lower=0>.") from err
@@ -334,7 +334,7 @@ def _layout_fields(model, bridge, n):
     """The keywords of :func:`~ppl_loo.model.build.pvi_model` that describe parameters and observations."""
     dims = bridge.get_dims(include_tp=True, include_gq=False)
     options = getattr(bridge, "loo_options", None) or {}
-    var_name = getattr(model, "var_name", None) or options.get("log_lik") or "log_lik"
+    var_name = getattr(model, "var_name", None) or options.get("log_likelihood") or "log_lik"
     return dict(
         dim=bridge.dim, n_obs=n, labels=list(bridge.unconstrained_param_names()),
         constrain=partial(stan_data.constrain_draws, bridge), unconstrain=partial(_unconstrain, model, bridge),

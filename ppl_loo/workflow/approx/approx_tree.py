@@ -10,9 +10,10 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.numerics import gaussian
+from ppl_loo.numerics.random import prng_key, seed_from
 
 __all__ = ["posterior_dataset", "log_likelihood_dataset", "observed_dataset", "obs_coords", "approximation_tree",
-           "check_input_tree", "check_draws_and_seed", "gaussian_draws", "initial_point"]
+           "check_input_tree", "check_draws", "fit_key", "gaussian_draws", "initial_point"]
 
 
 def initial_point(init, dim, key, method):
@@ -22,18 +23,23 @@ def initial_point(init, dim, key, method):
         return 0.1 * jax.random.normal(key, (int(dim),))
     x = np.asarray(init, dtype=np.float64)
     if x.size != int(dim) or not np.all(np.isfinite(x)):
-        raise ValueError(f"pl.{method}: init must be {dim} finite values (a point in the model's unconstrained "
-                         f"space, ppl_loo.as_model(model).layout.labels); got shape {x.shape}"
+        raise ValueError(f"pl.{method}: optimizer.init must be {dim} finite values (a point in the model's "
+                         f"unconstrained space, ppl_loo.as_model(model).layout.labels); got shape {x.shape}"
                          + ("" if x.size != int(dim) else " with non-finite values") + ".")
     return jnp.asarray(x.reshape(int(dim)))
 
 
-def check_draws_and_seed(method, draws, random_seed, seeds):
-    """``draws >= 10`` and an explicit seed (the only source of the fit's randomness)."""
+def check_draws(draws):
+    """``draws >= 10`` (pl.loo needs at least 10)."""
     if int(draws) < 10:
         raise ValueError(f"draws={draws} must be >= 10 (pl.loo needs at least 10; use hundreds).")
-    if random_seed is None:
-        raise TypeError(f"pl.{method} needs random_seed= (an int, a numpy Generator or a JAX key): it seeds {seeds}.")
+
+
+def fit_key(random_seed, pm):
+    """The raw JAX key of a fit: from ``random_seed``, or for None from a seed derived from the model's observed
+    data (:func:`~ppl_loo.numerics.random.seed_from`: a rerun on the same input reproduces)."""
+    observed = [] if pm.obs.observed is None else [pm.obs.observed]
+    return prng_key(seed_from(random_seed, *observed))
 
 
 def gaussian_draws(q, draws, dim, key):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -30,16 +32,17 @@ from ppl_loo.numerics.laplace.map import map_estimate
 from ppl_loo.numerics.laplace.metrics import dead_fraction, jacobian_rank, relative_error, sigma_PX, trace_criterion
 from ppl_loo.numerics.laplace.subspace import subspace_basis
 from ppl_loo.numerics.laplace.swag import swag_diagonal
-from ppl_loo.numerics.random import prng_key
 from ppl_loo.workflow.approx.approx_tree import (
     approximation_tree,
-    check_draws_and_seed,
+    check_draws,
     check_input_tree,
+    fit_key,
     gaussian_draws,
     initial_point,
 )
+from ppl_loo.workflow.options import resolve_options
 
-__all__ = ["laplace", "CURVATURES", "SUBSPACES", "DENSE_MAX"]
+__all__ = ["laplace", "LaplaceOptions", "CURVATURES", "SUBSPACES", "DENSE_MAX"]
 
 CURVATURES = ("ggn", "hessian", "fisher")
 SUBSPACES = (None, "full", "optimal", "lowrank-diag", "lowrank-kfac", "subset-magnitude", "subset-diag", "subset-swag")
@@ -47,7 +50,27 @@ SUBSPACES = (None, "full", "optimal", "lowrank-diag", "lowrank-kfac", "subset-ma
 DENSE_MAX = 5000
 
 
-def _check_args(curvature, subspace, rank, draws, random_seed):
+@dataclass(frozen=True)
+class LaplaceOptions:
+    """How :func:`ppl_loo.laplace` finds the mode (L-BFGS, :func:`ppl_loo.numerics.laplace.map.map_estimate`).
+
+    Parameters
+    ----------
+    steps : int
+        The largest number of L-BFGS steps.
+    tol : float
+        Stop when the largest gradient component is below this.
+    init : array, optional
+        Starting point in the unconstrained space (default: small random values, since zero is a saddle point of a
+        ReLU network).
+    """
+
+    steps: int = 2000
+    tol: float = 1e-9
+    init: Any = None
+
+
+def _check_args(curvature, subspace, rank, draws):
     if curvature is not None and curvature not in CURVATURES:
         raise ValueError(f"curvature={curvature!r}: choose 'ggn', 'hessian' or 'fisher' (or None: 'ggn' where the "
                          "model declares an output, else 'hessian').")
@@ -56,7 +79,7 @@ def _check_args(curvature, subspace, rank, draws, random_seed):
                          "Laplace approximation).")
     if subspace not in (None, "full") and (rank is None or int(rank) < 1):
         raise ValueError(f"subspace={subspace!r} needs rank= (the subspace size s >= 1).")
-    check_draws_and_seed("laplace", draws, random_seed, "the starting point of the optimization and the draws")
+    check_draws(draws)
 
 
 def _curvature_of(pm, curvature):
@@ -251,16 +274,17 @@ def _diagnostics(q, M, J_ref, prec, where):
 
 
 @uses_x64
-def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior_precision=None, X_ref=None,
-            draws=1000, random_seed=None, var_name=None, init=None, max_steps=2000, tol=1e-9):
+def laplace(data, model, *, curvature=None, subspace=None, rank=None, prior_precision=None, X_ref=None, draws=1000,
+            random_seed=None, var_name=None, optimizer=None):
     """The Laplace approximation at the posterior mode, optionally on an (optimal) subspace.
 
     Parameters
     ----------
+    data : xarray.DataTree or None
+        Its groups are kept in the returned tree (it must not have a ``posterior`` group). ``None``: a
+        new DataTree; the model carries the observed data either way.
     model : pymc.Model, StanModel, JaxModel, pl.models.*
         Any model :func:`ppl_loo.as_model` accepts.
-    data : xarray.DataTree, optional
-        Its groups are kept in the returned tree (it must not have a ``posterior`` group).
     curvature : {"ggn", "hessian", "fisher"}, optional
         The precision at the mode: the generalized Gauss-Newton of the model's output plus the prior's
         Hessian (eq. 6-7; needs a declared output: a GLM's linear predictor or a network's logits), the
@@ -278,10 +302,14 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
         Reference inputs of the optimal subspace and the diagnostics (training inputs by default).
     draws : int
         Draws from the full-rank proposal ``q`` written as the ``posterior`` group.
-    random_seed : int, numpy Generator or JAX key
-    init : array, optional
-        Starting point of the optimization in the unconstrained space (default: small random values,
-        since zero is a saddle point of a ReLU network).
+    random_seed : int, numpy Generator or JAX key, optional
+        Seeds the starting point of the optimization, SWAG's minibatches and the draws. None: a seed
+        derived from the observed data, so that a rerun on the same input reproduces.
+    var_name : str, optional
+        The observed variable (models with several).
+    optimizer : LaplaceOptions, dict or None
+        The mode search: ``steps``, ``tol`` and ``init`` (:class:`~ppl_loo.LaplaceOptions`; None: its
+        defaults).
 
     Returns
     -------
@@ -291,14 +319,15 @@ def laplace(model, data=None, *, curvature=None, subspace=None, rank=None, prior
         ``sd`` of ``q``, ``log_q`` per draw, the trace criterion and relative error, the share of dead
         parameters, the Jacobian's rank, and in its attrs the optimizer's steps and convergence.
     """
-    _check_args(curvature, subspace, rank, draws, random_seed)
+    opt = resolve_options(LaplaceOptions, optimizer, "optimizer", "laplace")
+    _check_args(curvature, subspace, rank, draws)
     data = check_input_tree(data, "laplace")
     t0 = time.perf_counter()
     pm = as_model(model, var_name=var_name, data=data)
     curvature = _curvature_of(pm, curvature)
-    k_init, k_draw, k_swag = jax.random.split(prng_key(random_seed), 3)
-    theta0 = initial_point(init, pm.dim, k_init, "laplace")
-    mp = map_estimate(lambda th: -pm.logp(th), theta0, max_steps=int(max_steps), tol=float(tol))
+    k_init, k_draw, k_swag = jax.random.split(fit_key(random_seed, pm), 3)
+    theta0 = initial_point(opt.init, pm.dim, k_init, "laplace")
+    mp = map_estimate(lambda th: -pm.logp(th), theta0, max_steps=int(opt.steps), tol=float(opt.tol))
     _check_mode(pm, mp)
     prec = _precision(pm, curvature, mp.theta, prior_precision)
     J_ref, where = _reference_jacobian(pm, mp.theta, X_ref)
@@ -331,9 +360,10 @@ def _check_mode(pm, mp):
             "approximation does not exist there. Use pl.qnvb, a non-centred parameterization, or fixed scales "
             "(prior_precision=).".format(float(mp.grad_norm)))
     if not bool(mp.converged):
-        warnings.warn(f"pl.laplace: the optimizer stopped after {int(mp.steps)} steps with largest gradient component "
-                      f"{float(mp.grad_norm):.3g} (not at the tolerance: a kink of a ReLU network, or max_steps); "
-                      "the approximation is centred there. The laplace group records it (map_converged = 0).",
+        warnings.warn(f"pl.laplace: the optimizer stopped after {int(mp.steps)} steps with largest gradient "
+                      f"component {float(mp.grad_norm):.3g} (not at the tolerance: a kink of a ReLU network, or "
+                      "optimizer.steps); the approximation is centred there. The laplace group records it "
+                      "(map_converged = 0).",
                       UserWarning, stacklevel=3)
 
 

@@ -23,18 +23,20 @@ __all__ = ["laplace_predictive"]
 
 
 @uses_x64
-def laplace_predictive(tree, X_new, model, *, var_name=None):
+def laplace_predictive(data, model, X_new, *, var_name=None):
     """The linearized Laplace predictive at new inputs.
 
     Parameters
     ----------
-    tree : xarray.DataTree
+    data : xarray.DataTree
         Returned by :func:`ppl_loo.laplace` (its ``laplace`` group: the mode ``map``, ``P``, ``M``).
-    X_new : array (m, p)
-        New inputs, as the model's own inputs (without a constant column the model adds itself).
     model :
         The model the fit was made with: its output function is evaluated (and differentiated) at
         ``X_new``; a DataTree holds no functions.
+    X_new : array (m, p)
+        New inputs, as the model's own inputs (without a constant column the model adds itself).
+    var_name : str, optional
+        The observed variable (models with several).
 
     Returns
     -------
@@ -45,12 +47,12 @@ def laplace_predictive(tree, X_new, model, *, var_name=None):
         (``var_f + sigma^2``, eq. 10).
     """
     pm = as_model(model, var_name=var_name)
-    if not hasattr(tree, "children") or "laplace" not in tree.children:
-        raise ValueError("tree has no laplace group: pass the DataTree returned by pl.laplace.")
+    if not hasattr(data, "children") or "laplace" not in data.children:
+        raise ValueError("data has no laplace group: pass the DataTree returned by pl.laplace.")
     if pm.output is None:
         raise ValueError(f"laplace_predictive needs the model's output at new inputs (a GLM's linear predictor or "
                          f"a network's logits); this {pm.kind} model declares none.")
-    g = tree["laplace"].to_dataset()
+    g = data["laplace"].to_dataset()
     theta = jnp.asarray(np.asarray(g["map"].values, dtype=np.float64))
     if theta.shape[0] != pm.dim:
         raise ValueError(f"the laplace group has {theta.shape[0]} parameters but the model has {pm.dim}: pass the "

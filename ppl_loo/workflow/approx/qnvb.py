@@ -13,6 +13,8 @@ LOO proposal (notes, section 7, feature 7).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,73 +25,35 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
 from ppl_loo.numerics import gaussian
 from ppl_loo.numerics.qnvb import QNVBConfig, run
-from ppl_loo.numerics.random import prng_key
 from ppl_loo.workflow.approx.approx_tree import (
     approximation_tree,
-    check_draws_and_seed,
+    check_draws,
     check_input_tree,
+    fit_key,
     gaussian_draws,
     initial_point,
 )
+from ppl_loo.workflow.options import resolve_options
 
-__all__ = ["qnvb"]
+__all__ = ["qnvb", "QNVBOptions"]
 
 QUADRATURES = ("hadamard", "qmc", "mc")
 
 
-def _check_args(n_pairs, quadrature, steps, minibatch, sigma_min, sigma_max, draws, random_seed):
-    if quadrature not in QUADRATURES:
-        raise ValueError(f"quadrature={quadrature!r}: choose 'hadamard' (Algorithm 1), 'qmc' or 'mc'.")
-    n_pairs = int(n_pairs)
-    if n_pairs < 1 or (quadrature == "hadamard" and n_pairs & (n_pairs - 1)):
-        raise ValueError(f"n_pairs={n_pairs} must be >= 1, and a power of 2 for the Hadamard quadrature (its "
-                         "blocks of pairs must stay aligned, Theorem 3.3).")
-    if int(steps) < 1:
-        raise ValueError(f"steps={steps} must be >= 1.")
-    if minibatch is not None and int(minibatch) < 1:
-        raise ValueError(f"minibatch={minibatch} must be a positive number of observations (or None: all).")
-    if not (0 < float(sigma_min) <= float(sigma_max)):
-        raise ValueError(f"need 0 < sigma_min <= sigma_max; got sigma_min={sigma_min}, sigma_max={sigma_max}.")
-    check_draws_and_seed("qnvb", draws, random_seed, "the quadrature (qmc, mc), the minibatches and the draws")
-
-
-def _loss(model, pm, minibatch, var_name):
-    """``loss_vg(theta, key) -> (L, grad)``: the negative log joint, or its minibatch estimate."""
-    if minibatch is None or int(minibatch) >= pm.n_obs:
-        vg = jax.value_and_grad(lambda th: -pm.logp(th))
-        return lambda th, key: vg(th)
-    B, n = int(minibatch), pm.n_obs
-    terms = as_model(model, pvi=True, var_name=var_name).terms
-    if terms.log_prior is None:
-        raise ValueError(f"minibatch= needs the log prior of the model separately from its likelihood, which this "
-                         f"{pm.kind} model does not give; use minibatch=None.")
-
-    def loss(th, key):
-        idx = jax.random.choice(key, n, (B,), replace=False)
-        ll = jax.vmap(pm.loglik_i, in_axes=(None, 0))(th, idx)
-        return -(n / B) * jnp.sum(ll) - terms.log_prior(th[None, :])[0]
-
-    return jax.value_and_grad(loss)
-
-
-@uses_x64
-def qnvb(model, data=None, *, n_pairs=2, quadrature="hadamard", steps=3000, minibatch=None, sigma_min=1e-5,
-         sigma_max=10.0, lam=0.1, s_min=0.9, s_max=1.1, tau1=10, tau2=100, hessian="rms", draws=1000, random_seed=None,
-         var_name=None, init=None):
-    """Quasi-Newton variational Bayes: a mean-field Gaussian posterior in seconds.
+@dataclass(frozen=True)
+class QNVBOptions:
+    """How :func:`ppl_loo.qnvb` runs Algorithm 3: its steps, start, quadrature and safeguards.
 
     Parameters
     ----------
-    model : pymc.Model, StanModel, JaxModel, pl.models.*
-        Any model :func:`ppl_loo.as_model` accepts.
-    data : xarray.DataTree, optional
-        Its groups are kept in the returned tree (it must not have a ``posterior`` group).
+    steps : int
+        Iterations of Algorithm 3.
+    init : array, optional
+        Starting mean in the unconstrained space (default: small random values).
     n_pairs : int
         Antithetic pairs per step (``2 n_pairs`` gradient evaluations; a power of 2 for Hadamard).
     quadrature : {"hadamard", "qmc", "mc"}
         Hadamard cross-polytope nodes (Algorithm 1), mean-and-variance-matched QMC, or plain Monte Carlo.
-    steps : int
-        Iterations of Algorithm 3.
     minibatch : int, optional
         Observations per step (default: all).
     sigma_min, sigma_max : float
@@ -105,11 +69,82 @@ def qnvb(model, data=None, *, n_pairs=2, quadrature="hadamard", steps=3000, mini
         hundred steps (``benchmarks/qnvb.py``).
     hessian : {"rms", "clamp"}
         RMS-averaged Hessian diagonal (the paper's Algorithm 3) or a signed average clamped at ``h_min``.
+    """
+
+    steps: int = 3000
+    init: Any = None
+    n_pairs: int = 2
+    quadrature: str = "hadamard"
+    minibatch: int | None = None
+    sigma_min: float = 1e-5
+    sigma_max: float = 10.0
+    lam: float = 0.1
+    s_min: float = 0.9
+    s_max: float = 1.1
+    tau1: float = 10
+    tau2: float = 100
+    hessian: str = "rms"
+
+
+def _check_args(opt, draws):
+    n_pairs, quadrature, steps, minibatch = opt.n_pairs, opt.quadrature, opt.steps, opt.minibatch
+    if quadrature not in QUADRATURES:
+        raise ValueError(f"optimizer.quadrature={quadrature!r}: choose 'hadamard' (Algorithm 1), 'qmc' or 'mc'.")
+    n_pairs = int(n_pairs)
+    if n_pairs < 1 or (quadrature == "hadamard" and n_pairs & (n_pairs - 1)):
+        raise ValueError(f"optimizer.n_pairs={n_pairs} must be >= 1, and a power of 2 for the Hadamard quadrature "
+                         "(its blocks of pairs must stay aligned, Theorem 3.3).")
+    if int(steps) < 1:
+        raise ValueError(f"optimizer.steps={steps} must be >= 1.")
+    if minibatch is not None and int(minibatch) < 1:
+        raise ValueError(f"optimizer.minibatch={minibatch} must be a positive number of observations (or None: "
+                         "all).")
+    if not (0 < float(opt.sigma_min) <= float(opt.sigma_max)):
+        raise ValueError("the optimizer's sigma bounds need 0 < sigma_min <= sigma_max; got "
+                         f"sigma_min={opt.sigma_min}, sigma_max={opt.sigma_max}.")
+    check_draws(draws)
+
+
+def _loss(model, pm, minibatch, var_name):
+    """``loss_vg(theta, key) -> (L, grad)``: the negative log joint, or its minibatch estimate."""
+    if minibatch is None or int(minibatch) >= pm.n_obs:
+        vg = jax.value_and_grad(lambda th: -pm.logp(th))
+        return lambda th, key: vg(th)
+    B, n = int(minibatch), pm.n_obs
+    terms = as_model(model, pvi=True, var_name=var_name).terms
+    if terms.log_prior is None:
+        raise ValueError(f"optimizer.minibatch needs the log prior of the model separately from its likelihood, "
+                         f"which this {pm.kind} model does not give; use minibatch=None.")
+
+    def loss(th, key):
+        idx = jax.random.choice(key, n, (B,), replace=False)
+        ll = jax.vmap(pm.loglik_i, in_axes=(None, 0))(th, idx)
+        return -(n / B) * jnp.sum(ll) - terms.log_prior(th[None, :])[0]
+
+    return jax.value_and_grad(loss)
+
+
+@uses_x64
+def qnvb(data, model, *, draws=1000, random_seed=None, var_name=None, optimizer=None):
+    """Quasi-Newton variational Bayes: a mean-field Gaussian posterior in seconds.
+
+    Parameters
+    ----------
+    data : xarray.DataTree or None
+        Its groups are kept in the returned tree (it must not have a ``posterior`` group). ``None``: a
+        new DataTree; the model carries the observed data either way.
+    model : pymc.Model, StanModel, JaxModel, pl.models.*
+        Any model :func:`ppl_loo.as_model` accepts.
     draws : int
         Draws from ``q`` written as the ``posterior`` group.
-    random_seed : int, numpy Generator or JAX key
-    init : array, optional
-        Starting mean in the unconstrained space (default: small random values).
+    random_seed : int, numpy Generator or JAX key, optional
+        Seeds the start, the quadrature (qmc, mc), the minibatches and the draws. None: a seed derived
+        from the observed data, so that a rerun on the same input reproduces.
+    var_name : str, optional
+        The observed variable (models with several).
+    optimizer : QNVBOptions, dict or None
+        Algorithm 3's steps, start, quadrature, minibatch and safeguards (:class:`~ppl_loo.QNVBOptions`;
+        None: its defaults).
 
     Returns
     -------
@@ -118,25 +153,27 @@ def qnvb(model, data=None, *, n_pairs=2, quadrature="hadamard", steps=3000, mini
         ``sigma`` (per unconstrained parameter), the ELBO estimate and the loss per step, ``log_q`` per
         draw; attrs: the settings, steps, gradient evaluations, wall time.
     """
-    _check_args(n_pairs, quadrature, steps, minibatch, sigma_min, sigma_max, draws, random_seed)
+    opt = resolve_options(QNVBOptions, optimizer, "optimizer", "qnvb")
+    _check_args(opt, draws)
     t0 = time.perf_counter()
     data = check_input_tree(data, "qnvb")
     pm = as_model(model, var_name=var_name, data=data)
-    k_init, k_run, k_draw = jax.random.split(prng_key(random_seed), 3)
-    mu0 = initial_point(init, pm.dim, k_init, "qnvb")
-    cfg = QNVBConfig(lam=float(lam), sigma_min=float(sigma_min), sigma_max=float(sigma_max), s_min=float(s_min),
-                     s_max=float(s_max), tau1=float(tau1), tau2=float(tau2), n_pairs=int(n_pairs),
-                     quadrature=quadrature, hessian=hessian)
-    state, trace = run(_loss(model, pm, minibatch, var_name), mu0, cfg, int(steps), k_run)
+    k_init, k_run, k_draw = jax.random.split(fit_key(random_seed, pm), 3)
+    mu0 = initial_point(opt.init, pm.dim, k_init, "qnvb")
+    cfg = QNVBConfig(lam=float(opt.lam), sigma_min=float(opt.sigma_min), sigma_max=float(opt.sigma_max),
+                     s_min=float(opt.s_min), s_max=float(opt.s_max), tau1=float(opt.tau1), tau2=float(opt.tau2),
+                     n_pairs=int(opt.n_pairs), quadrature=opt.quadrature, hessian=opt.hessian)
+    state, trace = run(_loss(model, pm, opt.minibatch, var_name), mu0, cfg, int(opt.steps), k_run)
     q = gaussian.MeanField(jnp.asarray(state.mu), jnp.asarray(state.sigma))
     if not (bool(jnp.all(jnp.isfinite(q.mean))) and bool(jnp.all(jnp.isfinite(q.sd)))):
-        raise ValueError("QNVB diverged (non-finite mu or sigma): lower lam or sigma_max, or pass init= nearer the "
-                         "posterior.")
+        raise ValueError("QNVB diverged (non-finite mu or sigma): lower the optimizer's lam or sigma_max, or pass "
+                         "optimizer={'init': ...} nearer the posterior.")
     theta, log_q = gaussian_draws(q, draws, pm.dim, k_draw)
-    attrs = dict(n_pairs=int(n_pairs), quadrature=quadrature, steps=int(steps), minibatch=int(minibatch or 0),
-                 sigma_min=float(sigma_min), sigma_max=float(sigma_max), lam=float(lam), s_min=float(s_min),
-                 s_max=float(s_max), tau1=float(tau1), tau2=float(tau2), hessian=hessian,
-                 gradient_evaluations=int(2 * int(n_pairs) * int(steps)),
+    attrs = dict(n_pairs=int(opt.n_pairs), quadrature=opt.quadrature, steps=int(opt.steps),
+                 minibatch=int(opt.minibatch or 0), sigma_min=float(opt.sigma_min), sigma_max=float(opt.sigma_max),
+                 lam=float(opt.lam), s_min=float(opt.s_min), s_max=float(opt.s_max), tau1=float(opt.tau1),
+                 tau2=float(opt.tau2), hessian=opt.hessian,
+                 gradient_evaluations=int(2 * int(opt.n_pairs) * int(opt.steps)),
                  wall_time_s=time.perf_counter() - t0, random_seed=str(random_seed))
     group = _qnvb_group(pm, q, trace, log_q, attrs)
     return approximation_tree(pm, data, theta, "qnvb", group, "qnvb")

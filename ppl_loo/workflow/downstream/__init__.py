@@ -1,1 +1,1 @@
-"""What users run after LOO: ``pl.compare``, ``pl.loo_expectation``, ``pl.loo_roc``."""
+"""What users run after LOO: ``pl.compare``, ``pl.loo_expectations``, ``pl.loo_roc``."""

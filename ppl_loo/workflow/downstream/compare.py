@@ -134,7 +134,7 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
           ``sum_i (elpd_i[model] - elpd_i[best])`` over those ``i``; 0 for the best model.
 
         - ``n_weights_adapted``, ``n_weights_fallback``: which weights the after-LOO functions
-          (``pl.loo_expectation``, ``loo_pit``, ``loo_score``, ``loo_r2``, ``loo_metrics``, ``loo_roc``) use for this
+          (``pl.loo_expectations``, ``loo_pit``, ``loo_score``, ``loo_r2``, ``loo_metrics``, ``loo_roc``) use for this
           model: the weights ``elpd_i`` came from on that many observations (an adapted proposal's, or a refit's
           or the mixture run's draws, which the result keeps), and plain PSIS weights, as a fallback, on the
           observations whose refit or mixture draws the result does not keep (a refit read from a checkpoint, draws

@@ -1,4 +1,4 @@
-"""``ppl_loo.loo_expectation``: LOO expectations, variances, sds and quantiles of pointwise quantities with the
+"""``ppl_loo.loo_expectations``: LOO expectations, variances, sds and quantiles of pointwise quantities with the
 adapted weights, and each estimate's own Pareto k-hat."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from ppl_loo.model import as_model
 from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
 from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function
 
-__all__ = ["loo_expectation", "expectation", "summarized", "checked_model", "warn_unkept"]
+__all__ = ["loo_expectations", "expectation", "summarized", "checked_model", "warn_unkept"]
 
 
 @uses_x64
-def loo_expectation(data, res, values, *, model=None, kind="mean", probs=None):
+def loo_expectations(data, res, values, *, model=None, kind="mean", probs=None):
     """LOO expectation ``E_{-i}[f_i]`` (or variance, sd, median, quantiles) of a pointwise quantity for every
     observation, with each estimate's own Pareto k-hat (R ``loo``'s ``E_loo``, ``arviz_stats.loo_expectations``).
 
@@ -52,7 +52,7 @@ def loo_expectation(data, res, values, *, model=None, kind="mean", probs=None):
     DataArray
         Over the observation dims of the result (after ``quantile``, the levels, for ``kind="quantile"``, as
         ``arviz_stats``), named
-        ``loo_expectation``, with the coordinates ``pareto_k`` (each estimate's k-hat: the larger of the
+        ``loo_expectations``, with the coordinates ``pareto_k`` (each estimate's k-hat: the larger of the
         weights' right-tail k-hat and the two-tailed k-hat of ``h`` times the weights, ``h`` the quantity for the
         mean and its square for the variance and sd; the weights' alone for quantiles; computed from the raw
         ratios ``1 / p(y_i | theta)`` for plain PSIS, from the smoothed weights for adapted proposals, which
@@ -67,9 +67,9 @@ def loo_expectation(data, res, values, *, model=None, kind="mean", probs=None):
 
 
 def expectation(data, res, values, model, kind="mean", probs=None, with_khat=True):
-    """:func:`loo_expectation` (``model`` not yet checked); ``with_khat=False`` leaves ``pareto_k`` NaN (the
+    """:func:`loo_expectations` (``model`` not yet checked); ``with_khat=False`` leaves ``pareto_k`` NaN (the
     k-hats cost one tail fit per observation: :func:`ppl_loo.loo_roc` needs only the means)."""
-    model = checked_model(data, res, model, "loo_expectation")
+    model = checked_model(data, res, model, "loo_expectations")
     if not callable(values):
         raise TypeError("`values` must be a callable values(params) -> array (M, *obs_shape).")
     probs = _checked_kind(kind, probs)
@@ -81,7 +81,7 @@ def expectation(data, res, values, model, kind="mean", probs=None, with_khat=Tru
 
 
 def summarized(res, pts, at_draws, at_rows, kind="mean", probs=None, with_khat=True):
-    """The DataArray of :func:`loo_expectation` from a function's values at the posterior draws ``(S, n)`` and at the
+    """The DataArray of :func:`loo_expectations` from a function's values at the posterior draws ``(S, n)`` and at the
     result's other-than-PSIS points ``(R,)`` (:func:`ppl_loo.workflow.downstream.points.evaluated`)."""
     S, n = pts.ll.shape
     if not np.all(np.isfinite(at_draws)):

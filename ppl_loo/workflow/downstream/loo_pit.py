@@ -1,12 +1,13 @@
 """``ppl_loo.loo_pit``: LOO probability integral transforms (calibration) with the adapted weights.
 
 ``PIT_i = P(y_rep_i <= y_i | y_-i) = E_{-i}[F_i(y_i | theta)]``, the LOO expectation of the observation model's CDF
-at the observed value, with the weights ``elpd_i`` was computed with (:func:`ppl_loo.loo_expectation`: the adapted
+at the observed value, with the weights ``elpd_i`` was computed with (:func:`ppl_loo.loo_expectations`: the adapted
 proposal's on its transformed draws where one was used, plain PSIS elsewhere). The CDF is evaluated exactly at
 each weighted point (PyMC's ``logcdf`` of the observed distribution, or the user's ``cdf=``), not by counting
 posterior predictive draws below ``y_i`` as ``arviz_stats.loo_pit`` does: at transformed draws there are no
 predictive draws to count. For a discrete outcome the PIT is randomized (Czado et al. 2009; as
-``arviz_stats.loo_pit``): ``P(y_rep < y) + U P(y_rep = y)``, ``U`` uniform from ``random_seed``.
+``arviz_stats.loo_pit``): ``P(y_rep < y) + U P(y_rep = y)``, ``U`` uniform from ``random_seed`` (None: a seed
+derived from those two probabilities, so that a rerun on the same input reproduces).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.downstream.loo_expectations import checked_model, summarized
-from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function, posterior_draws
+from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function
 
 __all__ = ["loo_pit", "plot_loo_pit"]
 
@@ -35,20 +37,22 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
         The model the result was computed with.
     cdf : callable, optional
         ``cdf(params) -> array (M, *obs_shape)``: ``P(y_rep_i <= y_i | theta)`` at ``M`` parameter points
-        (``params`` as in :func:`ppl_loo.loo_expectation`), or for a discrete outcome the tuple
+        (``params`` as in :func:`ppl_loo.loo_expectations`), or for a discrete outcome the tuple
         ``(P(y_rep_i <= y_i | theta), P(y_rep_i < y_i | theta))``. Default: the model's own (a PyMC model's
         ``logcdf`` of the observed distribution; a Stan program's own ``_lcdf`` of the distribution in its
         ``log_lik`` statements, ``log_lik[i] = D_lpdf(y[i] | ...)``, as derived by
         :func:`ppl_loo.stan_bridge.derived.cdf_program`; a ``JaxModel``'s from its declared ``output``,
         ``"gaussian"`` or ``"bernoulli"``, and ``observed``; ``model.pit_cdf`` of any model that defines it).
-    random_seed : int or numpy.random.Generator
-        The uniform draws of the randomized PIT (discrete outcomes; required there).
+    random_seed : int or numpy.random.Generator, optional
+        The uniform draws of the randomized PIT (discrete outcomes). None: a seed derived from the LOO
+        probabilities ``P(y_rep_i <= y_i)`` and ``P(y_rep_i < y_i)``, so that a rerun on the same input
+        reproduces.
 
     Returns
     -------
     DataArray
         ``loo_pit`` over the observation dims, in [0, 1], with the coordinate ``weights`` (``"psis"``,
-        ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectation`) and ``pareto_k`` (the
+        ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectations`) and ``pareto_k`` (the
         k-hat of the mean of the CDF under those weights).
     """
     model = checked_model(data, res, model, "loo_pit")
@@ -60,15 +64,11 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
                              "for a discrete outcome).")
     elif not callable(cdf):
         raise TypeError("`cdf` must be a callable cdf(params) -> array (M, *obs_shape) or a tuple of two.")
-    if random_seed is None and _discrete(data, res, model, cdf):  # refused before the points are built
-        raise ValueError("the outcome is discrete: its LOO-PIT is randomized; pass random_seed=<int> to pl.loo_pit.")
     entry = entry_cache(data, res, model)
     outs, discrete = evaluated(entry, cdf, model, own_function(cdf, model), name="cdf")
     if discrete and len(outs) != 2:
         raise ValueError("cdf must return one array for a continuous outcome, or the tuple "
                          "(P(y_rep <= y), P(y_rep < y)) for a discrete one, at every call.")
-    if discrete and random_seed is None:
-        raise ValueError("the outcome is discrete: its LOO-PIT is randomized; pass random_seed=<int> to pl.loo_pit.")
     for at_draws, at_rows in outs:
         _probability(at_draws)
         _probability(at_rows)
@@ -76,7 +76,8 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
     if not discrete:
         return _named(upper.clip(0.0, 1.0), upper)
     lower = summarized(res, entry.points, *outs[1], with_khat=False)
-    rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
+    seed = seed_from(random_seed, upper.values, lower.values)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     pit = lower + rng.uniform(size=upper.shape) * (upper - lower)
     return _named(pit.clip(0.0, 1.0), upper)
 
@@ -106,14 +107,6 @@ def plot_loo_pit(data, res, *, model=None, cdf=None, random_seed=None, backend=N
     pit = loo_pit(data, res, model=model, cdf=cdf, random_seed=random_seed)
     tree = xr.DataTree.from_dict({"loo_pit": xr.Dataset({res.var_name or "y": pit})})
     return azp.plot_ecdf_pit(tree, group="loo_pit", sample_dims=list(pit.dims), backend=backend, **kwargs)
-
-
-def _discrete(data, res, model, cdf):
-    """Whether ``cdf`` is of a discrete outcome (it returns a tuple): the model's own flag where it has one, else one
-    call at the posterior draws (the shape of the later calls: nothing compiled for this alone)."""
-    if own_function(cdf, model) and hasattr(model.source, "discrete_outcome"):
-        return bool(model.source.discrete_outcome)
-    return isinstance(cdf(model.constrain(posterior_draws(data, res, model))), tuple)
 
 
 def _probability(values):

@@ -2,7 +2,7 @@
 
 ``pl.loo_roc(data, res, model=model)`` turns an adaptive LOO result of a binary model into the LOO predicted
 probability of every observation, ``E_{-i}[p(y_i = 1 | theta)]`` (a LOO expectation with each
-observation's adapted weights, :func:`ppl_loo.loo_expectation`; paper Eq. 8), and scores those
+observation's adapted weights, :func:`ppl_loo.loo_expectations`; paper Eq. 8), and scores those
 out-of-sample probabilities against the labels: the ROC curve and its area (AUC), the
 precision-recall curve and the average precision.
 
@@ -136,7 +136,7 @@ class LooROC:
 
 
 @uses_x64
-def loo_roc(data, res, probability=None, *, y=None, model=None) -> LooROC:
+def loo_roc(data, res, *, model=None, probability=None, y=None) -> LooROC:
     """LOO predicted probabilities, ROC and PR curves and AUC of a binary-outcome model.
 
     Parameters
@@ -145,15 +145,15 @@ def loo_roc(data, res, probability=None, *, y=None, model=None) -> LooROC:
         The data ``res`` was computed from (its ``observed_data`` group gives the labels).
     res : LooResult
         From :func:`ppl_loo.loo` with a model.
+    model : pymc.Model, StanModel or PosteriorModel
+        The model the result was computed with (as passed to :func:`ppl_loo.loo`).
     probability : callable, optional
         ``probability(params) -> array (M, *obs_shape)``: ``p(y_i = 1 | theta)`` at ``M`` points, with
-        ``params`` the model's constrained parameters (as in :func:`ppl_loo.loo_expectation`).
+        ``params`` the model's constrained parameters (as in :func:`ppl_loo.loo_expectations`).
         Default: the model's own ``predicted_probability`` (the PyMC adapter has it for a Bernoulli
         observed variable).
     y : array, optional
         The labels; default ``observed_data[var_name]`` of ``data``, else the model's observed data.
-    model : pymc.Model, StanModel or PosteriorModel
-        The model the result was computed with (as passed to :func:`ppl_loo.loo`).
 
     Returns
     -------

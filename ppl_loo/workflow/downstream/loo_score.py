@@ -6,13 +6,13 @@ This module owns the weighted predictive draws ``(y_rep_i, log w)`` of every obs
 - an observation that kept plain PSIS uses the ``posterior_predictive`` draws and ``res.log_weights``, exactly
   what ``arviz_stats.loo_score`` uses (so where nothing is adapted the numbers are ``arviz_stats.loo_score``'s on
   the same data);
-- an observation with an adapted proposal uses that proposal's points (:func:`ppl_loo.loo_expectation`'s, rebuilt
+- an observation with an adapted proposal uses that proposal's points (:func:`ppl_loo.loo_expectations`'s, rebuilt
   from the posterior draws with the model) and its stored weights, with ``y_rep_i`` simulated at each point
   (PyMC: ``pm.sample_posterior_predictive`` on those points; otherwise the user's ``simulate=``), seeded from
   ``random_seed``;
 - an observation whose ``elpd_i`` came from a refit or the mixture run uses the draws the result kept
   (:mod:`ppl_loo.workflow.loo.kept`) and their weights the same way; where they were not kept (a refit read from a
-  checkpoint) it falls back to plain PSIS, with :func:`ppl_loo.loo_expectation`'s warning.
+  checkpoint) it falls back to plain PSIS, with :func:`ppl_loo.loo_expectations`'s warning.
 
 The score of each observation is ``arviz_stats``' (``array_stats.loo_score``: the probability-weighted-moment
 estimator of Taillardat et al. 2016 for the CRPS, the weighted Gini mean difference for the SCRPS of Bolin & Wallin
@@ -33,6 +33,7 @@ import xarray as xr
 
 from ppl_loo.adapters.pymc.adapter import PyMCModel
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.downstream.loo_expectations import checked_model, warn_unkept
 from ppl_loo.workflow.downstream.points import blocks, entry_cache
 
@@ -65,13 +66,13 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
     kind : {"crps", "scrps"}
         The continuous ranked probability score or its scale-invariant version (Bolin & Wallin 2023).
     random_seed : int or numpy.random.Generator, optional
-        Seed of the ``y_rep_i`` simulated at the adapted proposals' points; required when any observation is
-        adapted.
+        Seed of the ``y_rep_i`` simulated at the adapted proposals' points. None: a seed derived from those points
+        and their weights, so that a rerun on the same input reproduces.
     pointwise : bool
         Also return the per-observation scores and the k-hat of the weights each used.
     simulate : callable, optional
         ``simulate(params, rng) -> array (M, *obs_shape)``: one replicated data set per point, ``params`` the
-        model's constrained parameters at ``M`` points (as in :func:`ppl_loo.loo_expectation`), ``rng`` a
+        model's constrained parameters at ``M`` points (as in :func:`ppl_loo.loo_expectations`), ``rng`` a
         ``numpy.random.Generator``. Default for a PyMC model: ``pm.sample_posterior_predictive`` of the observed
         variable at the points. Required for other models when an observation is adapted.
 
@@ -81,7 +82,7 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         As ``arviz_stats.loo_score``: ``CRPS`` or ``SCRPS`` with ``mean`` (the mean of the pointwise scores,
         larger is better: the CRPS is negated, the SCRPS is so oriented by definition) and ``se``; with
         ``pointwise=True`` also ``pointwise`` (a DataArray over the observation dims, with the coordinate
-        ``weights``: ``"psis"``, ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectation`) and
+        ``weights``: ``"psis"``, ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectations`) and
         ``pareto_k`` (the k-hat of the weights used; NaN for refit and mixture draws).
     """
     if kind not in SCORES:
@@ -208,9 +209,6 @@ def _adapted_samples(data, res, model, random_seed, simulate, n_other):
     """``(y_rep (a, M), log weights (a, M), observations (a,), sources (a,))``: the draws of every observation with
     other weights than plain PSIS (``source``: adapted, refit, mixture), ``y_rep_i`` simulated at its points, rows
     padded with weight 0. Every input is checked before the points are built or anything is simulated."""
-    if random_seed is None:
-        raise ValueError(f"{n_other} observation(s) use adapted proposals, refit or mixture draws, whose y_rep_i are "
-                         "simulated at those points: pass random_seed=<int> to pl.loo_score.")
     model = checked_model(data, res, model, "loo_score")
     if simulate is not None and not callable(simulate):
         raise TypeError("`simulate` must be a callable simulate(params, rng) -> array (M, *obs_shape).")
@@ -226,6 +224,7 @@ def _adapted_samples(data, res, model, random_seed, simulate, n_other):
     if not pts.obs.size:
         empty = np.zeros((0, 1))
         return empty, empty, pts.obs, pts.source
+    random_seed = seed_from(random_seed, pts.rows, pts.log_weights)
     seed = _seed_key(random_seed)
     key = None if seed is None else (seed, "model" if simulate is None else simulate)
     y_rep = entry.simulated.get(key) if key is not None else None

@@ -1,5 +1,5 @@
 """The weighted points behind every observation's ``elpd_i``, built once per result and reused by every after-LOO
-function (``pl.loo_expectation``, ``loo_pit``, ``loo_score``, ``loo_r2``, ``loo_metrics``, ``loo_roc``).
+function (``pl.loo_expectations``, ``loo_pit``, ``loo_score``, ``loo_r2``, ``loo_metrics``, ``loo_roc``).
 
 A result stores the adapted proposals' weights, not their points: the points are rebuilt from the posterior draws with
 the model (one candidate of the search per adapted observation), and the refits' and the mixture run's are the draws

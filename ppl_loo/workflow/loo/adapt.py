@@ -30,7 +30,7 @@ CANDIDATE_FIELDS = ("log_mean_ratio", "se_log_mean_ratio", "mcse", "se", "ess", 
 @dataclass
 class Candidates:
     """Every candidate's k-hats, elpd and checks per observation (``res.candidates``), and the chosen
-    candidate's smoothed log weights per searched observation (for :func:`ppl_loo.loo_expectation`)."""
+    candidate's smoothed log weights per searched observation (for :func:`ppl_loo.loo_expectations`)."""
 
     labels: list
     table: dict

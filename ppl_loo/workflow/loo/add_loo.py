@@ -17,7 +17,7 @@ def add_loo(data, res, group="loo", *, overwrite=False):
 
     The group holds the pointwise results (``elpd_i``, ``p_loo_i``, ``pareto_k``, ``pareto_k_psis``,
     ``transform``, ``hbar_used``, ``mcse_elpd_i``, ``n_eff_i``, ``influence``, ``doubtful``, ...) over
-    the observation dims of the log-likelihood variable, the weights ``loo_expectation`` needs, and
+    the observation dims of the log-likelihood variable, the weights ``loo_expectations`` needs, and
     the summary (``elpd``, ``se``, ``p``, ``good_k``, ``n_samples``, ``n_data_points``, ``warning``,
     ``var_name``, ...) in its attrs: everything :meth:`ppl_loo.LooResult.from_datatree` needs to
     rebuild the result (:func:`ppl_loo.workflow.loo.result.loo_datatree` lists it).

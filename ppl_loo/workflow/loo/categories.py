@@ -76,7 +76,7 @@ def _bools(da, n):
 
 
 def after_loo_weights(res):
-    """Which weights the after-LOO functions (``pl.loo_expectation``, ``loo_pit``, ``loo_score``, ``loo_r2``,
+    """Which weights the after-LOO functions (``pl.loo_expectations``, ``loo_pit``, ``loo_score``, ``loo_r2``,
     ``loo_metrics``, ``loo_roc``) use per observation (flat): ``"adapted"`` where ``elpd_i`` used an adapted proposal
     or came from a refit or mixture importance sampling whose draws the result kept (``res.kept_log_weights``:
     the weights of the draws ``elpd_i`` came from), ``"fallback"`` where ``elpd_i`` came from draws the result does

@@ -4,7 +4,7 @@ A refit's draws are draws of ``p(theta | y_-i)`` itself (equal weights); the mix
 ``theta_s ~ q_mix`` (one set for every observation, ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``) weigh
 observation ``i``'s LOO posterior with ``log w_si = -log p(y_i | theta_s) - logsumexp_j(-log p(y_j | theta_s))``
 (:func:`ppl_loo.numerics.mixture.mixture_log_weights`). Where ``elpd_i`` came from one of them (``transform`` is
-``"refit"`` or ``"mixture"``), :func:`ppl_loo.loo_expectation`, ``loo_pit``, ``loo_score``, ``loo_r2``,
+``"refit"`` or ``"mixture"``), :func:`ppl_loo.loo_expectations`, ``loo_pit``, ``loo_score``, ``loo_r2``,
 ``loo_metrics`` and ``loo_roc`` weight those draws, not the plain PSIS weights of the posterior draws (which are
 wrong exactly there). Tempered SMC's particles are not kept: its estimate is only ever pooled with another one, whose
 draws are (:mod:`ppl_loo.workflow.loo.vouch.rule`).

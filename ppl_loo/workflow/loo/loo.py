@@ -469,7 +469,7 @@ def _warn(v, cands, conv, k_threshold, n_searched, which=""):
 
 def _result(data, model, draws, plain, v, cands, cfg, flagged, refit_info, approx_ok_values=None, lpd=None, **extra):
     """The :class:`LooResult`: pointwise DataArrays over the log-likelihood's observation dims, the
-    candidate table, and the plain data :func:`ppl_loo.loo_expectation` needs (weights, settings)."""
+    candidate table, and the plain data :func:`ppl_loo.loo_expectations` needs (weights, settings)."""
     S, n = draws.ll.shape
     da = pointwise_factory(data, draws.var_name, model, n)
     p_loo_i = (logmeanexp(draws.ll) if lpd is None else lpd) - v.elpd  # lpd: from the chunks (out of core)

@@ -91,7 +91,7 @@ class LooResult(ELPDDataLOO):
       ``adapted_hbar``: the proposal), its smoothed log weights over the ``2 S`` pooled points
       ``[draws; images]``; ``log_q``: the approximation's log density at the draws (draws of an
       approximation only); ``engine_config``: the search's settings as plain values. With the model,
-      these rebuild the weighted points (:func:`ppl_loo.loo_expectation`, :func:`ppl_loo.loo_roc`).
+      these rebuild the weighted points (:func:`ppl_loo.loo_expectations`, :func:`ppl_loo.loo_roc`).
 
     The result is plain data: it pickles, and :meth:`to_datatree` / :meth:`from_datatree` write and
     read it as a DataTree node (``pl.add_loo`` stores that node as group ``loo``), e.g. in a netCDF

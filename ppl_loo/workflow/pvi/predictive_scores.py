@@ -20,12 +20,15 @@ import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
+from ppl_loo.numerics.random import prng_key, seed_from
 from ppl_loo.numerics.vi.scores import (
     crps_fair,
     energy_score_fair,
     log_score_eval,
     quadratic_score_eval,
 )
+from ppl_loo.workflow.options import resolve_options
+from ppl_loo.workflow.pvi.options import ScoreOptions
 
 __all__ = ["predictive_scores", "training_scores"]
 
@@ -62,8 +65,7 @@ def training_scores(pm, theta, key) -> dict:
 
 
 @uses_x64
-def predictive_scores(data, model, *, scores="auto", group="posterior", random_seed=0, var_name=None,
-                      simulator=None, probs=None, observed=None, categories=None):
+def predictive_scores(data, model, *, scores="auto", group="posterior", random_seed=None, score_options=None):
     """Score the predictive of the draws in ``data[group]`` on the data ``model`` holds (a test split).
 
     Parameters
@@ -75,10 +77,14 @@ def predictive_scores(data, model, *, scores="auto", group="posterior", random_s
     scores : "auto" or sequence of {"log", "crps", "quadratic"}
         ``"auto"``: every score the model supports (CRPS needs a simulator, the quadratic score a
         categorical outcome).
-    random_seed : int
-        Seed of the predictive draws (CRPS).
-    var_name, simulator, probs, observed, categories
-        As for :func:`ppl_loo.pvi`.
+    group : str
+        The group of ``data`` with the draws.
+    random_seed : int, numpy.random.Generator or JAX key, optional
+        Seed of the predictive draws (CRPS). None: a seed derived from the draws and the observed
+        data, so that a rerun on the same input reproduces.
+    score_options : ScoreOptions, dict or None
+        What the score reads from the model (``var_name``, ``simulator``, ``probs``, ``observed``,
+        ``categories``), as for :func:`ppl_loo.pvi`.
 
     Returns
     -------
@@ -87,8 +93,9 @@ def predictive_scores(data, model, *, scores="auto", group="posterior", random_s
         sums in ``attrs`` (``"log_score"``, ``"crps"``, ``"quadratic"``) and the mean quadratic
         score (``"quadratic_mean"``).
     """
-    pm = as_model(model, pvi=True, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
-                      categories=categories)
+    sco = resolve_options(ScoreOptions, score_options, "score_options", "predictive_scores")
+    pm = as_model(model, pvi=True, var_name=sco.var_name, simulator=sco.simulator, probs=sco.probs,
+                  observed=sco.observed, categories=sco.categories)
     if not isinstance(data, xr.DataTree) or group not in data.children:
         raise ValueError(f"data must be a DataTree with a {group!r} group of draws.")
     theta = np.asarray(pm.unconstrain(data[group].to_dataset()), dtype=np.float64)
@@ -104,7 +111,8 @@ def predictive_scores(data, model, *, scores="auto", group="posterior", random_s
         bad = [s for s in which if s not in names.values()]
         if bad:
             raise ValueError(f"unknown score(s) {bad}; choose from 'log', 'crps', 'quadratic'.")
-    pw = _pointwise(pm, theta, jax.random.PRNGKey(int(random_seed)), which)
+    observed = [] if pm.obs.observed is None else [pm.obs.observed]
+    pw = _pointwise(pm, theta, prng_key(seed_from(random_seed, theta, *observed)), which)
     pw.pop("_ll", None)
     if scores != "auto":
         missing = [s for s in which if s not in pw]

@@ -10,10 +10,12 @@ scores, and the heterogeneity table of the notes, section 3).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
 import warnings
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -23,11 +25,13 @@ import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model import as_model
-from ppl_loo.numerics.random import prng_key
+from ppl_loo.numerics.random import prng_key, seed_from
 from ppl_loo.numerics.vi import objective as npvi
 from ppl_loo.numerics.vi.families import flatten_params, get_family
-from ppl_loo.numerics.vi.optim import get_optimizer, step_decay
+from ppl_loo.numerics.vi.optim import OPTIMIZERS, get_optimizer, step_decay
 from ppl_loo.workflow.approx.approx_tree import log_likelihood_dataset, observed_dataset, posterior_dataset
+from ppl_loo.workflow.options import resolve_options
+from ppl_loo.workflow.pvi.options import FlowOptions, OptimizerOptions, OutputOptions, ScoreOptions
 from ppl_loo.workflow.pvi.predictive_scores import training_scores
 
 __all__ = ["DEFAULT_LEARNING_RATE", "pvi"]
@@ -40,7 +44,7 @@ CAVEAT = ("The heterogeneity flags are a heuristic (Lai & Yao, Sec. 2.5), not a 
           "the spread of a coefficient). Regularization (lam > 0) stabilizes the solution.")
 
 
-def _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold):
+def _check_args(score, reg, lam, steps, draws_per_step, draws, average, estimator, heterogeneity_threshold):
     if score not in (None, "log", "crps", "quadratic"):
         raise ValueError(f"score={score!r}: choose 'log', 'crps' or 'quadratic' (None fits plain VI).")
     if reg not in npvi.REGULARIZERS:
@@ -49,17 +53,18 @@ def _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, esti
         raise ValueError(f"lam={lam!r} must be a finite number >= 0.")
     if lam > 0 and reg is None:
         raise ValueError(f"lam={lam} has no effect without a regularizer: pass reg='prior' or reg='posterior'.")
-    _check_int("steps", steps, 1)
-    _check_int("draws_per_step", draws_per_step, 1)
-    _check_int("num_draws", num_draws, 2)
+    _check_int("optimizer.steps", steps, 1)
+    _check_int("optimizer.draws_per_step", draws_per_step, 1)
+    _check_int("draws", draws, 2)
     if isinstance(average, (str, bytes)) or not isinstance(average, (int, float, np.number)) \
             or not 0.0 <= float(average) < 1.0:
-        raise ValueError(f"average={average} must be in [0, 1): the fraction of final steps whose iterates are "
-                         "averaged.")
+        raise ValueError(f"optimizer.average={average} must be in [0, 1): the fraction of final steps whose "
+                         "iterates are averaged.")
     if estimator not in npvi.ESTIMATORS:
-        raise ValueError(f"estimator={estimator!r}: choose 'reparam' (Table 1, (a)) or 'rejection' (Appendix B).")
+        raise ValueError(f"optimizer.estimator={estimator!r}: choose 'reparam' (Table 1, (a)) or 'rejection' "
+                         "(Appendix B).")
     if not heterogeneity_threshold > 1.0:
-        raise ValueError(f"heterogeneity_threshold={heterogeneity_threshold} must be > 1 (a ratio of sds).")
+        raise ValueError(f"output.heterogeneity_threshold={heterogeneity_threshold} must be > 1 (a ratio of sds).")
 
 
 def _check_int(name, value, low):
@@ -69,7 +74,7 @@ def _check_int(name, value, low):
         ok = True
     if not ok or int(value) < low:
         raise ValueError(f"{name}={value!r} must be an integer >= {low}, e.g. "
-                         f"{name}={max(low, 1000 if name != 'steps' else 2000)}.")
+                         f"{name}={max(low, 1000 if not name.endswith('steps') else 2000)}.")
 
 
 def _check_learning_rate(learning_rate):
@@ -77,7 +82,7 @@ def _check_learning_rate(learning_rate):
         return
     ok = isinstance(learning_rate, (int, float, np.number)) and not isinstance(learning_rate, bool)
     if not ok or not (math.isfinite(float(learning_rate)) and float(learning_rate) > 0):
-        raise ValueError(f"learning_rate={learning_rate!r} must be a positive number (e.g. 0.01) or an optax "
+        raise ValueError(f"optimizer.learning_rate={learning_rate!r} must be a positive number (e.g. 0.01) or an optax "
                          "schedule (a callable of the step).")
 
 
@@ -91,9 +96,9 @@ def _check_available(pm, settings):
                          f"{pm.kind} model: {reason}.")
     if settings.score in ("crps", "quadratic") and getattr(t, "y", None) is None:
         raise ValueError(f"score={settings.score!r} compares the model's predictions with the observed outcomes, but "
-                         f"this {pm.kind} model has none: pass observed= (the observed outcomes, one per observation, "
-                         f"shape {tuple(getattr(pm, 'obs_shape', ()) or ())}) to pl.pvi, or to pl.JaxModel(..., "
-                         "observed=y).")
+                         f"this {pm.kind} model has none: pass score_options=pl.ScoreOptions(observed=y) (the observed "
+                         f"outcomes, one per observation, shape {tuple(getattr(pm, 'obs_shape', ()) or ())}) to "
+                         "pl.pvi, or pl.JaxModel(..., observed=y).")
     if settings.reg == "prior" and t.log_prior is None:
         raise ValueError(f"reg='prior' needs the log prior density, which this {pm.kind} model does not give; "
                          "pass log_prior= to the SimulatorModel, or use reg=None.")
@@ -106,7 +111,8 @@ def _log_bound(pm, log_lik_bound):
     if log_lik_bound is not None:
         b = np.asarray(log_lik_bound, dtype=np.float64)
         if b.ndim not in (0, 1) or (b.ndim == 1 and b.shape[0] != pm.n_obs) or not np.all(np.isfinite(b)):
-            raise ValueError(f"log_lik_bound must be a finite scalar or one value per observation ({pm.n_obs}).")
+            raise ValueError("optimizer.log_lik_bound must be a finite scalar or one value per observation "
+                             f"({pm.n_obs}).")
         return jnp.broadcast_to(jnp.asarray(b), (pm.n_obs,))
     base = getattr(pm.source, "model", None)
     if pm.kind == "PyMC" and base is not None:
@@ -123,7 +129,7 @@ def _log_bound(pm, log_lik_bound):
             return jnp.zeros(pm.n_obs)
     raise ValueError(
         "estimator='rejection' needs an upper bound C_i >= p(y_i | theta) for every theta (Appendix B): pass "
-        "log_lik_bound= (log C_i, a scalar or one per observation), e.g. 0 for a discrete outcome or "
+        "optimizer={'log_lik_bound': log C_i} (a scalar or one per observation), e.g. 0 for a discrete outcome or "
         "-log(sqrt(2 pi) sigma) for a normal likelihood with known sigma."
     )
 
@@ -148,7 +154,8 @@ def _runner(pm, family_spec, family_options, settings, optimizer, learning_rate,
             lr = DEFAULT_LEARNING_RATE.get(optimizer, 1e-3) if learning_rate is None else learning_rate
             if not callable(lr):
                 if not (float(lr) > 0 and math.isfinite(float(lr))):
-                    raise ValueError(f"learning_rate={learning_rate!r} must be a positive number or a schedule.")
+                    raise ValueError(f"optimizer.learning_rate={learning_rate!r} must be a positive number or a "
+                                     "schedule.")
                 lr = step_decay(float(lr), max(int(steps) // 2, 1), 0.1)
             opt = get_optimizer(optimizer, lr)
         step = npvi.build_step(family, pm.terms, settings, opt)
@@ -178,8 +185,8 @@ def _fit(pm, family_spec, family_options, settings, optimizer, learning_rate, st
     if n_bad == len(info.finite) or not leaves_ok:
         raise ValueError(
             f"{desc}: the objective or its gradient was not finite at {n_bad} of {len(info.finite)} steps and no "
-            "usable solution was found. The model's log density may be -inf or NaN at draws from q: pass init= (a "
-            "starting point inside the support), a smaller learning_rate, or check the model."
+            "usable solution was found. The model's log density may be -inf or NaN at draws from q: pass optimizer="
+            "{'init': ...} (a starting point inside the support), a smaller learning_rate, or check the model."
         )
     if n_bad:
         warnings.warn(f"{desc}: {n_bad} of {len(info.finite)} steps had a non-finite objective or gradient and were "
@@ -197,48 +204,33 @@ def _initial_params(family, pm, init, init_scale):
             if init_scale is None:  # warm start: the marginal sds of the previous fit
                 scale = np.asarray(a["sd"].values)
                 if scale.shape != (pm.dim,) or not np.all(scale > 0):
-                    raise ValueError("init: the pvi group's sd does not fit this model (or is not positive).")
+                    raise ValueError("optimizer.init: the pvi group's sd does not fit this model (or is not positive).")
         elif isinstance(init, (dict, xr.Dataset, xr.DataTree)):
             theta = np.asarray(pm.unconstrain(init), dtype=np.float64)
             loc = theta.mean(axis=0)
         else:
             loc = np.asarray(init, dtype=np.float64).reshape(-1)
         if loc.shape != (pm.dim,) or not np.all(np.isfinite(loc)):
-            raise ValueError(f"init gives {loc.shape} unconstrained values; the model has dim={pm.dim} (finite).")
+            raise ValueError(f"optimizer.init gives {loc.shape} unconstrained values; the model has dim={pm.dim} "
+                             "(finite).")
     return family.init(pm.dim, loc=loc, scale=scale)
 
 
 @uses_x64
 def pvi(
+    data,
     model,
-    data=None,
     *,
     score="log",
     family="meanfield",
     reg=None,
     lam=0.0,
-    draws_per_step=100,
-    steps=2000,
-    optimizer="adam",
-    learning_rate=None,
+    draws=1000,
     random_seed=None,
-    estimator="reparam",
-    num_draws=1000,
-    compare_vi=True,
-    var_name=None,
-    simulator=None,
-    probs=None,
-    observed=None,
-    categories=None,
-    log_lik_bound=None,
-    max_rounds=50,
-    init=None,
-    init_scale=None,
-    average=0.4,
-    family_options=None,
-    group="posterior",
-    heterogeneity_threshold=2.0,
-    progressbar=False,
+    progressbar=True,
+    optimizer=None,
+    score_options=None,
+    output=None,
 ):
     """Predictive variational inference: fit ``q`` to maximize a proper score of its predictive.
 
@@ -249,135 +241,125 @@ def pvi(
 
     Parameters
     ----------
+    data : xarray.DataTree or None
+        The user's DataTree: its groups are kept and PVI's are added (it must not already have the
+        group PVI writes, ``output.group``, default ``"posterior"``). ``None``: a new DataTree; the
+        model carries the observed data either way.
     model
         A ``pymc.Model``, a ``pl.StanModel`` (or ``StanPosterior``), a :class:`~ppl_loo.JaxModel`,
         another JAX posterior model, or a :class:`~ppl_loo.SimulatorModel` (likelihood-free, CRPS).
-    data : xarray.DataTree, optional
-        The user's DataTree: its groups are kept and PVI's are added. It must not already have
-        the group ``group`` (default ``"posterior"``).
     score : {"log", "crps", "quadratic"} or None
         The scoring rule (Table 1): log predictive density (Eq. 5), CRPS (continuous outcomes;
         needs a pathwise-differentiable simulator) or quadratic / Brier (categorical outcomes).
         ``None`` fits plain VI (ADVI) instead.
-    family : {"meanfield", "fullrank", "flow"} or Family
-        Diagonal Gaussian, full-rank Gaussian, or a neural spline flow
-        (:func:`ppl_loo.numerics.vi.families.flow`; options in ``family_options``).
+    family : {"meanfield", "fullrank", "flow"}, FlowOptions or Family
+        Diagonal Gaussian, full-rank Gaussian, or a neural spline flow (``"flow"``: its default
+        options; :class:`~ppl_loo.FlowOptions`: the flow with those), or a
+        :class:`~ppl_loo.numerics.vi.families.Family`.
     reg : {None, "prior", "posterior"}
         ``KL(q || prior)`` (Eq. 6) or ``KL(q || posterior)`` (Eq. 7, i.e. ``lam * ELBO``).
     lam : float
         The regularization weight of Eq. (4); ``lam -> inf`` with ``reg="posterior"`` gives VI.
-    draws_per_step : int
-        ``M`` draws from ``q`` per step (CRPS: ``M / 2`` independent pairs; must be even).
-    steps : int
-        Optimizer steps.
-    optimizer : {"adam", "rmsprop", "sgd"} or optax.GradientTransformation
-        ``"rmsprop"`` is the paper's (App. D). The names are optax's optimizers
-        (:func:`ppl_loo.numerics.vi.optim.get_optimizer`); a transformation is used as is (it
-        minimizes ``-J``) and ``learning_rate`` is then ignored.
-    learning_rate : float or callable, optional
-        Default 1e-2 for Adam, 1e-3 otherwise. A number is used for the first half of the steps and
-        multiplied by 0.1 for the second half (the paper's schedule); a callable ``step -> rate``
-        (an optax schedule) is used as is.
-    random_seed : int, numpy.random.Generator or JAX key
-        Required.
-    estimator : {"reparam", "rejection"}
-        Log-score gradient: estimator (a) of Table 1 (default) or the unbiased rejection-sampling
-        estimator of Appendix B, where observations without an acceptance draw fresh batches (up
-        to ``max_rounds``) instead of being dropped (notes erratum 7).
-    num_draws : int
-        Draws from ``q`` written to ``posterior`` (one chain).
-    compare_vi : bool
-        Also fit plain VI in the same family (heterogeneity table, training-score gap).
-    var_name : str, optional
-        The observed variable to score (PyMC models with several).
-    simulator, probs, observed, categories
-        Backend-specific inputs: see :func:`ppl_loo.model.as_model`. For a
-        JaxModel, ``simulator(values, key)`` (CRPS) and ``probs(values)`` (quadratic) are JAX
-        functions of the constrained values; for a Stan model, ``simulator`` names a generated
-        quantity with one ``*_rng`` draw per observation and ``observed`` the outcome's data entry.
-    log_lik_bound : float or array, optional
-        ``log C_i >= log p(y_i | theta)`` for the rejection estimator; default 0 for discrete
-        PyMC outcomes (the Poisson maximum for Poisson ones).
-    max_rounds : int
-        Cap on the fresh batches of the rejection estimator.
-    init : array, DataTree or dict, optional
-        Initial location in the unconstrained space (an array), the mean of draws (a posterior),
-        or a previous ``pl.pvi`` result (its marginal means and sds: a warm start, for example PVI
-        from plain VI); default 0.
-    init_scale : float or array, optional
-        Initial marginal sd in the unconstrained space; default 0.1 (or the previous result's sds).
-    average : float
-        Fraction of the final steps whose iterates are averaged (Polyak-Ruppert); 0 keeps the
-        last iterate.
-    family_options : dict, optional
-        Options of the family (``flow``: ``n_layers``, ``hidden``, ``n_bins``, ``bound``).
-    group : str
-        Name of the group for PVI's draws. With ``"posterior"``, ``pl.loo(result, model)``
-        applies the variational correction (Eq. 13) automatically.
-    heterogeneity_threshold : float
-        A parameter is flagged when ``sd_PVI / sd_VI`` exceeds this (a heuristic; see the notes).
+    draws : int
+        Draws from ``q`` written to the posterior group (one chain).
+    random_seed : int, numpy.random.Generator or JAX key, optional
+        The source of all randomness of the optimization and the draws. None: a seed derived from
+        the observed data, so that a rerun on the same input reproduces.
     progressbar : bool
+        Show the optimizer's progress.
+    optimizer : OptimizerOptions, dict or None
+        The optimizer, its steps, learning rate, draws per step, iterate averaging, the log-score
+        gradient estimator and the start (:class:`~ppl_loo.OptimizerOptions`; None: its defaults).
+    score_options : ScoreOptions, dict or None
+        What the score reads from the model: the observed variable (``var_name``) and the
+        backend-specific ``simulator``, ``probs``, ``observed``, ``categories``
+        (:class:`~ppl_loo.ScoreOptions`).
+    output : OutputOptions, dict or None
+        The group of the draws, the plain-VI comparison and its threshold
+        (:class:`~ppl_loo.OutputOptions`).
 
     Returns
     -------
     xarray.DataTree
-        ``posterior`` (or ``group``): draws from ``q``; ``log_likelihood`` (when the model has one
-        and ``group == "posterior"``); ``observed_data``; ``pvi``: ``loc`` / ``sd`` (marginals of
-        ``q`` in the unconstrained space, dim ``param``), ``phi`` (all variational parameters,
-        flattened; ``attrs["phi_leaves"]`` says how), ``objective`` per step, ``log_q`` per draw,
-        the training scores of PVI and VI (``train_log_score``, ``train_crps`` (lower is better),
-        ``train_quadratic``, and ``vi_`` versions; ``final_score`` is the fitted one), and the
-        heterogeneity table ``pvi_mean``, ``pvi_sd``, ``vi_mean``, ``vi_sd``, ``sd_ratio``, ``flagged``.
+        ``posterior`` (or ``output.group``): draws from ``q``; ``log_likelihood`` (when the model
+        has one and the group is ``"posterior"``); ``observed_data``; ``pvi``: ``loc`` / ``sd``
+        (marginals of ``q`` in the unconstrained space, dim ``param``), ``phi`` (all variational
+        parameters, flattened; ``attrs["phi_leaves"]`` says how), ``objective`` per step, ``log_q``
+        per draw, the training scores of PVI and VI (``train_log_score``, ``train_crps`` (lower is
+        better), ``train_quadratic``, and ``vi_`` versions; ``final_score`` is the fitted one), and
+        the heterogeneity table ``pvi_mean``, ``pvi_sd``, ``vi_mean``, ``vi_sd``, ``sd_ratio``,
+        ``flagged``.
+
+    Examples
+    --------
+    >>> tree = pl.pvi(None, model, score="crps", optimizer={"steps": 1000},
+    ...               score_options={"simulator": "y_rep", "observed": "y"})  # doctest: +SKIP
     """
-    _check_args(score, reg, lam, steps, draws_per_step, num_draws, average, estimator, heterogeneity_threshold)
-    _check_learning_rate(learning_rate)
-    _check_int("max_rounds", max_rounds, 1)
-    _check_data(data, group)
-    if random_seed is None:
-        raise TypeError("pl.pvi needs random_seed= (an int, a numpy Generator or a JAX key): it is the only "
-                        "source of randomness of the optimization and the draws.")
-    key = prng_key(random_seed)
-    pm = as_model(model, pvi=True, var_name=var_name, simulator=simulator, probs=probs, observed=observed,
-                      categories=categories)
+    opt = resolve_options(OptimizerOptions, optimizer, "optimizer", "pvi")
+    sco = resolve_options(ScoreOptions, score_options, "score_options", "pvi")
+    out = resolve_options(OutputOptions, output, "output", "pvi")
+    family, family_options = _family_spec(family)
+    steps, draws_per_step, average, estimator = opt.steps, opt.draws_per_step, opt.average, opt.estimator
+    _check_args(score, reg, lam, steps, draws_per_step, draws, average, estimator, out.heterogeneity_threshold)
+    _check_learning_rate(opt.learning_rate)
+    if isinstance(opt.method, str) and opt.method not in OPTIMIZERS:
+        raise ValueError(f"optimizer.method={opt.method!r} is not known; choose from {sorted(OPTIMIZERS)} or pass an "
+                         "optax.GradientTransformation.")
+    _check_int("max_rounds", opt.max_rounds, 1)
+    _check_data(data, out.group)
+    pm = as_model(model, pvi=True, var_name=sco.var_name, simulator=sco.simulator, probs=sco.probs,
+                  observed=sco.observed, categories=sco.categories)
+    key = prng_key(seed_from(random_seed, *([] if pm.obs.observed is None else [pm.obs.observed])))
     if score is None and reg not in (None, "posterior"):
         raise ValueError("score=None fits plain VI (the ELBO, i.e. reg='posterior'); reg='prior' needs a score.")
     settings = npvi.Settings(score, reg if score is not None else "posterior", estimator, int(draws_per_step),
-                             int(max_rounds))
+                             int(opt.max_rounds))
     _check_available(pm, settings)
-    log_bound = _log_bound(pm, log_lik_bound) if estimator == "rejection" else jnp.zeros(pm.n_obs)
+    log_bound = _log_bound(pm, opt.log_lik_bound) if estimator == "rejection" else jnp.zeros(pm.n_obs)
     avg_start = int(int(steps) * (1.0 - float(average))) if average > 0 else 2**30
     k_pvi, k_vi, k_draw, k_eval, k_draw_vi, k_eval_vi, k_het = jax.random.split(key, 7)
 
     def fit_with(settings_, hyper, key_, desc):
-        return _fit(pm, family, family_options, settings_, optimizer, learning_rate, steps, hyper, key_, init,
-                    init_scale, progressbar, desc)
+        return _fit(pm, family, family_options, settings_, opt.method, opt.learning_rate, steps, hyper, key_,
+                    opt.init, opt.init_scale, progressbar, desc)
 
     fit = fit_with(settings, npvi.Hyper(float(lam), 1.0, log_bound, avg_start), k_pvi,
                    "PVI" if score is not None else "VI")
     if estimator == "rejection":
-        _check_rejection(fit.info, max_rounds)
+        _check_rejection(fit.info, opt.max_rounds)
     vi_fit = None
-    if compare_vi and score is not None:
+    if out.compare_vi and score is not None:
         if pm.terms.logp is None:
-            warnings.warn("compare_vi: the model has no likelihood, so plain VI cannot be fitted; the heterogeneity "
-                          "table has PVI values only.", UserWarning, stacklevel=2)
+            warnings.warn("output.compare_vi: the model has no likelihood, so plain VI cannot be fitted; the "
+                          "heterogeneity table has PVI values only.", UserWarning, stacklevel=2)
         else:
-            vi_settings = npvi.Settings(None, "posterior", "reparam", int(draws_per_step), int(max_rounds))
+            vi_settings = npvi.Settings(None, "posterior", "reparam", int(draws_per_step), int(opt.max_rounds))
             vi_fit = fit_with(vi_settings, npvi.Hyper(1.0, 1.0, jnp.zeros(pm.n_obs), avg_start), k_vi, "VI")
 
-    theta, log_q, scores = _draws_and_scores(pm, fit, int(num_draws), k_draw, k_eval)
+    theta, log_q, scores = _draws_and_scores(pm, fit, int(draws), k_draw, k_eval)
     vi_scores = {}
     if vi_fit is not None:
-        vi_scores = _draws_and_scores(pm, vi_fit, int(num_draws), k_draw_vi, k_eval_vi, log_q=False)[2]
+        vi_scores = _draws_and_scores(pm, vi_fit, int(draws), k_draw_vi, k_eval_vi, log_q=False)[2]
+    method, learning_rate, init, init_scale = opt.method, opt.learning_rate, opt.init, opt.init_scale
     attrs = dict(score=score, family=fit.family.name, family_options=json.dumps(family_options or {}),
                  reg=str(reg), lam=float(lam), estimator=estimator, draws_per_step=int(draws_per_step),
-                 steps=int(steps), optimizer=optimizer if isinstance(optimizer, str) else "custom",
+                 steps=int(steps), optimizer=method if isinstance(method, str) else "custom",
                  learning_rate=str(learning_rate if learning_rate is not None else
-                                   DEFAULT_LEARNING_RATE.get(optimizer, "custom")),
-                 average=float(average), random_seed=str(random_seed), num_draws=int(num_draws),
+                                   DEFAULT_LEARNING_RATE.get(method, "custom")),
+                 average=float(average), random_seed=str(random_seed), draws=int(draws),
                  init_scale=str(init_scale), init=type(init).__name__ if init is not None else "zeros")
-    return _assemble(pm, data, group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het, heterogeneity_threshold,
-                     attrs)
+    return _assemble(pm, data, out.group, fit, vi_fit, theta, log_q, scores, vi_scores, k_het,
+                     out.heterogeneity_threshold, attrs)
+
+
+def _family_spec(family):
+    """``(family, options)`` for :func:`ppl_loo.numerics.vi.families.get_family`: a name, a Family, or the flow
+    of a :class:`FlowOptions` with its options."""
+    if isinstance(family, FlowOptions):
+        return "flow", dataclasses.asdict(family)
+    if isinstance(family, Mapping):
+        raise TypeError("family: pass the flow's options as family=pl.FlowOptions(...) (a dict is not a family).")
+    return family, None
 
 
 def _check_data(data, group):
@@ -389,7 +371,8 @@ def _check_data(data, group):
     if group in data.children:
         raise ValueError(
             f"data already has a {group!r} group (from another fit). pl.pvi writes its draws there: pass "
-            f"group='{group}_pvi' (then pl.loo on this DataTree uses the other draws), or data without it."
+            f"output={{'group': '{group}_pvi'}} (then pl.loo on this DataTree uses the other draws), or data "
+            "without it."
         )
 
 
@@ -397,18 +380,19 @@ def _check_rejection(info, max_rounds):
     """Raise if the bound ``log C_i`` was exceeded (Appendix B); warn about dropped observations."""
     viol = int(np.sum(info.violations))
     if viol:
-        raise ValueError(f"log_lik_bound is not an upper bound of log p(y_i | theta): it was exceeded {viol} times "
-                         "during the optimization, so the rejection estimator was invalid. Pass a larger bound.")
+        raise ValueError("optimizer.log_lik_bound is not an upper bound of log p(y_i | theta): it was exceeded "
+                         f"{viol} times during the optimization, so the rejection estimator was invalid. Pass a "
+                         "larger bound.")
     dropped = int(np.sum(info.dropped))
     if dropped:
         warnings.warn(f"rejection estimator: {dropped} observation-steps had no acceptance within max_rounds="
-                      f"{max_rounds} batches and were left out of those steps' gradients (biased); raise "
-                      "max_rounds or draws_per_step.", UserWarning, stacklevel=3)
+                      f"{max_rounds} batches and were left out of those steps' gradients (biased); raise the "
+                      "optimizer's max_rounds or draws_per_step.", UserWarning, stacklevel=3)
 
 
-def _draws_and_scores(pm, fit, num_draws, k_draw, k_eval, log_q=True):
+def _draws_and_scores(pm, fit, draws, k_draw, k_eval, log_q=True):
     """Draws from the fitted ``q`` (unconstrained), their ``log q`` and the training scores."""
-    eps = jax.random.normal(k_draw, (num_draws, pm.dim))
+    eps = jax.random.normal(k_draw, (draws, pm.dim))
     if not log_q:
         theta = np.asarray(fit.family.sample(fit.params, eps))
         return theta, None, training_scores(pm, theta, k_eval)
@@ -460,7 +444,7 @@ def _pvi_group(pm, group, fit, vi_fit, log_q, scores, vi_scores, k_het, threshol
           "phi": (("phi_dim",), phi)}
     ds.update({f"train_{k}": ((), float(v)) for k, v in scores.items()})
     final = {"log": "log_score", "crps": "crps", "quadratic": "quadratic"}.get(attrs["score"])
-    if final in scores:  # the fitted score on the training data, from the num_draws draws
+    if final in scores:  # the fitted score on the training data, from the draws
         ds["final_score"] = ((), float(scores[final]))
     het, flagged_names, vi_attrs = _heterogeneity(vi_fit, k2, pm_mean, pm_sd, labels, threshold, ds, coords, vi_scores)
     ds.update({k: (("param",), np.asarray(v)) for k, v in het.items()})

@@ -263,7 +263,7 @@ def _compare_html(table, named, cats):
                  + ". 'elpd_diff from the others': the part of elpd_diff carried by the observations not plain PSIS "
                  "in this model or the best one. 'After LOO': the observations on which LOO-PIT, LOO scores (CRPS, "
                  "SCRPS), LOO R², metrics, ROC and LOO expectations and quantiles (pl.loo_pit, loo_score, loo_r2, "
-                 "loo_metrics, loo_roc, loo_expectation) use the weights elpd_i came from (an adapted proposal's, "
+                 "loo_metrics, loo_roc, loo_expectations) use the weights elpd_i came from (an adapted proposal's, "
                  "a refit's or the mixture run's draws), and those whose refit or mixture draws the result does not "
                  "keep (a refit read from a checkpoint): plain PSIS weights there (a fallback, with a warning); plain "
                  "PSIS weights on the rest.")
