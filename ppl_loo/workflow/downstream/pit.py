@@ -53,9 +53,9 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
     """
     model = checked_model(data, res, model, "loo_pit")
     if cdf is None:
-        cdf = getattr(model.source, "pit_cdf", None)
+        cdf = model.pit_cdf
         if cdf is None:
-            raise ValueError(f"the model ({type(model.source).__name__}) has no predictive CDF; pass "
+            raise ValueError(f"the {model.kind} model has no predictive CDF; pass "
                              "cdf=callable(params) -> P(y_rep_i <= y_i | theta) (a tuple with P(y_rep_i < y_i | theta) "
                              "for a discrete outcome).")
     elif not callable(cdf):
@@ -111,8 +111,8 @@ def plot_loo_pit(data, res, *, model=None, cdf=None, random_seed=None, backend=N
 def _discrete(data, res, model, cdf):
     """Whether ``cdf`` is of a discrete outcome (it returns a tuple): the model's own flag where it has one, else one
     call at the posterior draws (the shape of the later calls: nothing compiled for this alone)."""
-    if own_function(cdf, model) and hasattr(model.source, "discrete_outcome"):
-        return bool(model.source.discrete_outcome)
+    if own_function(cdf, model) and model.discrete_outcome is not None:
+        return bool(model.discrete_outcome)
     return isinstance(cdf(model.constrain(posterior_draws(data, res, model))), tuple)
 
 
