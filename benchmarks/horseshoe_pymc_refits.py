@@ -49,7 +49,7 @@ def main(argv=None):
     import xarray as xr
 
     import ppl_loo as pl
-    from ppl_loo.model import as_model
+    from ppl_loo.adapters.as_model import as_model
     from ppl_loo.workflow.exact.refit import refit_settings, run_refits
     from ppl_loo.workflow.loo.draws import loo_draws
 

@@ -167,10 +167,10 @@ def after_loo_calls(pl, spec, res):
 
 
 def _own_mean(model):
-    """The predictive mean of a PyMC model as a callable (the adapter's own, through ``pl.loo``'s model cache)."""
-    from ppl_loo.model import as_model
+    """The predictive mean of a PyMC model as a callable (the model's own, ``Model.predictive_mean``)."""
+    from ppl_loo.adapters.as_model import as_model
 
-    return as_model(model).source.predicted_mean
+    return as_model(model).predictive_mean
 
 
 def arviz_calls(spec):

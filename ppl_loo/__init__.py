@@ -6,10 +6,11 @@
 """
 
 from ppl_loo import models
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.adapters.jax.jax_model import JaxModel
 from ppl_loo.adapters.jax.pvi import SimulatorModel
 from ppl_loo.io import from_cmdstan
-from ppl_loo.model import Model, as_model
+from ppl_loo.model import Model
 from ppl_loo.stan_bridge import StanModel
 from ppl_loo.workflow.approx.laplace import LaplaceOptions, laplace
 from ppl_loo.workflow.approx.laplace_predictive import laplace_predictive

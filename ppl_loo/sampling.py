@@ -1,4 +1,4 @@
-"""Fit a JAX model (:func:`ppl_loo.model.as_model`) with NumPyro's NUTS and return a DataTree.
+"""Fit a JAX model (:func:`ppl_loo.adapters.as_model.as_model`) with NumPyro's NUTS and return a DataTree.
 
 The result has the groups the LOO workflow reads: ``posterior`` (named constrained variables,
 dims ``chain, draw, ...``), ``log_likelihood`` (the model's ``var_name`` over its observation
@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.numerics.nuts import default_chain_method
 from ppl_loo.numerics.random import prng_key
 
@@ -98,7 +98,7 @@ def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_sample
     ----------
     model : PosteriorModel or Model
         A JAX-traceable model (``JaxModel``, ``LogisticRegression``, ``ReluNet``, ...), through
-        :func:`ppl_loo.model.as_model`.
+        :func:`ppl_loo.adapters.as_model.as_model`.
     num_chains, num_warmup, num_samples : int
     random_seed : int, numpy.random.Generator or JAX key
         Required: the only source of randomness (initial points and NUTS).

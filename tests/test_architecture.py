@@ -133,3 +133,25 @@ def test_as_model_names_the_bad_input():
         pl.as_model("model.stan", pvi=True)
     with pytest.raises(ValueError, match=r"simulator= is a PVI input; pl\.loo does not use it"):
         pl.as_model(pl.models.LogisticRegression([[0.0], [1.0]], [0, 1]), simulator=lambda v, k: v)
+
+
+def test_workflow_reaches_models_through_the_protocol_only():
+    """The workflow reads no ``.source`` (nor ``getattr(x, "source")``) of a model and imports no adapter module
+    (``ppl_loo.adapters.pymc``, ``.stan``, ``.jax``): what it needs from an adapter is a field of ``Model``, which has
+    no ``source`` and no mutable ``cache``."""
+    from ppl_loo.model import Model
+
+    reads, adapters = [], []
+    for m, (path, tree) in MODULES.items():
+        if not m.startswith("ppl_loo.workflow"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "source":
+                reads.append((m, node.lineno))
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "hasattr", "setattr")
+                    and len(node.args) > 1 and getattr(node.args[1], "value", None) == "source"):
+                reads.append((m, node.lineno))
+        adapters += [(m, t) for t, _, _ in _imports(m, tree)
+                     if t.startswith(("ppl_loo.adapters.pymc", "ppl_loo.adapters.stan", "ppl_loo.adapters.jax"))]
+    assert reads == [] and adapters == []
+    assert "source" not in Model._fields and "cache" not in Model._fields

@@ -103,7 +103,7 @@ def test_rebuilt_points_carry_the_chosen_weights(setup, transforms):
     (for ``mm_iter`` its label is the iteration count, 1 to 4)."""
     import jax.numpy as jnp
 
-    from ppl_loo.model import as_model
+    from ppl_loo.adapters.as_model import as_model
     from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, candidate_labels
 
     model, data, _ = setup

@@ -281,7 +281,7 @@ def test_fold_density_is_the_refit_density_without_the_fold():
         X = rng.normal(size=(20, 5))
         y = (X[:, 0] + rng.normal(size=20) > 0).astype(int)
         hs = pl.models.LogisticRegression(X, y, prior="horseshoe", p0=2)
-        assert pl.as_model(hs).source.batched_refit_density().to_model is not None
+        assert pl.as_model(hs).batched_refit_density().to_model is not None
         theta = jnp.asarray(0.3 * np.random.default_rng(1).normal(size=(6, hs.dim)))
         _fold_identity(hs, theta, (0, 11))
 

@@ -31,7 +31,7 @@ from scipy import stats
 from scipy.special import logsumexp
 
 import ppl_loo as pl
-from ppl_loo.workflow.downstream import crps
+from ppl_loo.workflow.downstream import loo_score as loo_score_module
 
 Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 0.7, -0.5])
 
@@ -147,7 +147,7 @@ def test_leverage_points_against_the_closed_form(monkeypatch):
         assert abs(got.mean - exact.mean()) < abs(ref.mean - exact.mean()) / 10
     # the simulator called on groups of observations (at most 8000 points x 40 observations per call) draws the
     # same stream as in one call, so the same numbers
-    monkeypatch.setattr(crps, "_MAX_VALUES", 8000 * 40)
+    monkeypatch.setattr(loo_score_module, "_MAX_VALUES", 8000 * 40)
     calls = []
 
     def counted(params, rng):

@@ -14,7 +14,7 @@ from dask.callbacks import Callback
 from gaussian_models import leverage_regression
 
 import ppl_loo as pl
-from ppl_loo.model import as_model
+from ppl_loo.adapters.as_model import as_model
 
 N_OBS = 301  # no chunk size below divides it
 

@@ -19,8 +19,8 @@ import xarray as xr
 from scipy import stats
 
 import ppl_loo as pl
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.adapters.jax.bijectors import Exp
-from ppl_loo.model import as_model
 from ppl_loo.numerics.vi.optim import step_decay
 
 pytestmark = pytest.mark.x64  # calls the models' JAX functions directly: the user's own JAX code (conftest.py)

@@ -212,7 +212,7 @@ def test_compiled_engine_cache_is_per_model_and_goes_with_it():
 
     from gaussian_models import normal_mean_model
 
-    from ppl_loo.model import as_model
+    from ppl_loo.adapters.as_model import as_model
     from ppl_loo.numerics.loo import EngineConfig
     from ppl_loo.workflow.loo.engine import compiled_engine
 

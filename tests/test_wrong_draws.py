@@ -28,7 +28,7 @@ from cli_tools import run_cli
 from data_paths import EIGHT_SCHOOLS as ES_DIR
 
 import ppl_loo as pl
-from ppl_loo.model import as_model
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.stan_bridge import as_data_dict
 from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 from ppl_loo.workflow.loo.draws import LogLikMismatchError, loo_draws

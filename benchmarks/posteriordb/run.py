@@ -45,7 +45,7 @@ import jax  # noqa: E402
 from models import MODELS, PAPER, build, load, split, subset  # noqa: E402
 
 import ppl_loo as pl  # noqa: E402
-from ppl_loo.model import as_model  # noqa: E402
+from ppl_loo.adapters.as_model import as_model  # noqa: E402
 
 # this script builds its own JAX arrays in float64 (ppl_loo enables x64 only inside its entry points)
 jax.config.update("jax_enable_x64", True)

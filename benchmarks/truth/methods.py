@@ -21,7 +21,7 @@ def _flat(a):
 
 def _adapter(problem, data):
     """The posterior-model adapter ppl_loo builds from the problem's model (unconstrained space)."""
-    from ppl_loo.model import as_model
+    from ppl_loo.adapters.as_model import as_model
 
     return as_model(problem.model(data), data=data)
 

@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 from truth_common import STAN_DIR
 
-from ppl_loo.model import as_model
+from ppl_loo.adapters.as_model import as_model
 
 # ----------------------------------------------------------------------------- MCMC helpers
 
@@ -54,7 +54,7 @@ def _diag_from_tree(data, wall):
 
 
 def _weighted(model, i, beta):
-    """The model (ppl_loo's protocol, :func:`ppl_loo.model.as_model`) with observation ``i`` deleted
+    """The model (ppl_loo's protocol, :func:`ppl_loo.adapters.as_model.as_model`) with observation ``i`` deleted
     (``beta = 0``) or tempered (``0 < beta < 1``): only its log density changes."""
     m = as_model(model)
     i, beta = int(i), float(beta)

@@ -10,7 +10,38 @@ import numpy as np
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.model.protocol import GLMStructure, Layout, Model, Observations, Output, ReluStructure
 
-__all__ = ["from_adapter", "pvi_model", "batch", "simulate_terms", "category_index", "coordinate_labels", "output_of"]
+__all__ = ["Compiled", "from_adapter", "pvi_model", "batch", "simulate_terms", "category_index", "coordinate_labels",
+           "output_of"]
+
+
+class Compiled:
+    """The programs compiled for one model (``Model.compiled``): each built on its first use and reused after.
+
+    Call it as ``compiled(name, key, build)``: the program ``build()`` kept under ``(name, key)``. A model's
+    adapter keeps its own (:attr:`ppl_loo.adapters.jax.base.PosteriorModel.compiled_programs`), so that every
+    :class:`Model` built from the adapter shares its programs and they are released with it; a PVI model has one
+    of its own. (A module-level table keyed weakly on the adapter would not release them: the programs refer to
+    the adapter's functions, so the table's values would keep its keys alive.)
+    """
+
+    __slots__ = ("_programs", "__weakref__")
+
+    def __init__(self):
+        self._programs = {}
+
+    def __call__(self, name: str, key, build):
+        """The program ``build()`` kept under ``(name, key)`` (``key`` hashable), built now if there is none."""
+        table = self._programs.setdefault(name, {})
+        if key not in table:
+            table[key] = build()
+        return table[key]
+
+    def __len__(self):
+        """How many programs are kept."""
+        return sum(len(table) for table in self._programs.values())
+
+    def __repr__(self):
+        return f"Compiled({ {name: len(table) for name, table in self._programs.items()} })"
 
 
 def _layout(adapter, labels) -> Layout:
@@ -22,22 +53,17 @@ def _layout(adapter, labels) -> Layout:
 def from_adapter(adapter, *, kind: str, labels=()) -> Model:
     """The :class:`Model` of a :class:`~ppl_loo.adapters.jax.base.PosteriorModel` adapter (the LOO fields).
 
-    The adapter's bound methods become the model's functions; its structure, adapted block and
-    metadata are copied. ``kind`` names the backend in messages (``"JAX"``, ``"PyMC"``, ``"Stan"``).
-    The model is built once per adapter and kept on it (``adapter.protocol_model``), so that the
-    functions compiled for it (``Model.cache``) serve every later call with the same adapter.
+    The adapter's bound methods become the model's functions; its structure, adapted block, metadata and
+    after-LOO functions (predictive mean, CDF, simulator) are copied. ``kind`` names the backend in messages
+    (``"JAX"``, ``"PyMC"``, ``"Stan"``). The model's ``compiled`` programs are the adapter's
+    (:attr:`~ppl_loo.adapters.jax.base.PosteriorModel.compiled_programs`), so that they serve every later call
+    with the same adapter.
     """
-    model = vars(adapter).get("protocol_model")
-    if model is None or model.kind != kind:
-        model = _from_adapter(adapter, kind, labels)
-        vars(adapter)["protocol_model"] = model
-    return model
-
-
-def _from_adapter(adapter, kind, labels) -> Model:
     shape = tuple(adapter.obs_shape) if tuple(getattr(adapter, "obs_shape", ())) else (int(adapter.n_obs),)
     obs = Observations(str(adapter.var_name), tuple(adapter.obs_dims), shape, int(adapter.n_obs),
-                       getattr(adapter, "observed", None))
+                       getattr(adapter, "observed", None), discrete=tuple(getattr(adapter, "discrete_data", ())),
+                       entries=dict(getattr(adapter, "observation_entries", None) or {}))
+    mean = getattr(adapter, "predicted_mean", None) or getattr(adapter, "predicted_probability", None)
     return Model(
         kind=kind, layout=_layout(adapter, labels), obs=obs, coords=dict(getattr(adapter, "coords", None) or {}),
         logp=adapter.logp, loglik=adapter.loglik, loglik_i=adapter.loglik_i, loo_logp=adapter.loo_logp,
@@ -49,7 +75,13 @@ def _from_adapter(adapter, kind, labels) -> Model:
         output=output_of(adapter.structure) or getattr(adapter, "output", None),
         adapt_index=None if adapter.adapt_index is None else np.asarray(adapter.adapt_index),
         factorizes=bool(adapter.factorizes), is_jax=bool(adapter.is_jax), has_var_target=bool(adapter.has_var_target),
-        notes={}, source=adapter, cache={},
+        notes={}, predictive_mean=mean, predicted_probability=getattr(adapter, "predicted_probability", None),
+        pit_cdf=getattr(adapter, "pit_cdf", None), discrete_outcome=getattr(adapter, "discrete_outcome", None),
+        simulate=getattr(adapter, "replicated_data", None) if adapter.factorizes else None,
+        batched_refit_density=getattr(adapter, "batched_refit_density", None),
+        take_callback_error=adapter.take_callback_error,
+        cancel=adapter.request_cancel if adapter.cancellable else None,
+        compiled=adapter.compiled_programs,
     )
 
 
@@ -92,27 +124,32 @@ def output_of(structure) -> Output | None:
     return None
 
 
-def pvi_model(*, kind, source, dim, n_obs, labels, terms, constrain, unconstrain, param_names, param_dims, coords,
-              var_name, obs_dims, obs_shape, y=None, categories=None, eval_loglik=None, eval_probs=None,
-              eval_predict=None, notes=None, loo_adapter=None) -> Model:
+def pvi_model(*, kind, dim, n_obs, labels, terms, constrain, unconstrain, param_names, param_dims, coords,
+              var_name, obs_dims, obs_shape, y=None, observed=None, categories=None, eval_loglik=None, eval_probs=None,
+              eval_predict=None, notes=None, log_lik_bound=None, loo_adapter=None) -> Model:
     """A :class:`Model` with the PVI fields (``terms``, ``eval_*``) of a backend (the ``eval_*``
     functions hand arrays to the caller, so they run in float64 whoever calls them).
 
+    ``y``: the observed outcomes as the PVI terms use them (``terms.y``); ``observed``: the same as the
+    backend holds them (their own dtype and shape, ``Observations.observed``; default ``y``).
     ``loo_adapter``: the backend's LOO adapter where there is one (the LOO fields come from it, so
     that ``pl.loo`` can use the same model); models without a likelihood (``SimulatorModel``) or
     given as a bare Stan program have none.
     """
     notes = dict(notes or {})
     layout = Layout(int(dim), tuple(param_names), dict(param_dims), tuple(labels), constrain, unconstrain)
-    obs = Observations(str(var_name), tuple(obs_dims), tuple(obs_shape), int(n_obs), y,
-                       None if categories is None else np.asarray(categories), notes.get("observed"))
-    # a fresh cache: the PVI terms (simulator, probs, observed) are this call's
+    obs = Observations(str(var_name), tuple(obs_dims), tuple(obs_shape), int(n_obs),
+                       y if observed is None else observed, None if categories is None else np.asarray(categories),
+                       notes.get("observed"))
     evals = {name: None if fn is None else uses_x64(fn) for name, fn in
              (("eval_loglik", eval_loglik), ("eval_probs", eval_probs), ("eval_predict", eval_predict))}
-    pvi = dict(kind=kind, layout=layout, obs=obs, coords=dict(coords or {}), terms=terms, notes=notes, source=source,
-               cache={}, **evals)
+    # programs of its own: the PVI terms (simulator, probs, observed) are this call's
+    pvi = dict(kind=kind, layout=layout, obs=obs, coords=dict(coords or {}), terms=terms, notes=notes,
+               log_lik_bound=None if log_lik_bound is None else np.asarray(log_lik_bound, dtype=np.float64),
+               compiled=Compiled(), **evals)
     if loo_adapter is not None:
-        return from_adapter(loo_adapter, kind=kind, labels=labels)._replace(**pvi)
+        loo = from_adapter(loo_adapter, kind=kind, labels=labels)
+        return loo._replace(**{**pvi, "obs": obs._replace(discrete=loo.obs.discrete, entries=loo.obs.entries)})
     return Model(**pvi, logp=None if terms.logp is None else _first(terms.logp))
 
 

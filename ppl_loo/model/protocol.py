@@ -3,7 +3,7 @@
 Every algorithm of the package (the adaptive LOO search, PVI, the refits, NUTS) receives a
 :class:`Model` and never the user's model object, as BlackJAX algorithms receive functions. A
 backend adapter (``ppl_loo.adapters.jax``, ``ppl_loo.adapters.pymc``, ``ppl_loo.adapters.stan``) builds it once
-with :func:`ppl_loo.model.as_model`.
+with :func:`ppl_loo.adapters.as_model.as_model`.
 
 Functions work in the unconstrained space, ``theta`` of shape ``(d,)`` for the per-draw ones and
 ``(S, d)`` for the batched ones; the log densities include the log-Jacobian of the constraining
@@ -92,8 +92,14 @@ class Layout(NamedTuple):
 
 class Observations(NamedTuple):
     """The scored variable: its name, dims, shape and size ``n`` (of the pointwise log-likelihood), the
-    observed values (``shape`` or ``shape + (k,)`` for vector outcomes, ``None`` if unknown) and,
-    for discrete outcomes scored by the quadratic score, the possible categories."""
+    observed values as the backend holds them (``shape`` or ``shape + (k,)`` for vector outcomes, ``None``
+    if unknown) and, for discrete outcomes scored by the quadratic score, the possible categories.
+
+    ``observed_name`` is the ``observed_data`` entry when it differs from ``var_name`` (Stan); ``discrete``
+    names the observed data declared discrete (a PyMC observed variable of integer dtype, a Stan program's
+    ``int`` data indexed by observation); ``entries`` maps the name of each data entry indexed by
+    observation (a Stan program's) to its values, for messages that name an observation's data.
+    """
 
     var_name: str
     dims: tuple
@@ -101,7 +107,9 @@ class Observations(NamedTuple):
     n: int
     observed: Any = None
     categories: Any = None
-    observed_name: str | None = None  # the observed_data entry when it differs from var_name (Stan)
+    observed_name: str | None = None
+    discrete: tuple = ()
+    entries: Mapping = {}  # read only
 
 
 class Model(NamedTuple):
@@ -133,8 +141,32 @@ class Model(NamedTuple):
     NumPyro's NUTS from ``logp`` and ``loglik``.
     ``output`` (:class:`Output`, from the structure where one is declared) gives the per-observation
     outputs the Gauss-Newton curvature of :func:`ppl_loo.laplace` is built on.
-    ``source`` is the adapter the functions come from (for messages and host errors); ``cache``
-    holds compiled functions of this model (never stored on the user's objects).
+
+    What the after-LOO functions use (``params``: constrained values ``{name: (M, *shape)}``, as
+    ``constrain`` gives them; each None where the model has none):
+
+    - ``predictive_mean(params) -> (M, *obs_shape)``: ``E[y_rep_i | theta]`` (for a binary outcome, the
+      predicted probability);
+    - ``predicted_probability(params) -> (M, *obs_shape)``: ``p(y_i = 1 | theta)`` of a binary outcome;
+    - ``pit_cdf(params)``: ``P(y_rep_i <= y_i | theta)``, for a discrete outcome the tuple with
+      ``P(y_rep_i < y_i | theta)``;
+    - ``discrete_outcome``: whether ``pit_cdf`` returns that tuple (None: unknown until it is called);
+    - ``simulate(theta (M, d), rng) -> (M, n)``: one replicated data set ``y_rep`` per unconstrained point,
+      drawn with the NumPy generator ``rng`` by the model's own sampler of its observed variable.
+
+    ``batched_refit_density()`` gives the backend's own target for batched refits
+    (:class:`ppl_loo.numerics.nuts.BatchedTarget`, or None: not batched) where it has one.
+    ``log_lik_bound`` (PVI, shape ``(n,)``) is a known bound ``log C_i >= log p(y_i | theta)`` for every
+    ``theta`` (0 for a discrete outcome), the rejection estimator's.
+
+    Host code (Stan's callbacks): ``take_callback_error()`` returns the exception raised in the model's last
+    failed host callback and forgets it (None if there was none), so that the workflow re-raises it as
+    itself instead of a ``JaxRuntimeError``; ``cancel(flag)`` asks the host callbacks to stop at their next
+    chunk (``True``) or clears that request (``False``), None where there is nothing to stop.
+
+    ``compiled(name, key, build)`` returns the program ``build()`` kept for this model under ``(name, key)``:
+    built on the first call and the same object after (the compiled search, samplers, PVI steps), shared
+    by the models built from one adapter and released with it (:class:`ppl_loo.model.build.Compiled`).
     """
 
     kind: str
@@ -164,8 +196,16 @@ class Model(NamedTuple):
     factorizes: bool = True
     is_jax: bool = True
     has_var_target: bool = False
-    source: Any = None
-    cache: dict | None = None
+    predictive_mean: Callable | None = None
+    predicted_probability: Callable | None = None
+    pit_cdf: Callable | None = None
+    discrete_outcome: bool | None = None
+    simulate: Callable | None = None
+    batched_refit_density: Callable | None = None
+    log_lik_bound: np.ndarray | None = None
+    take_callback_error: Callable | None = None
+    cancel: Callable | None = None
+    compiled: Callable | None = None
 
     # read-only shortcuts
     dim = property(lambda self: self.layout.dim, doc="The unconstrained dimension ``d``.")

@@ -1,6 +1,6 @@
 """The public namespace of the model adapters (``pl.models.LogisticRegression``, ...).
 
-They live in :mod:`ppl_loo.model` (one package per backend); :func:`ppl_loo.model.as_model` turns any of
+They live in :mod:`ppl_loo.adapters` (one package per backend); :func:`ppl_loo.as_model` turns any of
 them into the :class:`~ppl_loo.model.Model` the algorithms run on.
 """
 

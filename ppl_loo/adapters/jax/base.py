@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.model.build import Compiled
 from ppl_loo.numerics.glm_lines import draw_batch
 from ppl_loo.numerics.nuts import nuts_draws
 
@@ -88,17 +89,37 @@ class PosteriorModel:
     #: target is a function given by the user (see :meth:`log_var_target`)
     var_target_fn = None
     #: backends that call host code from JAX (``pure_callback``) store the exception raised there, so
-    #: that the workflow re-raises it as itself instead of a ``JaxRuntimeError``
+    #: that the workflow re-raises it as itself instead of a ``JaxRuntimeError`` (:meth:`take_callback_error`)
     last_callback_error: BaseException | None = None
+    #: whether the host callbacks stop at Ctrl-C: they check ``cancel_requested`` (set by
+    #: :meth:`request_cancel`, the protocol's ``Model.cancel``) between short chunks of native calls
+    cancellable: bool = False
+    cancel_requested: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         _host_in_x64(cls)
 
     def __getstate__(self):
-        """Pickled (cloudpickle: dask workers) without the protocol model built from it, whose cache holds
-        compiled functions; the unpickled adapter builds its own on first use."""
-        return {k: v for k, v in vars(self).items() if k not in ("protocol_model", "last_callback_error")}
+        """Pickled (cloudpickle: dask workers) without its compiled programs and the last host error; the
+        unpickled adapter compiles its own on first use."""
+        return {k: v for k, v in vars(self).items() if k not in ("compiled_programs", "last_callback_error")}
+
+    @cached_property
+    def compiled_programs(self) -> Compiled:
+        """The programs the algorithms compile for this model (``Model.compiled``: the search, samplers), kept
+        with the adapter so that every later call with it reuses them, and released with it."""
+        return Compiled()
+
+    def take_callback_error(self):
+        """The exception raised in this model's last failed host callback, forgotten as it is returned (None if
+        there was none)."""
+        err, self.last_callback_error = self.last_callback_error, None
+        return err
+
+    def request_cancel(self, flag: bool = True):
+        """Ask the host callbacks to stop at their next chunk (``True``), or clear that request (``False``)."""
+        self.cancel_requested = bool(flag)
 
     # ------------------------------------------------------------------ per-draw (JAX) API
     def logp(self, theta):  # pragma: no cover - abstract

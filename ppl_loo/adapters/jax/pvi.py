@@ -153,12 +153,12 @@ def jax_pvi_model(model, *, simulator, probs, observed, categories):
     notes = {"crps": "pass simulator=fn(values, key) -> outcomes, a JAX function differentiable in the values",
              "quadratic": "pass probs=fn(values) -> (*obs_shape, n_categories) and the observed category indices"}
     return pvi_model(
-        kind="JAX", source=model, loo_adapter=model, dim=model.dim, n_obs=model.n_obs, labels=labels, terms=terms,
+        kind="JAX", loo_adapter=model, dim=model.dim, n_obs=model.n_obs, labels=labels, terms=terms,
         constrain=model.constrain, unconstrain=model.unconstrain, param_names=tuple(layout.names),
         param_dims=dict(layout.param_dims), coords=dict(getattr(model, "coords", None) or {}),
         var_name=model.var_name, obs_dims=tuple(model.obs_dims), obs_shape=tuple(model.obs_shape),
-        y=y, categories=cats, eval_loglik=jax.jit(loglik), eval_probs=None if prob_fn is None else jax.jit(prob_fn),
-        eval_predict=predict, notes=notes,
+        y=y, observed=getattr(model, "observed", None), categories=cats, eval_loglik=jax.jit(loglik),
+        eval_probs=None if prob_fn is None else jax.jit(prob_fn), eval_predict=predict, notes=notes,
     )
 
 
@@ -181,7 +181,7 @@ def simulator_pvi_model(model: SimulatorModel):
     terms = Terms(model.n_obs, log_prior=log_prior, simulate=sim,
                   y=jnp.asarray(y.reshape((model.n_obs, -1) if model.vector else -1)), vector=model.vector)
     return pvi_model(
-        kind="likelihood-free", source=model, dim=model.dim, n_obs=model.n_obs, labels=layout_labels(layout),
+        kind="likelihood-free", dim=model.dim, n_obs=model.n_obs, labels=layout_labels(layout),
         terms=terms, constrain=model.constrain, unconstrain=model.unconstrain, param_names=tuple(layout.names),
         param_dims=dict(layout.param_dims), coords=model.coords, var_name=model.var_name,
         obs_dims=model.obs_dims, obs_shape=model.obs_shape, y=y, eval_predict=jax.jit(sim),

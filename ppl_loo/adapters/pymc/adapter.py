@@ -376,6 +376,34 @@ class PyMCModel(PosteriorModel):
         """Whether :meth:`predictive_draws` can simulate the observed variable (PyTensor has a JAX sampler of it)."""
         return self._predictive_fn is not None
 
+    @property
+    def discrete_data(self) -> tuple:
+        """``(var_name,)`` where the observed variable is discrete (integer-valued), else ``()``."""
+        rv = getattr(self, "_obs_rv", None)
+        return (self.var_name,) if str(getattr(rv, "dtype", "")).startswith(("int", "uint", "bool")) else ()
+
+    def replicated_data(self, theta, rng) -> np.ndarray:
+        """One replicated data set ``y_rep`` of the observed variable per unconstrained point, ``(M, n)`` from
+        ``theta`` ``(M, dim)`` and a NumPy generator ``rng`` (the protocol's ``Model.simulate``, for
+        :func:`ppl_loo.loo_score` at the adapted proposals' points): PyTensor's JAX sampler of the observed
+        distribution (:meth:`predictive_draws`), else ``pm.sample_posterior_predictive`` of the observed
+        variable on a one-chain trace of the points (every free variable given, so only it is drawn)."""
+        if self._predictive_fn is not None:
+            key = jax.random.key(int(rng.integers(2**62)))
+            return self.predictive_draws(theta, key).reshape(np.shape(theta)[0], -1)
+        import pymc as pm
+        import xarray as xr
+
+        params = self.constrain(np.asarray(theta, dtype=np.float64))
+        trace = xr.Dataset({name: (("chain", "draw") + tuple(f"{name}_dim_{k}" for k in range(np.ndim(v) - 1)),
+                                   np.asarray(v)[None]) for name, v in params.items()})
+        with warnings.catch_warnings():  # e.g. "Potentials are ignored": right here, the points are given
+            warnings.simplefilter("ignore", UserWarning)
+            pp = pm.sample_posterior_predictive(trace, model=self.model, var_names=[self.var_name], random_seed=rng,
+                                                progressbar=False)
+        y = np.asarray(pp["posterior_predictive"][self.var_name].values, dtype=np.float64)[0]
+        return y.reshape(y.shape[0], -1)
+
     def predictive_draws(self, theta, key) -> np.ndarray:
         """One replicated data set ``y_rep`` of the observed variable per unconstrained point: ``(M, n)`` from
         ``theta`` ``(M, dim)`` and a JAX key (PyTensor's JAX sampler of the observed distribution; compiled once per

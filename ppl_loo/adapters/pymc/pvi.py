@@ -115,13 +115,27 @@ def pymc_pvi_model(base, *, categories=None):
                   simulate=sim, y=None if y_flat is None else jnp.asarray(y_flat),
                   y_index=None if y_index is None else jnp.asarray(y_index), vector=vector)
     return pvi_model(
-        kind="PyMC", source=base, loo_adapter=base, dim=base.dim, n_obs=n, labels=value_labels(base), terms=terms,
+        kind="PyMC", loo_adapter=base, dim=base.dim, n_obs=n, labels=value_labels(base), terms=terms,
         constrain=base.constrain, unconstrain=base.unconstrain, param_names=tuple(base.param_names),
         param_dims=dict(base.param_dims), coords=dict(base.coords), var_name=base.var_name,
-        obs_dims=tuple(base.obs_dims), obs_shape=tuple(base.obs_shape), y=y_flat, categories=cats,
+        obs_dims=tuple(base.obs_dims), obs_shape=tuple(base.obs_shape), y=y_flat, observed=y, categories=cats,
         eval_loglik=jax.jit(loglik), eval_probs=None if probs is None else jax.jit(probs),
-        eval_predict=predict, notes=notes,
+        eval_predict=predict, notes=notes, log_lik_bound=_log_lik_bound(obs_rv, discrete, y_flat, n),
     )
+
+
+def _log_lik_bound(obs_rv, discrete, y, n):
+    """``log C_i >= log p(y_i | theta)`` for every ``theta`` where the distribution gives one: 0 for a discrete
+    outcome (a pmf is <= 1), ``sup_lambda log Poisson(y_i | lambda)`` for a Poisson one; None otherwise."""
+    if not discrete:
+        return None
+    if type(obs_rv.owner.op).__name__ == "PoissonRV" and y is not None:
+        from scipy.special import gammaln
+
+        y = np.asarray(y, dtype=np.float64)
+        ylog = np.where(y > 0, y * np.log(np.where(y > 0, y, 1.0)), 0.0)
+        return ylog - y - gammaln(y + 1.0)
+    return np.zeros(n)
 
 
 def predictive_simulator(base):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import tempfile
 import threading
 import warnings
@@ -198,10 +199,9 @@ class StanPosterior(PosteriorModel):
 
     is_jax = True
     factorizes = False
-    #: the host callbacks stop at Ctrl-C (:func:`ppl_loo.workflow.loo.interrupt.run_interruptible` sets
+    #: the host callbacks stop at Ctrl-C (the protocol's ``Model.cancel``, :meth:`request_cancel`, sets
     #: ``cancel_requested``; each chunk of at most :data:`HOST_CHUNK` draws checks it)
     cancellable = True
-    cancel_requested = False
 
     @uses_x64
     def __init__(self, stan_file_or_code, data=None, *, var_name: str | None = None, fd_eps: float = 1e-5,
@@ -740,6 +740,18 @@ class StanPosterior(PosteriorModel):
         """``{name: (S, *shape)}`` of the parameters and transformed parameters at unconstrained draws."""
         return constrain_draws(self.bridge, theta)
 
+    # ------------------------------------------------------------------ observed data (messages)
+    @property
+    def discrete_data(self) -> tuple:
+        """The data entries indexed by observation (``obs_keys``) that the program declares ``int``."""
+        ints = _int_data_names(self.code) if isinstance(self.code, str) else set()
+        return tuple(k for k in (self.obs_keys or ()) if k in ints)
+
+    @property
+    def observation_entries(self) -> dict:
+        """``name -> values`` of the data entries indexed by observation (``obs_keys``)."""
+        return {k: self.data[k] for k in (self.obs_keys or ()) if k in self.data}
+
     # ------------------------------------------------------------------ predictive CDF (pl.loo_pit)
     def pit_cdf(self, params):
         """``P(y_rep_i <= y_i | theta)`` ``(M, n)`` at the points ``params`` (constrained, as :meth:`constrain` gives
@@ -777,6 +789,20 @@ class StanPosterior(PosteriorModel):
                 f"obs_keys={self.obs_keys})")
 
 
+
+
+def _int_data_names(code: str) -> set:
+    """The names the ``data`` block of the Stan program ``code`` declares ``int`` (comments removed)."""
+    block = re.search(r"\bdata\s*\{(.*?)\}\s*(transformed\s+data|parameters|model)\b", re.sub(r"//[^\n]*", "", code),
+                      re.S)
+    if block is None:
+        return set()
+    ints = set()
+    for decl in block.group(1).split(";"):
+        m = re.search(r"\bint\b.*?(\w+)\s*(\[[^\]]*\])?\s*$", decl.strip(), re.S)
+        if m:
+            ints.add(m.group(1))
+    return ints
 
 
 def _rebuild_posterior(bridge: StanModel, opts: dict) -> StanPosterior:

@@ -387,7 +387,7 @@ def stan_pvi_model(model, *, simulator=None, observed=None, categories=None):
     terms = Terms(n, loglik=loglik, logp=logp, log_prior=log_prior, probs=probs, simulate=sim,
                   y=None if y is None else jnp.asarray(y), y_index=None if y_index is None else jnp.asarray(y_index))
     return pvi_model(
-        kind="Stan", source=model, loo_adapter=model if getattr(model, "is_jax", False) else None, terms=terms,
+        kind="Stan", loo_adapter=model if getattr(model, "is_jax", False) else None, terms=terms,
         y=y, categories=cats, eval_loglik=jax.jit(loglik), eval_probs=None if probs is None else jax.jit(probs),
         eval_predict=predict, notes=notes, **_layout_fields(model, bridge, n),
     )

@@ -95,8 +95,7 @@ def log_likelihood_dataset(pm, ll):
 
 def observed_dataset(pm):
     """The observed outcomes over the observation dims (and event dims of vector outcomes), or None."""
-    source_y = getattr(pm.source, "observed", None)
-    yv = np.asarray(source_y if source_y is not None else pm.obs.observed)
+    yv = np.asarray(pm.obs.observed)
     shape = tuple(pm.obs_shape)
     if not (yv.size == pm.n_obs or yv.shape[: len(shape)] == shape):
         return None

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.model.protocol import ReluStructure
 from ppl_loo.numerics import gaussian
 from ppl_loo.numerics.laplace import precision as lprec

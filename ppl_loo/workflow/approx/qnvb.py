@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.numerics import gaussian
 from ppl_loo.numerics.qnvb import QNVBConfig, run
 from ppl_loo.workflow.approx.approx_tree import (

@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
 from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function
 
@@ -140,7 +140,8 @@ def warn_unkept(res, used):
 
 
 def checked_model(data, res, model, caller):
-    """The model adapter of ``model`` (as ``pl.loo`` wraps it), or a ValueError that says what is missing."""
+    """The :class:`~ppl_loo.model.Model` of ``model`` (as ``pl.loo`` builds it), or a ValueError saying what is
+    missing."""
     if getattr(res, "engine_config", None) is None or getattr(res, "adapted_log_weights", None) is None:
         raise ValueError(f"`res` has no adaptive weights: {caller} needs a result of ppl_loo.loo(data, model) "
                          "(a LooResult computed with a model, or one rebuilt by LooResult.from_datatree).")

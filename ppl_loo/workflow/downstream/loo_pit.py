@@ -57,9 +57,9 @@ def loo_pit(data, res, *, model=None, cdf=None, random_seed=None):
     """
     model = checked_model(data, res, model, "loo_pit")
     if cdf is None:
-        cdf = getattr(model.source, "pit_cdf", None)
+        cdf = model.pit_cdf
         if cdf is None:
-            raise ValueError(f"the model ({type(model.source).__name__}) has no predictive CDF; pass "
+            raise ValueError(f"the {model.kind} model has no predictive CDF; pass "
                              "cdf=callable(params) -> P(y_rep_i <= y_i | theta) (a tuple with P(y_rep_i < y_i | theta) "
                              "for a discrete outcome).")
     elif not callable(cdf):

@@ -167,10 +167,10 @@ def loo_roc(data, res, *, model=None, probability=None, y=None) -> LooROC:
     """
     model = checked_model(data, res, model, "loo_roc")
     if probability is None:
-        probability = getattr(model.source, "predicted_probability", None)
+        probability = model.predicted_probability
         if probability is None:
             raise ValueError(
-                f"the model ({type(model).__name__}) does not define predicted_probability; pass "
+                f"the {model.kind} model has no predicted probability; pass "
                 "probability=callable(params) -> array (M, *obs_shape) of p(y_i = 1 | theta)."
             )
     prob = expectation(data, res, probability, model, with_khat=False)
@@ -194,7 +194,7 @@ def _labels(data, res, model, y):
         obs = data["observed_data"].to_dataset()
         if name in obs.data_vars:
             return np.asarray(obs[name].values).reshape(-1)
-    observed = getattr(model, "observed", None)
+    observed = model.obs.observed
     if observed is not None:
         return np.asarray(observed).reshape(-1)
     raise ValueError(

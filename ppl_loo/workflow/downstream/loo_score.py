@@ -31,7 +31,6 @@ import arviz_stats
 import numpy as np
 import xarray as xr
 
-from ppl_loo.adapters.pymc.adapter import PyMCModel
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.downstream.loo_expectations import checked_model, warn_unkept
@@ -73,8 +72,9 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
     simulate : callable, optional
         ``simulate(params, rng) -> array (M, *obs_shape)``: one replicated data set per point, ``params`` the
         model's constrained parameters at ``M`` points (as in :func:`ppl_loo.loo_expectations`), ``rng`` a
-        ``numpy.random.Generator``. Default for a PyMC model: ``pm.sample_posterior_predictive`` of the observed
-        variable at the points. Required for other models when an observation is adapted.
+        ``numpy.random.Generator``. Default: the model's own simulator (``Model.simulate``; a PyMC model's: its
+        JAX sampler of the observed distribution, else ``pm.sample_posterior_predictive`` of the observed variable
+        at the points). Required for other models when an observation is adapted.
 
     Returns
     -------
@@ -98,10 +98,10 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
     # refused before any simulation: a score that stays plain PSIS's and is not finite
     _check_finite(res, scores, np.setdiff1d(np.arange(n), other), kind, y_pred.T)
     if other.size:
-        y_rep, lws, obs, sources = _adapted_samples(data, res, model, random_seed, simulate, other.size)
+        y_rep, lws, obs, origins = _adapted_samples(data, res, model, random_seed, simulate, other.size)
         if obs.size:
             scores[obs] = weighted_scores(y_rep, y_obs[obs], lws, kind)
-            used[obs] = sources
+            used[obs] = origins
             _check_finite(res, scores, obs, kind, y_rep)
     else:
         warn_unkept(res, used)
@@ -206,24 +206,24 @@ def _predictive(data, res):
 
 
 def _adapted_samples(data, res, model, random_seed, simulate, n_other):
-    """``(y_rep (a, M), log weights (a, M), observations (a,), sources (a,))``: the draws of every observation with
-    other weights than plain PSIS (``source``: adapted, refit, mixture), ``y_rep_i`` simulated at its points, rows
+    """``(y_rep (a, M), log weights (a, M), observations (a,), origins (a,))``: the draws of every observation with
+    other weights than plain PSIS (``origin``: adapted, refit, mixture), ``y_rep_i`` simulated at its points, rows
     padded with weight 0. Every input is checked before the points are built or anything is simulated."""
     model = checked_model(data, res, model, "loo_score")
     if simulate is not None and not callable(simulate):
         raise TypeError("`simulate` must be a callable simulate(params, rng) -> array (M, *obs_shape).")
-    if simulate is None and not (isinstance(model.source, PyMCModel) and model.source.factorizes):
+    if simulate is None and model.simulate is None:
         raise ValueError(f"{n_other} observation(s) use adapted proposals, refit or mixture draws, and the "
-                         f"model ({type(model.source).__name__}) cannot simulate y_rep at their points: pass "
+                         f"{model.kind} model cannot simulate y_rep at their points: pass "
                          "simulate=callable(params, rng) -> y_rep (M, *obs_shape) to pl.loo_score.")
     entry = entry_cache(data, res, model)
     pts = entry.points
     used = np.full(res.n_data_points, "psis", dtype=object)
-    used[pts.obs] = pts.source
+    used[pts.obs] = pts.origin
     warn_unkept(res, used)  # refit/mixture/SMC draws the result did not keep
     if not pts.obs.size:
         empty = np.zeros((0, 1))
-        return empty, empty, pts.obs, pts.source
+        return empty, empty, pts.obs, pts.origin
     random_seed = seed_from(random_seed, pts.rows, pts.log_weights)
     seed = _seed_key(random_seed)
     key = None if seed is None else (seed, "model" if simulate is None else simulate)
@@ -243,7 +243,7 @@ def _adapted_samples(data, res, model, random_seed, simulate, n_other):
     for j, _, rows, _ in pts.sets():
         y_pad[j, :sizes[j]] = y_rep[rows]
         lw_pad[j, :sizes[j]] = pts.log_weights[rows]
-    return y_pad, lw_pad, pts.obs, pts.source
+    return y_pad, lw_pad, pts.obs, pts.origin
 
 
 def _seed_key(random_seed):
@@ -264,21 +264,13 @@ def constrained_rows(pts, model):
 
 
 def _model_simulated(model, pts, rng):
-    """``y_rep`` ``(R,)``: one draw of each row's own observation at the row, from the model's own simulator (a PyMC
-    model's JAX sampler of its observed distribution, in blocks of ``S`` rows; ``pm.sample_posterior_predictive``
-    where there is none)."""
-    adapter = model.source
+    """``y_rep`` ``(R,)``: one draw of each row's own observation at the row, from the model's own simulator
+    (``Model.simulate``: a PyMC model's JAX sampler of its observed distribution, ``pm.sample_posterior_predictive``
+    where there is none), in blocks of ``S`` rows (the shape of the posterior draws: one compilation)."""
     S = pts.theta.shape[0]
-    if not adapter.has_predictive_draws:
-        params = constrained_rows(pts, model)
-        y = _simulated(_pymc_simulator(adapter), pts, params, rng, adapter.n_obs)
-        return y
-    import jax
-
-    key = jax.random.key(int(rng.integers(2**62)))
     out = np.empty(pts.rows.shape[0])
-    for b, (start, stop, block) in enumerate(blocks(pts.rows, S)):
-        y_rep = adapter.predictive_draws(block, jax.random.fold_in(key, b)).reshape(S, -1)
+    for start, stop, block in blocks(pts.rows, S):
+        y_rep = np.asarray(model.simulate(block, rng), dtype=np.float64).reshape(S, -1)
         out[start:stop] = y_rep[np.arange(stop - start), pts.row_obs[start:stop]]
     if not np.all(np.isfinite(out)):
         raise ValueError("the model's simulator returned non-finite y_rep at the adapted points.")
@@ -311,23 +303,6 @@ def _groups(sizes, n):
         rows += int(m)
     groups.append((first, len(sizes)))
     return groups
-
-
-def _pymc_simulator(adapter):
-    """``simulate(params, rng) -> (M, *obs_shape)`` of a PyMC model: ``pm.sample_posterior_predictive`` of the
-    observed variable on a one-chain trace of the points (every free variable given, so only it is drawn)."""
-    import pymc as pm  # PyMC only for a PyMC model (``import ppl_loo`` loads no PyMC)
-
-    def simulate(params, rng):
-        trace = xr.Dataset({name: (("chain", "draw") + tuple(f"{name}_dim_{k}" for k in range(v.ndim - 1)), v[None])
-                            for name, v in params.items()})
-        with warnings.catch_warnings():  # e.g. "Potentials are ignored": right here, the points are given
-            warnings.simplefilter("ignore", UserWarning)
-            pp = pm.sample_posterior_predictive(trace, model=adapter.model, var_names=[adapter.var_name],
-                                                random_seed=rng, progressbar=False)
-        return np.asarray(pp["posterior_predictive"][adapter.var_name].values, dtype=float)[0]
-
-    return simulate
 
 
 def _result(res, scores, used, kind, pointwise):

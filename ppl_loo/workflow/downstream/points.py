@@ -45,8 +45,8 @@ class WeightedPoints(NamedTuple):
         The log-likelihood there.
     obs : ndarray (a,)
         The flat index of each observation whose ``elpd_i`` has other weights than plain PSIS.
-    source : ndarray (a,)
-        ``"adapted"``, ``"refit"`` or ``"mixture"``, for each.
+    origin : ndarray (a,)
+        Where each observation's points come from: ``"adapted"``, ``"refit"`` or ``"mixture"``.
     bounds : ndarray (a + 1,)
         Observation ``obs[j]``'s points are ``rows[bounds[j]:bounds[j + 1]]``.
     rows : ndarray (R, d)
@@ -60,26 +60,27 @@ class WeightedPoints(NamedTuple):
     theta: np.ndarray
     ll: np.ndarray
     obs: np.ndarray
-    source: np.ndarray
+    origin: np.ndarray
     bounds: np.ndarray
     rows: np.ndarray
     log_weights: np.ndarray
     row_obs: np.ndarray
 
     def sets(self):
-        """``(j, i, rows slice, source)`` of every observation with other weights than plain PSIS."""
+        """``(j, i, rows slice, origin)`` of every observation with other weights than plain PSIS."""
         for j, i in enumerate(self.obs):
-            yield j, int(i), slice(int(self.bounds[j]), int(self.bounds[j + 1])), str(self.source[j])
+            yield j, int(i), slice(int(self.bounds[j]), int(self.bounds[j + 1])), str(self.origin[j])
 
 
 class _Entry:
     """What is kept for one result: the key it was built for, the points, and what was computed at them."""
 
-    __slots__ = ("result", "source", "key", "points", "values", "simulated")
+    __slots__ = ("result", "programs", "key", "points", "values", "simulated")
 
     def __init__(self, res, model, key, points):
         self.result = weakref.ref(res)
-        self.source = weakref.ref(model.source) if _weakrefable(model.source) else (lambda m=model.source: m)
+        # the model, by its compiled programs (shared by the Models of one adapter, which they outlive)
+        self.programs = weakref.ref(model.compiled) if _weakrefable(model.compiled) else (lambda m=model.compiled: m)
         self.key = key
         self.points = points
         self.values = {}  # a model's own pointwise function -> its values at the points
@@ -142,7 +143,7 @@ def entry_cache(data, res, model):
     key = _digest(theta, res, data)
     entry = _ENTRIES.get(id(res))
     if entry is not None and entry.result() is res:
-        if entry.source() is model.source and entry.key == key:
+        if entry.programs() is model.compiled and entry.key == key:
             return entry
     else:
         weakref.finalize(res, _ENTRIES.pop, id(res), None)
@@ -200,21 +201,19 @@ def _adapted_rows(data, res, model, theta, ll):
 
 def _jitted_points(model, key, points):
     """``points(data, i, ll0, name, step)`` of the search (one candidate's pooled points), jit-compiled once per
-    model, engine and candidate name (and step, for ``mm_iter``, whose step is its number of iterations), kept in the
-    model's cache with its compiled engine. Called eagerly it would run op by op, and compile its ``lax.scan``
-    (``mm_iter``) again at every call."""
-    cache = model.cache.setdefault("candidate_points", {})
+    model, engine and candidate name (and step, for ``mm_iter``, whose step is its number of iterations), kept among
+    the model's compiled programs with its compiled engine. Called eagerly it would run op by op, and compile its
+    ``lax.scan`` (``mm_iter``) again at every call."""
 
     def at(data, i, ll0, name, step):
         static = name == "mm_iter"
-        k = (key, name, int(step) if static else None)
-        fn = cache.get(k)
-        if fn is None:
+
+        def build():
             if static:
-                fn = jax.jit(lambda d, i_, l_, n=name, s=int(step): points(d, i_, l_, n, s))
-            else:
-                fn = jax.jit(lambda d, i_, l_, s, n=name: points(d, i_, l_, n, s))
-            cache[k] = fn
+                return jax.jit(lambda d, i_, l_, n=name, s=int(step): points(d, i_, l_, n, s))
+            return jax.jit(lambda d, i_, l_, s, n=name: points(d, i_, l_, n, s))
+
+        fn = model.compiled("candidate_points", (key, name, int(step) if static else None), build)
         i = jnp.asarray(i)
         return fn(data, i, ll0) if static else fn(data, i, ll0, jnp.asarray(step, dtype=ll0.dtype))
 
@@ -222,7 +221,7 @@ def _jitted_points(model, key, points):
 
 
 def _kept_rows(res, model):
-    """``(i, unconstrained points, log weights, source)`` of the observations whose refit or mixture draws ``res``
+    """``(i, unconstrained points, log weights, origin)`` of the observations whose refit or mixture draws ``res``
     kept."""
     lws = getattr(res, "kept_log_weights", None)
     if lws is None or not lws.sizes["kept"]:
@@ -283,6 +282,7 @@ def evaluated(entry, fn, model, own, name="`values`"):
 
 
 def own_function(fn, model) -> bool:
-    """Whether ``fn`` is a bound method of the model's adapter (its own pointwise function: pure, so its values at a
-    result's points can be kept)."""
-    return getattr(fn, "__self__", None) is model.source and callable(fn)
+    """Whether ``fn`` is one of the model's own pointwise functions (``predictive_mean``, ``predicted_probability``,
+    ``pit_cdf``: pure, so their values at a result's points can be kept)."""
+    return callable(fn) and any(fn is not None and fn == own
+                                for own in (model.predictive_mean, model.predicted_probability, model.pit_cdf))

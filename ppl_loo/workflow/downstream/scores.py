@@ -37,9 +37,9 @@ def _loo_mean(data, res, model, mean, y, caller):
     """The observed values and their LOO predictive means (flat), and the checked model."""
     model = checked_model(data, res, model, caller)
     if mean is None:
-        mean = getattr(model.source, "predicted_mean", None) or getattr(model.source, "predicted_probability", None)
+        mean = model.predictive_mean
         if mean is None:
-            raise ValueError(f"the model ({type(model.source).__name__}) has no predictive mean; pass "
+            raise ValueError(f"the {model.kind} model has no predictive mean; pass "
                              "mean=callable(params) -> E[y_rep_i | theta], array (M, *obs_shape).")
     elif not callable(mean):
         raise TypeError("`mean` must be a callable mean(params) -> array (M, *obs_shape).")

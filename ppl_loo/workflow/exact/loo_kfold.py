@@ -31,8 +31,8 @@ from arviz_stats.base import array_stats
 from arviz_stats.utils import ELPDDataLOOKFold
 from tqdm.auto import tqdm
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.numerics.bridge import log_mean_exp
 from ppl_loo.numerics.nuts import BatchedTarget, lanes_per_batch
 from ppl_loo.workflow.exact.refit import batched_refit_density, batched_run, batched_warmup, refit_settings, warm_start

@@ -265,13 +265,13 @@ def batched_refit_density(model):
     they run one after the other with the model's own sampler.
 
     Returns a :class:`~ppl_loo.numerics.nuts.BatchedTarget`. Batched: models whose log density is a JAX
-    function (PyMC through PyTensor's JAX backend, JAX models) with a ``loo_logp``; the model's adapter may give
-    its own through ``batched_refit_density()`` (the horseshoe logistic regression: its non-centered
+    function (PyMC through PyTensor's JAX backend, JAX models) with a ``loo_logp``; the model may give its own
+    through ``Model.batched_refit_density()`` (the horseshoe logistic regression: its non-centered
     parameterization; a Stan program whose parameters are indexed by observation: its LOO density through the
     bridge's batched evaluations; None: not batched). Not batched: the other Stan programs (Stan's own NUTS on
     the data without the observation is faster than NUTS on the bridge's callbacks, ``docs/method.md``).
     """
-    own = getattr(getattr(model, "source", None), "batched_refit_density", None)
+    own = getattr(model, "batched_refit_density", None)
     if own is not None:
         return own()
     if getattr(model, "kind", None) not in ("JAX", "PyMC") or not getattr(model, "is_jax", False):
@@ -374,7 +374,7 @@ def batched_run(model, density, u_draws, obs, seeds, settings, imm, ll_cols=None
     inits = np.stack([u_draws[start_draws(np.random.default_rng(int(seed)), S, C,
                                           None if ll_cols is None else ll_cols[:, b])] for b, seed in enumerate(seeds)])
     warm = settings.get("adapt") == "warm"
-    stop = _StopFlag(getattr(model, "source", None))
+    stop = _StopFlag(getattr(model, "cancel", None))
     call = functools.partial(batched_nuts, density.log_density, inits, np.asarray(obs),
                              num_warmup=batched_warmup(settings),
                              num_samples=settings["draws"], random_seeds=[int(s) for s in seeds],
@@ -386,25 +386,18 @@ def batched_run(model, density, u_draws, obs, seeds, settings, imm, ll_cols=None
 
 
 class _StopFlag:
-    """Ctrl-C during a batched run (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible` sets
-    ``cancel_requested``): the lanes not started yet are skipped, and a model whose host callbacks stop at Ctrl-C
-    (``cancellable``: a Stan program) is told to."""
+    """Ctrl-C during a batched run (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible` calls it with
+    ``True``): the lanes not started yet are skipped, and a model whose host callbacks stop at Ctrl-C (a Stan
+    program: its ``Model.cancel``) is told to."""
 
-    cancellable = True
-
-    def __init__(self, source=None):
-        self._source = source if getattr(source, "cancellable", False) else None
+    def __init__(self, cancel=None):
+        self._cancel = cancel
         self._requested = False
 
-    @property
-    def cancel_requested(self):
-        return self._requested
-
-    @cancel_requested.setter
-    def cancel_requested(self, value):
-        self._requested = bool(value)
-        if self._source is not None:
-            self._source.cancel_requested = bool(value)
+    def __call__(self, flag):
+        self._requested = bool(flag)
+        if self._cancel is not None:
+            self._cancel(bool(flag))
 
     def requested(self):
         return self._requested

@@ -134,24 +134,28 @@ def run_search(model, draws, cfg: EngineConfig, obs_idx, batch_size, progressbar
     _, _, mapped, prepare = compiled_engine(model, cfg, not draws.approx, batch_size, draws.log_q_fn)
     if not len(obs_idx):
         return []
-    source = model.source
-    source.last_callback_error = None
+    host_error = model.take_callback_error or _no_error
+    host_error()  # an error of an earlier run is not this run's
 
     def prepared():
         return prepare(EngineData(theta, draws.logp0, draws.log_q0, draws.grad_logp0, model.line_cache(theta),
                                   gauss=draws.gauss))
 
     try:  # each compiled call in a worker thread, so that Ctrl-C stops it within a second
-        edata = run_interruptible(prepared, source)
-        return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar, source)
+        edata = run_interruptible(prepared, model.cancel)
+        return _run(mapped, edata, obs_idx, draws.ll, batch_size, progressbar, model.cancel)
     except Exception as exc:
-        stored, source.last_callback_error = getattr(source, "last_callback_error", None), None
+        stored = host_error()
         if stored is not None:
             raise stored from exc
         raise
 
 
-def _run(f, edata, obs_idx, ll, batch_size, progressbar, source=None):
+def _no_error():
+    return None
+
+
+def _run(f, edata, obs_idx, ll, batch_size, progressbar, cancel=None):
     """Run the jit-compiled search over observations in chunks, with a progress bar; each chunk in a
     worker thread (:func:`~ppl_loo.workflow.loo.interrupt.run_interruptible`), the loop in the caller's."""
     out = []
@@ -162,7 +166,7 @@ def _run(f, edata, obs_idx, ll, batch_size, progressbar, source=None):
         if len(idx) < chunk:  # pad to keep one compiled shape
             idx = np.concatenate([idx, np.repeat(idx[-1:], chunk - len(idx))])
         args = (edata, jnp.asarray(idx), jnp.asarray(ll[:, idx].T))
-        res = run_interruptible(lambda a=args: jax.tree_util.tree_map(np.asarray, f(*a)), source)
+        res = run_interruptible(lambda a=args: jax.tree_util.tree_map(np.asarray, f(*a)), cancel)
         for j in range(min(chunk, len(obs_idx) - start)):
             out.append({k: getattr(res, k)[j] for k in res._fields})
         bar.update(min(chunk, len(obs_idx) - start))

@@ -1,9 +1,9 @@
 """The adaptive search on a ``dask.distributed`` cluster: batches of observations spread over the workers.
 
 :func:`ppl_loo.loo` hands the search here when a client is passed (``client=``) or one is active in the
-session (``distributed.default_client()``). The model reaches the workers once, as the cloudpickled
-adapter (:class:`~ppl_loo.models.PyMCModel` pickles as its ``pymc.Model``, a
-:class:`~ppl_loo.StanModel` as program, data and the key of its compiled library in the cache, a JAX
+session (``distributed.default_client()``). The model reaches the workers once, as its cloudpickled
+search functions (bound to its adapter: :class:`~ppl_loo.models.PyMCModel` pickles as its ``pymc.Model``,
+a :class:`~ppl_loo.StanModel` as program, data and the key of its compiled library in the cache, a JAX
 model as itself), and the draws once (``client.scatter(..., broadcast=True)``). Each task is one batch
 of observations with its log-likelihood columns; each worker process rebuilds the model, compiles the
 search and prepares the draws once (cached by a hash of the pickled model and the search's settings,
@@ -28,9 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from ppl_loo.adapters.jax.base import PosteriorModel
 from ppl_loo.jax_settings import x64
-from ppl_loo.model import as_model
+from ppl_loo.model.build import Compiled
 from ppl_loo.numerics.loo import EngineData
 from ppl_loo.workflow.loo.engine import compiled_engine
 
@@ -74,10 +73,15 @@ def resolve_client(client):
     return client
 
 
+#: the fields of a :class:`~ppl_loo.model.Model` the search on a worker does not use: not sent
+_NOT_SENT = ("terms", "eval_loglik", "eval_probs", "eval_predict", "refit_draws", "mixture_draws", "predictive_mean",
+             "predicted_probability", "pit_cdf", "simulate", "batched_refit_density", "cancel", "compiled")
+
+
 def _payload(model, log_q_fn) -> bytes:
-    """The model (its adapter where it has one) and ``log_q_fn``, cloudpickled for the workers."""
-    source = model.source
-    obj = source if isinstance(source, PosteriorModel) else model._replace(cache={})
+    """The model's search functions and ``log_q_fn``, cloudpickled for the workers (its compiled programs stay
+    here: each worker compiles its own)."""
+    obj = model._replace(**dict.fromkeys(_NOT_SENT))
     try:
         return cloudpickle.dumps((obj, log_q_fn))
     except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same advice
@@ -145,15 +149,14 @@ def search_batch(model_key, payload, draws_key, arrays, cfg, posterior_draws, ch
         if n < chunk:
             pad = np.repeat(np.arange(n)[-1:], chunk - n)
             idx, ll_cols = np.concatenate([idx, idx[pad]]), np.concatenate([ll_cols, ll_cols[:, pad]], axis=1)
-        source = model.source
-        if source is not None:
-            source.last_callback_error = None
+        host_error = model.take_callback_error
+        if host_error is not None:
+            host_error()  # an error of an earlier task is not this one's
         try:
             res = jax.tree_util.tree_map(np.asarray, mapped(edata, jnp.asarray(idx), jnp.asarray(ll_cols.T)))
         except Exception:
-            stored = getattr(source, "last_callback_error", None)
+            stored = None if host_error is None else host_error()
             if stored is not None:
-                source.last_callback_error = None
                 raise stored from None
             raise
     return [{k: getattr(res, k)[j] for k in res._fields} for j in range(n)]
@@ -162,8 +165,8 @@ def search_batch(model_key, payload, draws_key, arrays, cfg, posterior_draws, ch
 def _worker_state(model_key, payload, draws_key, arrays, cfg, posterior_draws, chunk):
     """``(model, {"mapped", "edata"})`` of this worker process, built on its first task of a run."""
     if model_key not in _WORKER_MODELS:
-        obj, log_q_fn = cloudpickle.loads(payload)
-        _WORKER_MODELS[model_key] = (as_model(obj), log_q_fn, {})
+        sent, log_q_fn = cloudpickle.loads(payload)
+        _WORKER_MODELS[model_key] = (sent._replace(compiled=Compiled()), log_q_fn, {})
         while len(_WORKER_MODELS) > MAX_WORKER_MODELS:
             _WORKER_MODELS.popitem(last=False)
     _WORKER_MODELS.move_to_end(model_key)

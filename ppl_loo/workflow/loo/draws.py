@@ -3,7 +3,6 @@ log-likelihood at them, and the density ``q`` they come from (the posterior, or 
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Any, NamedTuple
 
@@ -301,36 +300,16 @@ def _label(data, var_name, model, stored_da, i):
 def _discrete_observations(model):
     """Names of the model's observed data declared discrete (a PyMC observed variable of integer dtype, a Stan
     data entry indexed by observation and declared ``int``): an outcome with a probability mass?"""
-    if model is None:
-        return []
-    model = getattr(model, "source", None) or model  # the adapter of a Model
-    rv = getattr(model, "_obs_rv", None)  # PyMC: the observed variable's dtype says whether it is discrete
-    if rv is not None:
-        return [model.var_name] if str(getattr(rv, "dtype", "")).startswith(("int", "uint", "bool")) else []
-    keys, code = getattr(model, "obs_keys", None), getattr(model, "code", None)
-    if not (keys and isinstance(code, str)):
-        return []
-    block = re.search(r"\bdata\s*\{(.*?)\}\s*(transformed\s+data|parameters|model)\b", re.sub(r"//[^\n]*", "", code),
-                      re.S)
-    if block is None:
-        return []
-    ints = set()
-    for decl in block.group(1).split(";"):
-        m = re.search(r"\bint\b.*?(\w+)\s*(\[[^\]]*\])?\s*$", decl.strip(), re.S)
-        if m:
-            ints.add(m.group(1))
-    return [k for k in keys if k in ints]
+    obs = getattr(model, "obs", None)
+    return list(getattr(obs, "discrete", ()))
 
 
 def _obs_data_words(model, i):
     """``"y[8] = 3.5, x[8] = 1"``: the model's data entries of observation ``i`` (a Stan program's), or ``""``."""
-    model = getattr(model, "source", None) or model
-    data, keys = getattr(model, "data", None), getattr(model, "obs_keys", None)
-    if not (isinstance(data, dict) and keys):
-        return ""
+    entries = getattr(getattr(model, "obs", None), "entries", None) or {}
     parts = []
-    for k in keys[:3]:
-        v = np.asarray(data[k])
+    for k in list(entries)[:3]:
+        v = np.asarray(entries[k])
         if v.ndim == 1 and i < v.shape[0]:
             parts.append(f"{k}[{i + 1}] = {v[i].item():.6g}")
     return ", ".join(parts)

@@ -1,5 +1,5 @@
-"""The workflow's handle on the adaptive search: the compiled engine of a model, cached in the
-protocol model, the search's settings as plain values, and the weighted points of a chosen proposal
+"""The workflow's handle on the adaptive search: the compiled engine of a model, kept among its
+compiled programs, the search's settings as plain values, and the weighted points of a chosen proposal
 rebuilt from a stored result."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ppl_loo.model import as_model
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
 
 __all__ = ["compiled_engine", "config_to_plain", "config_from_plain", "engine_data", "proposal_points", "draws_array",
@@ -18,15 +18,15 @@ __all__ = ["compiled_engine", "config_to_plain", "config_from_plain", "engine_da
 def compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
     """Build (or reuse) the jit-compiled search for this model and configuration.
 
-    Cached in the model's own ``Model.cache`` (the protocol model, which a ppl_loo adapter keeps,
+    Kept among the model's compiled programs (``Model.compiled``, which the model's adapter keeps,
     :func:`ppl_loo.model.build.from_adapter`; nothing is stored on a PyMC or other third-party
     object), so that repeated LOO runs on new draws of the same shape (resamplings, refits,
-    benchmarks) compile once, and the cache goes with the model.
+    benchmarks) compile once, and the programs go with the model.
 
     Parameters
     ----------
     model : Model or adapter
-        The model (through :func:`ppl_loo.model.as_model`).
+        The model (through :func:`ppl_loo.adapters.as_model.as_model`).
     cfg : EngineConfig
     posterior_draws : bool
         False for draws of an approximation.
@@ -42,12 +42,12 @@ def compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
         functions, the search mapped over observations and the jitted per-run statistics.
     """
     model = as_model(model)
-    cache = model.cache.setdefault("engines", {})
-    key = (cfg, bool(posterior_draws), int(batch_size), log_q_fn)
-    if key not in cache:
+
+    def build():
         search, points = build_engine(model, cfg, posterior_draws=posterior_draws, log_q_fn=log_q_fn)
-        cache[key] = (search, points, mapped_search(search, batch_size), jax.jit(search.prepare))
-    return cache[key]
+        return search, points, mapped_search(search, batch_size), jax.jit(search.prepare)
+
+    return model.compiled("engines", (cfg, bool(posterior_draws), int(batch_size), log_q_fn), build)
 
 
 def config_to_plain(cfg, posterior_draws):
@@ -72,7 +72,7 @@ def proposal_points(model, theta, config, log_q=None, gauss=None, log_q_fn=None)
     Parameters
     ----------
     model : Model
-        The model the result was computed with (:func:`ppl_loo.model.as_model`).
+        The model the result was computed with (:func:`ppl_loo.adapters.as_model.as_model`).
     theta : array (S, d)
         Its unconstrained draws, chain-major.
     config : dict

@@ -5,10 +5,10 @@ A jit-compiled search runs in XLA's native code; a model that calls Stan through
 (which raises ``KeyboardInterrupt``) runs only in the main thread and only between bytecodes, so
 Ctrl-C would wait for the whole batch to finish. :func:`run_interruptible` runs the
 computation in a worker thread while the main thread waits in short joins, where
-``KeyboardInterrupt`` is delivered at once. It then asks the model to stop
-(``source.cancel_requested = True``, for models with ``cancellable = True``, whose host callbacks
-check the flag between short chunks of native calls and raise), waits for the worker to end (a
-fraction of a second) and re-raises ``KeyboardInterrupt`` in the main thread. For a model without
+``KeyboardInterrupt`` is delivered at once. It then asks the model to stop (its ``Model.cancel``, for
+models whose host callbacks check the request between short chunks of native calls and raise),
+waits for the worker to end (a fraction of a second) and re-raises ``KeyboardInterrupt`` in the main
+thread. For a model without
 host callbacks (pure JAX, or a sampler in native code) there is nothing to stop early: the main
 thread re-raises at once and the call running in the worker is abandoned (its result is
 discarded). The worker is not a daemon thread: a daemon thread still inside XLA when the
@@ -24,20 +24,19 @@ __all__ = ["run_interruptible"]
 
 #: how often the waiting main thread wakes up (seconds)
 POLL_S = 0.05
-#: how long the main thread waits for a cancellable model's worker to stop after Ctrl-C (seconds)
+#: how long the main thread waits for the worker of a model it asked to stop to stop after Ctrl-C (seconds)
 GRACE_S = 1.5
 
 
-def run_interruptible(fn, source=None):
+def run_interruptible(fn, cancel=None):
     """``fn()`` in a worker thread; Ctrl-C in the main thread stops it (see the module docstring).
 
-    ``source``: the model whose host callbacks ``fn`` calls (a ``cancellable`` model gets
-    ``cancel_requested`` set on Ctrl-C and is waited for; the flag is cleared before ``fn`` starts).
+    ``cancel``: the ``Model.cancel`` of the model whose host callbacks ``fn`` calls, or None: called with
+    ``True`` on Ctrl-C (then the worker is waited for) and with ``False`` before ``fn`` starts.
     Exceptions raised by ``fn`` are re-raised as themselves.
     """
-    cancellable = bool(getattr(source, "cancellable", False))
-    if cancellable:
-        source.cancel_requested = False
+    if cancel is not None:
+        cancel(False)
     if threading.current_thread() is not threading.main_thread():
         return fn()  # signals are delivered to the main thread only: nothing to gain
     box = {}
@@ -59,8 +58,8 @@ def run_interruptible(fn, source=None):
         while not done.wait(POLL_S):
             pass
     except KeyboardInterrupt:
-        if cancellable:
-            source.cancel_requested = True
+        if cancel is not None:
+            cancel(True)
             done.wait(GRACE_S)
         raise
     worker.join()

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.loo.memory import device_free_bytes

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 import xarray as xr
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.numerics.random import prng_key, seed_from
 from ppl_loo.numerics.vi.scores import (
     crps_fair,
@@ -41,9 +41,9 @@ def _pointwise(pm, theta, key, which):
         ll = np.asarray(pm.eval_loglik(jax.numpy.asarray(theta)))
         out["_ll"] = ll
         out["log_score"] = np.asarray(log_score_eval(ll))
-    if "crps" in which and pm.eval_predict is not None and pm.obs.observed is not None:
+    if "crps" in which and pm.eval_predict is not None and pm.terms.y is not None:
         sim = np.asarray(pm.eval_predict(jax.numpy.asarray(theta), key))
-        y = np.asarray(pm.obs.observed)
+        y = np.asarray(pm.terms.y)
         if sim.ndim == 3:
             out["crps"] = np.asarray(energy_score_fair(sim, y))
         else:

@@ -1,7 +1,7 @@
 """``ppl_loo.pvi``: predictive variational inference (Lai & Yao 2024), DataTree out.
 
 The numerics (families, score estimators, the optimizer loop) live in :mod:`ppl_loo.numerics`;
-what each backend provides in :mod:`ppl_loo.model.dispatch`. This module runs PVI and the
+what each backend provides in :mod:`ppl_loo.adapters.as_model`. This module runs PVI and the
 plain-VI comparison in the same family, draws from ``q``, and writes the user's DataTree:
 ``posterior`` (constrained draws named like the model's variables), ``log_likelihood``,
 ``observed_data`` and the ``pvi`` group (variational parameters, objective traces, training
@@ -23,8 +23,8 @@ import numpy as np
 import optax
 import xarray as xr
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.numerics.random import prng_key, seed_from
 from ppl_loo.numerics.vi import objective as npvi
 from ppl_loo.numerics.vi.families import flatten_params, get_family
@@ -114,19 +114,8 @@ def _log_bound(pm, log_lik_bound):
             raise ValueError("optimizer.log_lik_bound must be a finite scalar or one value per observation "
                              f"({pm.n_obs}).")
         return jnp.broadcast_to(jnp.asarray(b), (pm.n_obs,))
-    base = getattr(pm.source, "model", None)
-    if pm.kind == "PyMC" and base is not None:
-        from pytensor.tensor.type import discrete_dtypes
-
-        rv = base[pm.var_name]
-        if rv.type.dtype in discrete_dtypes:
-            if type(rv.owner.op).__name__ == "PoissonRV" and pm.obs.observed is not None:
-                from scipy.special import gammaln
-
-                y = np.asarray(pm.obs.observed, dtype=np.float64)
-                ylog = np.where(y > 0, y * np.log(np.where(y > 0, y, 1.0)), 0.0)
-                return jnp.asarray(ylog - y - gammaln(y + 1.0))  # sup_lambda Poisson(y | lambda)
-            return jnp.zeros(pm.n_obs)
+    if pm.log_lik_bound is not None:  # the model's own (a PyMC discrete outcome: 0, or Poisson's supremum)
+        return jnp.asarray(pm.log_lik_bound)
     raise ValueError(
         "estimator='rejection' needs an upper bound C_i >= p(y_i | theta) for every theta (Appendix B): pass "
         "optimizer={'log_lik_bound': log C_i} (a scalar or one per observation), e.g. 0 for a discrete outcome or "
@@ -140,13 +129,13 @@ class _Fit:
 
 
 def _runner(pm, family_spec, family_options, settings, optimizer, learning_rate, steps):
-    """The family and the compiled scan for this configuration, cached on the PVI model."""
+    """The family and the compiled scan for this configuration, kept among the PVI model's compiled programs."""
     opt_key = optimizer if isinstance(optimizer, str) else id(optimizer)
     lr_key = learning_rate if not callable(learning_rate) else id(learning_rate)
     fam_key = family_spec if isinstance(family_spec, str) else id(family_spec)
     key = (fam_key, tuple(sorted((family_options or {}).items())), settings, opt_key, lr_key, int(steps))
-    cache = pm.cache.setdefault("pvi_runners", {})
-    if key not in cache:
+
+    def build():
         family = get_family(family_spec, **(family_options or {}))
         if isinstance(optimizer, optax.GradientTransformation):
             opt = optimizer
@@ -159,8 +148,9 @@ def _runner(pm, family_spec, family_options, settings, optimizer, learning_rate,
                 lr = step_decay(float(lr), max(int(steps) // 2, 1), 0.1)
             opt = get_optimizer(optimizer, lr)
         step = npvi.build_step(family, pm.terms, settings, opt)
-        cache[key] = (family, opt, npvi.build_runner(step))
-    return cache[key]
+        return family, opt, npvi.build_runner(step)
+
+    return pm.compiled("pvi_runners", key, build)
 
 
 def _fit(pm, family_spec, family_options, settings, optimizer, learning_rate, steps, hyper, key, init, init_scale,

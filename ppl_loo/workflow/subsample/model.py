@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 from scipy.special import logsumexp
 
-from ppl_loo.model import as_model
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.psis import khat_threshold
 from ppl_loo.workflow.loo.adapt import Candidates, check_transforms, run_search

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
-from ppl_loo.model import as_model
 from ppl_loo.workflow.loo.draws import loo_draws
 from ppl_loo.workflow.loo.inputs import check_datatree, check_posterior_draws
 from ppl_loo.workflow.loo.loo import pointwise_factory

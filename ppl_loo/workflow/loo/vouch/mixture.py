@@ -9,7 +9,7 @@ One extra MCMC run on ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
 - a model with its own mixture sampler (``mixture_draws``: closed-form JAX models) with that;
 - every other model (PyMC, JAX) with BlackJAX's NUTS on ``logp(theta) + logsumexp(-loglik(theta))``, the batched
   refits' sampler (:func:`~ppl_loo.numerics.nuts.batched_nuts`), each chain started at a posterior draw and
-  run on its own CPU core, its compiled program kept in the model's cache for the next run.
+  run on its own CPU core, its compiled program kept with the model's compiled programs for the next run.
 
 The run's settings are the original fit's (chains, draws, warmup, target acceptance, tree depth; as ``refit=``
 reads them), with at least 1,000 warmup iterations and draws per chain, so it costs about one fit. Its own
@@ -113,20 +113,18 @@ def mixture_settings(settings, overrides=None):
 
 def _mixture_programs(model):
     """The mixture target's log density ``(theta, i)`` of ``model`` and where its compiled sampler is kept between
-    runs: the model's cache, as for the compiled search (:func:`~ppl_loo.workflow.loo.engine.compiled_engine`), so
-    that later runs on the model (``pl.loo`` again, a retried run) sample without compiling again."""
-    cache = getattr(model, "cache", None)
-    entry = cache.get("mixture_nuts") if isinstance(cache, dict) else None
-    if entry is None:
-        logp, loglik = model.logp, model.loglik
+    runs: among the model's compiled programs (``Model.compiled``), as the compiled search
+    (:func:`~ppl_loo.workflow.loo.engine.compiled_engine`), so that later runs on the model (``pl.loo`` again, a
+    retried run) sample without compiling again."""
+    logp, loglik = model.logp, model.loglik
 
+    def build():
         def log_density(theta, i):  # one target, the mixture of every LOO posterior (i unused)
             return logp(theta) + jax.scipy.special.logsumexp(-loglik(theta))
 
-        entry = ({}, log_density)
-        if isinstance(cache, dict):
-            cache["mixture_nuts"] = entry
-    return entry
+        return {}, log_density
+
+    return build() if model.compiled is None else model.compiled("mixture_nuts", None, build)
 
 
 @uses_x64
@@ -156,12 +154,12 @@ def _sample(model, theta, settings, seed):
                                  random_seed=seed, init=init, target_accept=settings["target_accept"],
                                  max_tree_depth=settings["max_tree_depth"])
         # NumPyro in a worker thread (Ctrl-C stops it at once); Stan's sampler in this one (see refit.py)
-        return run_interruptible(call, model.source) if model.kind == "JAX" else call()
+        return run_interruptible(call, model.cancel) if model.kind == "JAX" else call()
     if not model.is_jax or model.logp is None or model.loglik is None:
         raise ValueError("the mixture run needs the model's log density and pointwise log-likelihood as JAX "
                          "functions (a pymc.Model, pl.StanModel or pl.JaxModel).")
     call = functools.partial(_blackjax_mixture, model, init, settings, seed, theta)
-    return run_interruptible(call, model.source)
+    return run_interruptible(call, model.cancel)
 
 
 def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
@@ -170,7 +168,7 @@ def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
     Parameters
     ----------
     model : Model
-        The protocol model (:func:`ppl_loo.model.as_model`).
+        The protocol model (:func:`ppl_loo.adapters.as_model.as_model`).
     theta : array (S, d)
         The posterior draws (starting points of the chains).
     settings : dict

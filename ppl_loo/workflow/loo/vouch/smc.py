@@ -51,7 +51,7 @@ def run_smc(model, draws, targets, random_seed=None):
     call = functools.partial(smc_loo, model.logp, model.loglik_i, theta, np.asarray(targets, dtype=np.int64),
                              prng_key(seed + 1), populations=pops)
     t0 = time.perf_counter()
-    res = run_interruptible(call, model.source)
+    res = run_interruptible(call, model.cancel)
     seconds = time.perf_counter() - t0
     elpd, mcse = np.full(n, np.nan), np.full(n, np.nan)
     ok = np.zeros(n, bool)

@@ -1,8 +1,8 @@
-"""``ppl_loo.model.dispatch``: a PyMC model's adapter built once and reused while the model is unchanged.
+"""``ppl_loo.adapters.as_model``: a PyMC model's adapter built once and reused while the model is unchanged.
 
-Known answers: ``as_model`` of the same ``pymc.Model`` twice is the same object (its compiled functions reused);
-after ``pm.set_data`` a new adapter, whose log-likelihood is the closed-form normal log density of the new data
-(the old one's of the old data); at most ``PYMC_ADAPTERS_KEPT`` adapters are kept.
+Known answers: ``as_model`` of the same ``pymc.Model`` twice shares one adapter's compiled programs
+(``Model.compiled``); after ``pm.set_data`` a new adapter, whose log-likelihood is the closed-form normal log
+density of the new data (the old one's of the old data); at most ``PYMC_ADAPTERS_KEPT`` adapters are kept.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ppl_loo.model import as_model, dispatch
+from ppl_loo.adapters import as_model as dispatch
+from ppl_loo.adapters.as_model import as_model
 
 pm = pytest.importorskip("pymc")
 
@@ -28,17 +29,17 @@ def test_same_model_same_adapter_until_its_data_change():
     x = np.array([0.5, -1.0, 2.0])
     m = _model(x)
     first = as_model(m)
-    assert as_model(m) is first and as_model(m).source is first.source
+    assert as_model(m).compiled is first.compiled and as_model(m).log_lik == first.log_lik
     theta = np.array([[0.3]])
     np.testing.assert_allclose(np.asarray(first.log_lik(theta))[0], stats.norm.logpdf(x, 0.3, 1.0), rtol=1e-12)
     new = np.array([1.5, 0.0, -0.7])
     with m:
         pm.set_data({"x": new})
     second = as_model(m)
-    assert second is not first
+    assert second.compiled is not first.compiled
     np.testing.assert_allclose(np.asarray(second.log_lik(theta))[0], stats.norm.logpdf(new, 0.3, 1.0), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(first.log_lik(theta))[0], stats.norm.logpdf(x, 0.3, 1.0), rtol=1e-12)
-    assert as_model(m) is second
+    assert as_model(m).compiled is second.compiled
 
 
 def test_at_most_the_kept_number_of_adapters():
