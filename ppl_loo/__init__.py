@@ -20,9 +20,10 @@ from ppl_loo.workflow.downstream.expectation import loo_expectation
 from ppl_loo.workflow.downstream.pit import loo_pit, plot_loo_pit
 from ppl_loo.workflow.downstream.predictive import LooROC, loo_roc
 from ppl_loo.workflow.downstream.scores import LooMetric, loo_metrics, loo_r2
-from ppl_loo.workflow.exact.kfold import KFoldResult, kfold
+from ppl_loo.workflow.exact.kfold import KFoldResult, loo_kfold
 from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
+from ppl_loo.workflow.loo.options import ComputeOptions, SearchOptions, SecondOpinions
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.loo_mixture import loo_mixture
 from ppl_loo.workflow.pvi.pvi import pvi
@@ -33,9 +34,10 @@ from ppl_loo.workflow.subsample.subsample import loo_subsample
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectation", "loo_pit",
+__all__ = ["loo", "SearchOptions", "SecondOpinions", "ComputeOptions", "loo_mixture", "loo_subsample",
+           "SubsampleResult", "add_loo", "loo_expectation", "loo_pit",
            "plot_loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult",
            "JaxModel", "StanModel", "from_cmdstan", "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model",
            "qnvb", "laplace", "laplace_predictive",
-           "compare", "report", "kfold", "KFoldResult"]
+           "compare", "report", "loo_kfold", "KFoldResult"]

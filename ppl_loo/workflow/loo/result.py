@@ -407,7 +407,8 @@ def loo_datatree(res):
     xarray.DataTree
     """
     if getattr(res, "elpd_i", None) is None:
-        raise ValueError("`res` has no pointwise results: compute it with pointwise=True.")
+        raise ValueError("`res` has no pointwise results: pass a result of pl.loo (it always keeps them) or of "
+                         "arviz_stats.loo(..., pointwise=True).")
     variables = {}
     for name in POINTWISE + WEIGHTS:
         val = getattr(res, name, None)
