@@ -93,7 +93,7 @@ def one(n, S, block_rows, lazy, rare, loo_kwargs=None):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(tree, model, adapt="flagged", progressbar=False, **(loo_kwargs or {}))
+        res = pl.loo(tree, model, progressbar=False, search={"adapt": "flagged"}, **(loo_kwargs or {}))
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(json.dumps({"n": n, "S": S, "lazy": lazy, "rare": rare, "block_rows": block_rows, "wall_s": round(wall, 1),

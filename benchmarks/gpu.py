@@ -82,7 +82,7 @@ PLAN_SMALL = {row: (10, 300, 5, 300) for row in ROWS}
 #: the engine and the search alone: without the second opinions that pl.loo runs by default on what the search
 #: leaves doubtful (a mixture-IS MCMC run of the model, about the cost of a fit, whose log-likelihood at its draws is
 #: one (draws, n) array: 3.2 GB at n = 10^5, and tempered SMC)
-NO_SECOND_OPINIONS = {"mixture": False, "smc": False}
+NO_SECOND_OPINIONS = {"second_opinions": {"mixture": False, "smc": False}}
 MIN_START_S = 20  # a subprocess is not started with less (imports and JIT alone take about that)
 CURRENT = {}  # the running subprocess, ended on SIGTERM
 

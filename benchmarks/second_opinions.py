@@ -92,7 +92,7 @@ def measure(name, model, data, t_fit, exact, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        before = pl.loo(data, model, progressbar=False, mixture=False, smc=False)
+        before = pl.loo(data, model, progressbar=False, second_opinions={"mixture": False, "smc": False})
         t_search = time.perf_counter() - t0
         t0 = time.perf_counter()
         after = pl.loo(data, model, progressbar=False, random_seed=seed)

@@ -139,7 +139,7 @@ def run_model(name, code, draws, cache_entries, n=40):
     tree = pl.from_cmdstan(sorted(str(p) for p in (work / "csv").glob("*.csv")), log_likelihood="log_lik")
     del csv
     out = {}
-    kw = dict(mixture=False, smc=False, progressbar=False)
+    kw = dict(second_opinions={"mixture": False, "smc": False}, progressbar=False)
     default_entries = post.FULL_CACHE_ENTRIES
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -149,7 +149,7 @@ def run_model(name, code, draws, cache_entries, n=40):
             try:
                 with Counter(Bridge) as c:
                     t0 = time.perf_counter()
-                    res = pl.loo(tree, sm, adapt=adapt, **kw)
+                    res = pl.loo(tree, sm, **kw, search={"adapt": adapt})
                     wall = time.perf_counter() - t0
             finally:
                 post.FULL_CACHE_ENTRIES = default_entries

@@ -50,7 +50,7 @@ def logistic_fits(n=40, seed=0, with_pvi=True):
         pvi_tree = pl.pvi(model, score="log", steps=300, draws_per_step=50, random_seed=3, num_draws=500)
         # the search alone (no second opinions): every observation doubtful, the case of the compare table's
         # flagged columns where the best model is all doubtful; tests/test_report.py checks the defaults too
-        res_pvi = pl.loo(pvi_tree, model, progressbar=False, mixture=False, smc=False)
+        res_pvi = pl.loo(pvi_tree, model, progressbar=False, second_opinions={"mixture": False, "smc": False})
     return model, pl.add_loo(tree, res), res, plain, pl.add_loo(pvi_tree, res_pvi), res_pvi
 
 
@@ -110,8 +110,9 @@ def outlier_fits():
             if student:
                 out["student_t"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
                 continue
-            search = pl.loo(tree, model, progressbar=False, random_seed=1, transforms=["ll", "newton", "var"],
-                            adapt="all", mixture=False, smc=False, refit=[REFIT])
+            search = pl.loo(tree, model, progressbar=False, random_seed=1, refit=[REFIT],
+                            search={"transforms": ["ll", "newton", "var"], "adapt": "all"},
+                            second_opinions={"mixture": False, "smc": False})
             out["normal"] = pl.add_loo(tree, search)
             out["normal_default"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
     return out

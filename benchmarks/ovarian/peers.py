@@ -28,8 +28,8 @@ def run_ppl_loo(pl, data, model, transforms=ALL_TRANSFORMS, label="ppl_loo"):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, model, transforms=list(transforms), hbar=HBAR, progressbar=False, mixture=False,
-                     smc=False)
+        res = pl.loo(data, model, progressbar=False, search={"transforms": list(transforms), "hbar": HBAR},
+                     second_opinions={"mixture": False, "smc": False})
     wall = time.perf_counter() - t0
     cand = res.candidates
     n_worked = int(np.sum(~np.all(np.isnan(cand["k"]), axis=1)))

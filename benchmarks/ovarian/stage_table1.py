@@ -72,8 +72,9 @@ def one_resampling(pl, draws, model, idx):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, model, transforms=list(ALL_TRANSFORMS), hbar=HBAR, k_threshold=THRESHOLD, progressbar=False,
-                     mixture=False, smc=False)
+        res = pl.loo(data, model, k_threshold=THRESHOLD, progressbar=False,
+                     search={"transforms": list(ALL_TRANSFORMS), "hbar": HBAR}, second_opinions={"mixture": False,
+                                                                                                 "smc": False})
     wall = time.perf_counter() - t0
     cand = res.candidates
     k_psis = np.asarray(res.pareto_k_psis).ravel()

@@ -175,7 +175,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     names = _check_transform_names(opts.transforms)
     hbar = check_hbar(opts.hbar)
     if opts.adapt not in ("auto", "all", "flagged"):
-        raise ValueError(f"search={{'adapt': {opts.adapt!r}}}: use 'auto', 'all' or 'flagged'.")
+        raise ValueError(f"search: adapt={opts.adapt!r}: use 'auto', 'all' or 'flagged'.")
     random_seed = posterior_seed(random_seed, data)
     model = as_model(model, var_name=var_name, data=data)
     stored = stored_for_chunks(data, var_name, model, chunk_size, refit)  # None: in memory

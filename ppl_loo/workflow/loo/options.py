@@ -170,7 +170,8 @@ def as_options(value, cls, keyword, caller="pl.loo", takes=tuple(GROUPS), top_le
         ``value`` is another type (an instance of another group's class included: the message names its keyword).
     ValueError
         A dict key that is no field of ``cls``: the message names it, lists the valid keys, and names the keyword of
-        the group it belongs to where it is another group's field (``takes``: the group keywords ``caller`` has; ``top_level``: its own arguments).
+        the group it belongs to where it is another group's field (``takes``: the group keywords ``caller`` has;
+        ``top_level``: its own arguments).
     """
     if value is None:
         return cls()
