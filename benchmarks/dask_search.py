@@ -1,4 +1,4 @@
-"""Throughput of the adaptive search on a ``dask.distributed`` LocalCluster (``pl.loo(..., client=)``).
+"""Throughput of the adaptive search on a ``dask.distributed`` LocalCluster (``pl.loo(..., compute={"client": ...})``).
 
 A logistic regression (``pl.models.LogisticRegression``, n observations, 2 x S/2 NUTS draws) with
 ``adapt="all"``: every observation searched. Rows: this process (``client=False``), then a LocalCluster

@@ -78,7 +78,8 @@ def main(argv=None):
     names = list(sets) if args.set == "both" else [args.set]
     # the engine alone: pl.loo's second opinions (a mixture MCMC run, SMC; on by default) are not the
     # engine and are timed by benchmarks/second_opinions.py
-    results = [run_one(pl, model, data, t_fit, args, name, sets[name], {"mixture": False, "smc": False})
+    results = [run_one(pl, model, data, t_fit, args, name, sets[name],
+                       {"second_opinions": {"mixture": False, "smc": False}})
                for name in names]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))

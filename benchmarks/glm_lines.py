@@ -81,7 +81,8 @@ def problem(n, S, seed=0, lazy=False, rare=RARE_PER_FEATURE):
 
 def one(n, S, block_rows, lazy, rare, loo_kwargs=None):
     """Run in this process; print one JSON line. ``loo_kwargs``: more arguments of ``pl.loo`` (``benchmarks/gpu.py``
-    turns the second opinions off, ``mixture=False, smc=False``, to measure the search alone)."""
+    turns the second opinions off, ``second_opinions={"mixture": False, "smc": False}``, to measure the search
+    alone)."""
     import warnings
 
     import ppl_loo as pl

@@ -25,7 +25,7 @@ def logistic_fits(n=40, seed=0, with_pvi=True):
 
     Returns ``(model, mcmc_tree, res_adaptive, res_plain, pvi_tree, res_pvi)``: the adaptive
     result with the model, plain PSIS of the same draws (no model), and the adaptive result on the
-    PVI draws (both None unless ``with_pvi``; the search alone, ``mixture=False``). ``mcmc_tree`` and ``pvi_tree`` hold
+    PVI draws (both None unless ``with_pvi``; the search alone, no second opinions). ``mcmc_tree`` and ``pvi_tree`` hold
     their result as group ``loo``.
     """
     import pymc as pm

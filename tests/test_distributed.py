@@ -1,4 +1,4 @@
-"""The adaptive search on a real ``dask.distributed`` cluster (``pl.loo(..., client=...)``,
+"""The adaptive search on a real ``dask.distributed`` cluster (``pl.loo(..., compute={"client": ...})``,
 :mod:`ppl_loo.workflow.loo.distributed`): a ``LocalCluster`` of two worker processes on this machine gives the
 same numbers as the single-process run, bit for bit, for a closed-form JAX model, a PyMC model and a compiled
 Stan program; the work ran on both workers; a Stan error raised on a worker comes back as itself.
@@ -103,12 +103,12 @@ def logistic():
 
 
 def test_logistic_regression_same_numbers_on_the_active_client(client, logistic):
-    """pl.models.LogisticRegression, client=None: the active client is found and used."""
+    """pl.models.LogisticRegression, client None: the active client is found and used."""
     model, data = logistic
     kw = {"search": {"transforms": ("mm1", "pmm1", "kl", "newton"), "batch_size": 4}}
     local = _loo(data, model, **kw, compute={"client": False})
     before = _cached(client)
-    remote = _loo(data, model, **kw)  # client=None: the module's client is the default one
+    remote = _loo(data, model, **kw)  # client None: the module's client is the default one
     after = _cached(client)
     _assert_same(local, remote)
     assert local.searched.values.all() and (local.transform.values != "psis").any()  # the search did run
@@ -116,8 +116,8 @@ def test_logistic_regression_same_numbers_on_the_active_client(client, logistic)
 
 
 def test_subsample_and_out_of_core_same_numbers_on_the_cluster(client, logistic):
-    """pl.loo_subsample(model, client=...) and pl.loo on a dask-backed log-likelihood (out of core: the model is
-    evaluated on the flagged columns only, which reach the workers) give the numbers of the single-process runs."""
+    """pl.loo_subsample(model, compute={"client": ...}) and pl.loo on a dask-backed log-likelihood (out of core: the
+    model is evaluated on the flagged columns only, which reach the workers) give the numbers of the single-process runs."""
     model, data = logistic
     kw = {"search": {"transforms": ("pmm1", "newton"), "batch_size": 4, "adapt": "all"}, "progressbar": False}
     with warnings.catch_warnings():

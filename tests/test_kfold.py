@@ -227,7 +227,7 @@ def test_bad_arguments_name_themselves():
 
 def test_non_factorizing_model_is_refused():
     """A JAX model with its own leave-one-out density (a likelihood that does not factorize): the posterior without
-    a fold is not known to pl.kfold, which says so and what to use instead."""
+    a fold is not known to pl.loo_kfold, which says so and what to use instead."""
     y = MODEL.y
 
     def log_lik(v):
@@ -238,7 +238,7 @@ def test_non_factorizing_model_is_refused():
 
     model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, TAU), log_lik,
                         loo_log_density=loo_log_density, obs_dims=("obs",), observed=y)
-    with pytest.raises(NotImplementedError, match=r"pl.kfold needs a likelihood that factorizes over observations.*"
+    with pytest.raises(NotImplementedError, match=r"pl.loo_kfold needs a likelihood that factorizes over observations.*"
                                                   r"Use pl.loo\(data, model\).*arviz_stats.loo_kfold"):
         pl.loo_kfold(DATA, model, k=5, random_seed=1)
 
@@ -247,7 +247,7 @@ def test_non_factorizing_model_is_refused():
 def test_stan_program_is_refused():
     data = {"N": N, "y": MODEL.y, "sigma": SIGMA, "mu0": 0.0, "tau0": TAU}
     sm = pl.StanModel(ROOT / "stan_models" / "normal_known_sigma.stan", data)
-    with pytest.raises(NotImplementedError, match=r"pl.kfold does not support Stan models: .* not without a fold.*"
+    with pytest.raises(NotImplementedError, match=r"pl.loo_kfold does not support Stan models: .* not without a fold.*"
                                                   r"pl.loo\(data, model, refit=...\).*arviz_stats.loo_kfold"):
         pl.loo_kfold(DATA, sm, k=5, random_seed=1)
 

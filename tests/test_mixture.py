@@ -1,5 +1,5 @@
-"""Mixture importance sampling (``pl.loo_mixture``, ``pl.loo(..., mixture=...)``) and the vouching rule, against
-closed forms: a conjugate linear regression with known noise whose exact LOO is closed form
+"""Mixture importance sampling (``pl.loo_mixture``, ``pl.loo(..., second_opinions={"mixture": ...})``) and the
+vouching rule, against closed forms: a conjugate linear regression with known noise whose exact LOO is closed form
 (``tests/gaussian_models.py``), with high-leverage outliers where plain PSIS and the search alone fail."""
 
 import jax.numpy as jnp

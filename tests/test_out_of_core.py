@@ -68,7 +68,8 @@ def test_plain_dask_equals_in_memory(reg, plain_ref, chunks):
 
 @pytest.mark.parametrize("chunk_size", [37, 1000])
 def test_plain_chunk_size_argument(reg, plain_ref, chunk_size):
-    """(a) ``chunk_size=`` (observations read at once) with stored chunks of 64 and with NumPy values."""
+    """(a) ``compute={"chunk_size": ...}`` (observations read at once) with stored chunks of 64 and with NumPy
+    values."""
     _assert_same(_quiet(pl.loo, _lazy(reg[1], 64), compute={"chunk_size": chunk_size}), plain_ref)
     _assert_same(_quiet(pl.loo, reg[1], compute={"chunk_size": chunk_size}), plain_ref)
 
@@ -115,7 +116,7 @@ def test_peak_memory_is_one_chunk(reg, plain_ref, how, monkeypatch):
     here: the test fails where the whole array is read)."""
     import ppl_loo.workflow.loo.chunked as chunked
 
-    kwargs = {"chunk_size": 31} if how == "chunk_size" else {}
+    kwargs = {"compute": {"chunk_size": 31}} if how == "chunk_size" else {}
     if how == "budget":
         monkeypatch.setattr(chunked, "CHUNK_BYTES", 8 * 1000 * chunked.COPIES * 31)
     full = np.asarray(reg[1]["log_likelihood"]["y"].values)

@@ -198,9 +198,9 @@ def _check_exact(res, tol_abs=0.005):
 @pytest.fixture(scope="module")
 def results(pymc_fit):
     model, idata = pymc_fit
-    # the search alone (mixture=False, smc=False): Stan and PyMC make the same choices on the same draws; the
+    # the search alone (no mixture, no SMC): Stan and PyMC make the same choices on the same draws; the
     # second opinions sample with each backend's own NUTS, so their numbers differ within MC error
-    alone = {"mixture": False, "smc": False}
+    alone = {"second_opinions": {"mixture": False, "smc": False}}
     res_pm = _quiet_loo(idata, model, **alone)
     res_nc = _quiet_loo(stan_tree(idata), pl.StanModel(MODELS / "eight_schools_noncentered.stan", DATA), **alone)
     res_c = _quiet_loo(stan_tree(idata, centred=True), pl.StanModel(MODELS / "eight_schools_centered.stan", DATA),

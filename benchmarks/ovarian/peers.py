@@ -20,9 +20,9 @@ def _flat(a):
 
 
 def run_ppl_loo(pl, data, model, transforms=ALL_TRANSFORMS, label="ppl_loo"):
-    """``pl.loo(data, model, transforms=...)`` with the project's defaults otherwise (threshold
-    ``min(1 - 1/log10 S, 0.7)``, hbar grid 4^-r, r = 0..10), and the search alone (``mixture=False,
-    smc=False``): this benchmark compares importance-sampling methods on identical draws (the papers' Table 1);
+    """``pl.loo(data, model, search={"transforms": ...})`` with the project's defaults otherwise (threshold
+    ``min(1 - 1/log10 S, 0.7)``, hbar grid 4^-r, r = 0..10), and the search alone (no
+    second opinions): this benchmark compares importance-sampling methods on identical draws (the papers' Table 1);
     the second opinions that ``pl.loo`` adds by default are scored against refits on this model in
     ``benchmarks/results/truth`` (row ``ovarian_lr``)."""
     t0 = time.perf_counter()
