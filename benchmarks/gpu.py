@@ -7,8 +7,8 @@ Rows, in this order (those with speed targets first), each in a fresh subprocess
 - ``engine``: the compiled engine, ``pl.loo`` on the ovarian logistic regression (normal prior, d = 1537, S = 1000
   NUTS draws) with every observation adapted, the default transformations over the hbar grid and no second
   opinions (``second_opinions={"mixture": False, "smc": False}``; ``benchmarks/engine.py::run_one``): the first
-  call (JIT compile included) and a second, compiled call. Both rows read the same draws (sampled once on the host CPU), so their
-  elpd must agree. Target: the default backend's compiled call at least 5x faster than the CPU's.
+  call (JIT compile included) and a second, compiled call. Both rows read the same draws (sampled once on the host CPU),
+  so their elpd must agree. Target: the default backend's compiled call at least 5x faster than the CPU's.
 - ``refits``: the batched refits of the ovarian horseshoe LR (``pl.loo(..., refit=...)``,
   ``benchmarks/batched_refits.py``), all 54 observations on the default backend and 2 on the CPU (a per-refit
   figure), each scored against the committed truth (``benchmarks/results/truth/ovarian_lr.json``) by

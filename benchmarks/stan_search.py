@@ -7,8 +7,8 @@ Prints a table and writes ``benchmarks/results/stan_search.json`` (``--out`` els
 regression with an offset and one extreme count (3 parameters, 40 observations, 2,000 draws),
 sampled with Stan's NUTS through the bridge (``ppl-loo sample``'s sampler).
 ``pl.loo(data, model, second_opinions={"mixture": False, "smc": False})`` is timed warm (the search's JIT
-compile done by a first call): with at most 100 observations those with plain k above 0.3 or a high influence are examined
-(``adapt="auto"``), 121 candidates each (11 transformations x 11 steps), on the draws
+compile done by a first call): with at most 100 observations those with plain k above 0.3 or a high influence are
+examined (``adapt="auto"``), 121 candidates each (11 transformations x 11 steps), on the draws
 of the fit. Seconds per observation are over all ``n`` observations of the data (``examined``: how many the
 search examined, and the seconds per examined one). Programs: a negative-binomial and a Poisson regression
 with 40 observations (3 and 2 parameters: the LOO density is the program on the data without the observation),

@@ -117,7 +117,8 @@ def test_logistic_regression_same_numbers_on_the_active_client(client, logistic)
 
 def test_subsample_and_out_of_core_same_numbers_on_the_cluster(client, logistic):
     """pl.loo_subsample(model, compute={"client": ...}) and pl.loo on a dask-backed log-likelihood (out of core: the
-    model is evaluated on the flagged columns only, which reach the workers) give the numbers of the single-process runs."""
+    model is evaluated on the flagged columns only, which reach the workers) give the numbers of the single-process
+    runs."""
     model, data = logistic
     kw = {"search": {"transforms": ("pmm1", "newton"), "batch_size": 4, "adapt": "all"}, "progressbar": False}
     with warnings.catch_warnings():
