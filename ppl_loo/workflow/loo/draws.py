@@ -250,7 +250,7 @@ def check_stored_log_lik(data, var_name, stored, ll, *, check=True, model=None, 
     err = _mismatch(data, var_name, stored, ll, diff, bad, r, model, stored_da, obs_idx)
     if check:
         raise err
-    warnings.warn(f"{err.detail}; ppl_loo uses the model's values (check_log_lik False).", UserWarning,
+    warnings.warn(f"{err.detail}; ppl_loo uses the model's values (compute={{'check_log_lik': False}}).", UserWarning,
                   stacklevel=stacklevel)
 
 

@@ -152,13 +152,9 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     -------
     LooResult
     """
-    opts = as_options(search, SearchOptions, "search")
-    second = as_options(second_opinions, SecondOpinions, "second_opinions")
-    comp = as_options(compute, ComputeOptions, "compute")
-    chunk_size, check_log_lik = comp.chunk_size, comp.check_log_lik
-    mixture, smc = second.mixture, second.smc
+    opts, second, comp = _options(search, second_opinions, compute, random_seed)
+    chunk_size, check_log_lik, mixture, smc = comp.chunk_size, comp.check_log_lik, second.mixture, second.smc
     client = resolve_client(comp.client)  # checked first; found once (None: the active client, if any)
-    check_random_seed(random_seed)
     data = check_datatree(data)
     k_threshold = check_k_threshold(k_threshold)
     reff = check_reff(reff)
@@ -216,6 +212,13 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     return _result(data, model, draws, plain, v, cands, cfg, flagged, refit_info, lpd=lpd, **info,
                    **kept.arrays(v.transform), max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold,
                    **approx_summary(draws, plain, k_threshold))
+
+
+def _options(search, second_opinions, compute, random_seed):
+    """The three groups of options as their dataclasses (:mod:`.options`), and ``random_seed`` checked."""
+    check_random_seed(random_seed)
+    return (as_options(search, SearchOptions, "search"), as_options(second_opinions, SecondOpinions, "second_opinions"),
+            as_options(compute, ComputeOptions, "compute"))
 
 
 def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
