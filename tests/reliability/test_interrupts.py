@@ -203,7 +203,7 @@ tree = pl.from_cmdstan([str(p) for p in paths])
 stan = pl.StanModel(prog, data)
 warnings.simplefilter("ignore")
 print("SEARCH", flush=True)
-res = pl.loo(tree, stan, progressbar=True, adapt="all", transforms="all")
+res = pl.loo(tree, stan, progressbar=True, search={"adapt": "all", "transforms": "all"})
 print("DONE", flush=True)
 """
 
