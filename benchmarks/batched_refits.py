@@ -56,8 +56,9 @@ def _loo_refits(data, model, targets, kw, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        res = pl.loo(data, model, progressbar=False, refit=targets, refit_kwargs=kw, random_seed=seed,
-                     mixture=False, smc=False, adapt="flagged", transforms=["pmm1"])
+        res = pl.loo(data, model, progressbar=False, refit=targets, random_seed=seed,
+                     search={"adapt": "flagged", "transforms": ["pmm1"]},
+                     second_opinions={"refit_options": kw, "mixture": False, "smc": False})
         return res, time.perf_counter() - t0
 
 
@@ -87,8 +88,8 @@ def ovarian(n_obs, warmup, draws, seed=1, sequential=False, adapt="warm"):
             **ovarian_refits(model, data, n_obs, warmup, draws, sequential=sequential, fit_s=fit_s, adapt=adapt)}
 
 
-def _refit_kwargs(warmup, draws, adapt, **more):
-    """``refit_kwargs``: the warmup only where given (otherwise the refit default of the adaptation)."""
+def _refit_options(warmup, draws, adapt, **more):
+    """``refit_options``: the warmup only where given (otherwise the refit default of the adaptation)."""
     return {**({} if warmup is None else {"warmup": warmup}), "draws": draws, "adapt": adapt, **more}
 
 
@@ -96,7 +97,7 @@ def ovarian_refits(model, data, n_obs, warmup, draws, sequential=False, fit_s=No
     """The batched refits of the first ``n_obs`` observations, each scored against the committed truth."""
     rep = json.loads((HERE / "results" / "truth" / "ovarian_lr.json").read_text())
     targets = list(range(n_obs))
-    res, loo_s = _loo_refits(data, model, targets, _refit_kwargs(warmup, draws, adapt, target_accept=0.95), 20261126)
+    res, loo_s = _loo_refits(data, model, targets, _refit_options(warmup, draws, adapt, target_accept=0.95), 20261126)
     rows = []
     for i in targets:
         t = rep["truth"][str(i)]

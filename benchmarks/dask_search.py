@@ -1,4 +1,4 @@
-"""Throughput of the adaptive search on a ``dask.distributed`` LocalCluster (``pl.loo(..., client=)``).
+"""Throughput of the adaptive search on a ``dask.distributed`` LocalCluster (``pl.loo(..., compute={"client": ...})``).
 
 A logistic regression (``pl.models.LogisticRegression``, n observations, 2 x S/2 NUTS draws) with
 ``adapt="all"``: every observation searched. Rows: this process (``client=False``), then a LocalCluster
@@ -29,7 +29,8 @@ def _loo(pl, data, model, client, batch_size):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        res = pl.loo(data, model, adapt="all", progressbar=False, client=client, batch_size=batch_size)
+        res = pl.loo(data, model, progressbar=False, search={"adapt": "all", "batch_size": batch_size},
+                     compute={"client": client})
         return res, time.perf_counter() - t0
 
 

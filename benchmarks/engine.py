@@ -78,7 +78,8 @@ def main(argv=None):
     names = list(sets) if args.set == "both" else [args.set]
     # the engine alone: pl.loo's second opinions (a mixture MCMC run, SMC; on by default) are not the
     # engine and are timed by benchmarks/second_opinions.py
-    results = [run_one(pl, model, data, t_fit, args, name, sets[name], {"mixture": False, "smc": False})
+    results = [run_one(pl, model, data, t_fit, args, name, sets[name],
+                       {"second_opinions": {"mixture": False, "smc": False}})
                for name in names]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
@@ -88,7 +89,8 @@ def main(argv=None):
 
 def run_one(pl, model, data, t_fit, args, set_name, transforms, loo_kwargs=None):
     """Two ``pl.loo`` calls on the same shapes (the first compiles); ``loo_kwargs``: more arguments of ``pl.loo``
-    (``benchmarks/gpu.py`` turns the second opinions off, ``mixture=False, smc=False``, to time the engine alone)."""
+    (``benchmarks/gpu.py`` turns the second opinions off, ``second_opinions={"mixture": False, "smc": False}``, to time
+    the engine alone)."""
     import jax
 
     rows = {}
@@ -96,8 +98,8 @@ def run_one(pl, model, data, t_fit, args, set_name, transforms, loo_kwargs=None)
         warnings.simplefilter("ignore")
         for label in ("first call (JIT compile included)", "second call (compiled)"):
             t0 = time.perf_counter()
-            res = pl.loo(data, model, transforms=transforms, k_threshold=-np.inf, progressbar=False,
-                         batch_size=args.batch_size, **(loo_kwargs or {}))
+            res = pl.loo(data, model, k_threshold=-np.inf, progressbar=False,
+                         search={"transforms": transforms, "batch_size": args.batch_size}, **(loo_kwargs or {}))
             rows[label] = time.perf_counter() - t0
     n_cand = len(res.candidates["labels"])
     n = res.n_data_points

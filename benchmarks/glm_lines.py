@@ -81,7 +81,8 @@ def problem(n, S, seed=0, lazy=False, rare=RARE_PER_FEATURE):
 
 def one(n, S, block_rows, lazy, rare, loo_kwargs=None):
     """Run in this process; print one JSON line. ``loo_kwargs``: more arguments of ``pl.loo`` (``benchmarks/gpu.py``
-    turns the second opinions off, ``mixture=False, smc=False``, to measure the search alone)."""
+    turns the second opinions off, ``second_opinions={"mixture": False, "smc": False}``, to measure the search
+    alone)."""
     import warnings
 
     import ppl_loo as pl
@@ -93,7 +94,7 @@ def one(n, S, block_rows, lazy, rare, loo_kwargs=None):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(tree, model, adapt="flagged", progressbar=False, **(loo_kwargs or {}))
+        res = pl.loo(tree, model, progressbar=False, search={"adapt": "flagged"}, **(loo_kwargs or {}))
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(json.dumps({"n": n, "S": S, "lazy": lazy, "rare": rare, "block_rows": block_rows, "wall_s": round(wall, 1),

@@ -6,9 +6,9 @@ Rows, in this order (those with speed targets first), each in a fresh subprocess
 
 - ``engine``: the compiled engine, ``pl.loo`` on the ovarian logistic regression (normal prior, d = 1537, S = 1000
   NUTS draws) with every observation adapted, the default transformations over the hbar grid and no second
-  opinions (``mixture=False, smc=False``; ``benchmarks/engine.py::run_one``): the first call (JIT compile
-  included) and a second, compiled call. Both rows read the same draws (sampled once on the host CPU), so their
-  elpd must agree. Target: the default backend's compiled call at least 5x faster than the CPU's.
+  opinions (``second_opinions={"mixture": False, "smc": False}``; ``benchmarks/engine.py::run_one``): the first
+  call (JIT compile included) and a second, compiled call. Both rows read the same draws (sampled once on the host CPU),
+  so their elpd must agree. Target: the default backend's compiled call at least 5x faster than the CPU's.
 - ``refits``: the batched refits of the ovarian horseshoe LR (``pl.loo(..., refit=...)``,
   ``benchmarks/batched_refits.py``), all 54 observations on the default backend and 2 on the CPU (a per-refit
   figure), each scored against the committed truth (``benchmarks/results/truth/ovarian_lr.json``) by
@@ -82,7 +82,7 @@ PLAN_SMALL = {row: (10, 300, 5, 300) for row in ROWS}
 #: the engine and the search alone: without the second opinions that pl.loo runs by default on what the search
 #: leaves doubtful (a mixture-IS MCMC run of the model, about the cost of a fit, whose log-likelihood at its draws is
 #: one (draws, n) array: 3.2 GB at n = 10^5, and tempered SMC)
-NO_SECOND_OPINIONS = {"mixture": False, "smc": False}
+NO_SECOND_OPINIONS = {"second_opinions": {"mixture": False, "smc": False}}
 MIN_START_S = 20  # a subprocess is not started with less (imports and JIT alone take about that)
 CURRENT = {}  # the running subprocess, ended on SIGTERM
 

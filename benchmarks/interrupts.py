@@ -64,7 +64,7 @@ model = pl.JaxModel({"mu": ((), None), "s": ((), Exp()), "z": ((N,), None)}, pri
                     obs_dims=("obs",), observed=yj)
 data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
 warnings.simplefilter("ignore")
-res = pl.loo(data, model, progressbar=True, adapt="all", transforms="all")
+res = pl.loo(data, model, progressbar=True, search={"adapt": "all", "transforms": "all"})
 print("DONE", flush=True)
 """
 

@@ -110,7 +110,7 @@ def child(p, path, transforms="all"):
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = pl.loo(idata, model, progressbar=False, transforms=transforms)
+        res = pl.loo(idata, model, progressbar=False, search={"transforms": transforms})
     wall = time.perf_counter() - t0
     left = [str(w.message) for w in caught if "leaves out" in str(w.message)]
     counts = collections.Counter(np.asarray(res.transform).ravel().tolist())

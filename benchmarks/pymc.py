@@ -91,7 +91,7 @@ def main():
 
     transforms = list(DEFAULT_TRANSFORMS)
     rows["transforms"] = transforms
-    kw = {"k_threshold": -np.inf, "progressbar": False, "transforms": "all"}
+    kw = {"k_threshold": -np.inf, "progressbar": False, "search": {"transforms": "all"}}
     r_lr1, t_lr1 = timed(lambda: pl.loo(dt_lr, lr, **kw))
     r_pm1, t_pm1 = timed(lambda: pl.loo(dt, pm_model, **kw))  # adapter built and compiled in the call
     adapter, t_adapter = timed(lambda: PyMCModel(pm_model))

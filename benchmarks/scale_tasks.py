@@ -157,7 +157,8 @@ def adaptive(tree, spec):
     model = pl.models.LogisticRegression(X, y)
     workers = int(spec["workers"])
     transforms = spec.get("transforms", "all")
-    kwargs = {"progressbar": False, "transforms": transforms if isinstance(transforms, str) else tuple(transforms)}
+    kwargs = {"progressbar": False,
+              "search": {"transforms": transforms if isinstance(transforms, str) else tuple(transforms)}}
     cluster = client = None
     try:
         if workers:
@@ -165,7 +166,7 @@ def adaptive(tree, spec):
 
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
             client = Client(cluster)
-            kwargs["client"] = client
+            kwargs["compute"] = {"client": client}
         t0 = time.perf_counter()
         pl.loo(tree, model, **kwargs)
         cold = time.perf_counter() - t0

@@ -1,8 +1,8 @@
 """Cost and accuracy of ``pl.loo``'s second opinions (mixture importance sampling, tempered SMC).
 
 For each model: the wall time of one NUTS fit of the model (the user's fit), of the search alone
-(``pl.loo(..., mixture=False, smc=False)``), of ``pl.loo`` with its defaults (``mixture="auto"``,
-``smc="auto"``) and, within it, of the mixture run and of SMC; the ratio of the defaults' wall to
+(``pl.loo(..., second_opinions={"mixture": False, "smc": False})``), of ``pl.loo`` with its defaults
+(``mixture="auto"``, ``smc="auto"``) and, within it, of the mixture run and of SMC; the ratio of the defaults' wall to
 ``fit + search`` (the target: at most 2.5 x the fit plus the search); how many observations are
 doubtful before and after, the evidence counts, and, where the model has one, the largest |error| against
 the exact LOO. The ovarian rows are scored against the truth suite's refit truth
@@ -92,7 +92,7 @@ def measure(name, model, data, t_fit, exact, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        before = pl.loo(data, model, progressbar=False, mixture=False, smc=False)
+        before = pl.loo(data, model, progressbar=False, second_opinions={"mixture": False, "smc": False})
         t_search = time.perf_counter() - t0
         t0 = time.perf_counter()
         after = pl.loo(data, model, progressbar=False, random_seed=seed)

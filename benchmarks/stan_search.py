@@ -6,9 +6,9 @@
 Prints a table and writes ``benchmarks/results/stan_search.json`` (``--out`` elsewhere). Each model is a
 regression with an offset and one extreme count (3 parameters, 40 observations, 2,000 draws),
 sampled with Stan's NUTS through the bridge (``ppl-loo sample``'s sampler).
-``pl.loo(data, model, mixture=False, smc=False)`` is timed warm (the search's JIT compile done by a first
-call): with at most 100 observations those with plain k above 0.3 or a high influence are examined
-(``adapt="auto"``), 121 candidates each (11 transformations x 11 steps), on the draws
+``pl.loo(data, model, second_opinions={"mixture": False, "smc": False})`` is timed warm (the search's JIT
+compile done by a first call): with at most 100 observations those with plain k above 0.3 or a high influence are
+examined (``adapt="auto"``), 121 candidates each (11 transformations x 11 steps), on the draws
 of the fit. Seconds per observation are over all ``n`` observations of the data (``examined``: how many the
 search examined, and the seconds per examined one). Programs: a negative-binomial and a Poisson regression
 with 40 observations (3 and 2 parameters: the LOO density is the program on the data without the observation),
@@ -139,7 +139,7 @@ def run_model(name, code, draws, cache_entries, n=40):
     tree = pl.from_cmdstan(sorted(str(p) for p in (work / "csv").glob("*.csv")), log_likelihood="log_lik")
     del csv
     out = {}
-    kw = dict(mixture=False, smc=False, progressbar=False)
+    kw = dict(second_opinions={"mixture": False, "smc": False}, progressbar=False)
     default_entries = post.FULL_CACHE_ENTRIES
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -149,7 +149,7 @@ def run_model(name, code, draws, cache_entries, n=40):
             try:
                 with Counter(Bridge) as c:
                     t0 = time.perf_counter()
-                    res = pl.loo(tree, sm, adapt=adapt, **kw)
+                    res = pl.loo(tree, sm, **kw, search={"adapt": adapt})
                     wall = time.perf_counter() - t0
             finally:
                 post.FULL_CACHE_ENTRIES = default_entries

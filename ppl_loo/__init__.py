@@ -21,9 +21,10 @@ from ppl_loo.workflow.downstream.loo_pit import loo_pit, plot_loo_pit
 from ppl_loo.workflow.downstream.loo_roc import LooROC, loo_roc
 from ppl_loo.workflow.downstream.loo_score import loo_score
 from ppl_loo.workflow.downstream.scores import LooMetric, loo_metrics, loo_r2
-from ppl_loo.workflow.exact.loo_kfold import KFoldResult, kfold
+from ppl_loo.workflow.exact.loo_kfold import KFoldResult, loo_kfold
 from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
+from ppl_loo.workflow.loo.options import ComputeOptions, SearchOptions, SecondOpinions
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.loo_mixture import loo_mixture
 from ppl_loo.workflow.pvi.options import FlowOptions, OptimizerOptions, OutputOptions, ScoreOptions
@@ -35,10 +36,10 @@ from ppl_loo.workflow.subsample.result import SubsampleResult
 
 __version__ = "0.1.0"
 
-__all__ = ["loo", "loo_mixture", "loo_subsample", "SubsampleResult", "add_loo", "loo_expectations", "loo_pit",
-           "plot_loo_pit", "loo_r2", "loo_metrics", "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult",
-           "JaxModel", "StanModel", "from_cmdstan", "models",
+__all__ = ["loo", "SearchOptions", "SecondOpinions", "ComputeOptions", "loo_mixture", "loo_subsample",
+           "SubsampleResult", "add_loo", "loo_expectations", "loo_pit", "plot_loo_pit", "loo_r2", "loo_metrics",
+           "LooMetric", "loo_score", "loo_roc", "LooROC", "LooResult", "JaxModel", "StanModel", "from_cmdstan",
+           "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model",
            "qnvb", "laplace", "laplace_predictive", "OptimizerOptions", "ScoreOptions", "OutputOptions", "FlowOptions",
-           "QNVBOptions", "LaplaceOptions",
-           "compare", "report", "kfold", "KFoldResult"]
+           "QNVBOptions", "LaplaceOptions", "compare", "report", "loo_kfold", "KFoldResult"]

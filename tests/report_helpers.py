@@ -25,7 +25,7 @@ def logistic_fits(n=40, seed=0, with_pvi=True):
 
     Returns ``(model, mcmc_tree, res_adaptive, res_plain, pvi_tree, res_pvi)``: the adaptive
     result with the model, plain PSIS of the same draws (no model), and the adaptive result on the
-    PVI draws (both None unless ``with_pvi``; the search alone, ``mixture=False``). ``mcmc_tree`` and ``pvi_tree`` hold
+    PVI draws (both None unless ``with_pvi``; the search alone, no second opinions). ``mcmc_tree`` and ``pvi_tree`` hold
     their result as group ``loo``.
     """
     import pymc as pm
@@ -51,7 +51,7 @@ def logistic_fits(n=40, seed=0, with_pvi=True):
                           optimizer={"steps": 300, "draws_per_step": 50})
         # the search alone (no second opinions): every observation doubtful, the case of the compare table's
         # flagged columns where the best model is all doubtful; tests/test_report.py checks the defaults too
-        res_pvi = pl.loo(pvi_tree, model, progressbar=False, mixture=False, smc=False)
+        res_pvi = pl.loo(pvi_tree, model, progressbar=False, second_opinions={"mixture": False, "smc": False})
     return model, pl.add_loo(tree, res), res, plain, pl.add_loo(pvi_tree, res_pvi), res_pvi
 
 
@@ -111,8 +111,9 @@ def outlier_fits():
             if student:
                 out["student_t"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
                 continue
-            search = pl.loo(tree, model, progressbar=False, random_seed=1, transforms=["ll", "newton", "var"],
-                            adapt="all", mixture=False, smc=False, refit=[REFIT])
+            search = pl.loo(tree, model, progressbar=False, random_seed=1, refit=[REFIT],
+                            search={"transforms": ["ll", "newton", "var"], "adapt": "all"},
+                            second_opinions={"mixture": False, "smc": False})
             out["normal"] = pl.add_loo(tree, search)
             out["normal_default"] = pl.add_loo(tree, pl.loo(tree, model, progressbar=False, random_seed=1))
     return out

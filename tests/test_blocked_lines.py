@@ -87,8 +87,10 @@ def loo_pair():
         tree = _tree(plain)
         # the search alone: the blocked line evaluations must give the unblocked numbers (a second opinion's NUTS
         # run on either model would add its own Monte Carlo error)
-        return (pl.loo(tree, plain, adapt="flagged", progressbar=False, mixture=False, smc=False),
-                pl.loo(tree, blocked, adapt="flagged", progressbar=False, mixture=False, smc=False))
+        return (pl.loo(tree, plain, progressbar=False, search={"adapt": "flagged"},
+                       second_opinions={"mixture": False, "smc": False}),
+                pl.loo(tree, blocked, progressbar=False, search={"adapt": "flagged"},
+                       second_opinions={"mixture": False, "smc": False}))
 
 
 def test_loo_blocked_equals_unblocked(loo_pair):

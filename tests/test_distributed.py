@@ -1,4 +1,4 @@
-"""The adaptive search on a real ``dask.distributed`` cluster (``pl.loo(..., client=...)``,
+"""The adaptive search on a real ``dask.distributed`` cluster (``pl.loo(..., compute={"client": ...})``,
 :mod:`ppl_loo.workflow.loo.distributed`): a ``LocalCluster`` of two worker processes on this machine gives the
 same numbers as the single-process run, bit for bit, for a closed-form JAX model, a PyMC model and a compiled
 Stan program; the work ran on both workers; a Stan error raised on a worker comes back as itself.
@@ -81,10 +81,10 @@ def _assert_same(a, b):
     np.testing.assert_array_equal(a.adapted_log_weights.values, b.adapted_log_weights.values)
 
 
-def _loo(data, model, **kw):
+def _loo(data, model, search=None, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pl.loo(data, model, adapt="all", progressbar=False, **kw)
+        return pl.loo(data, model, progressbar=False, search={"adapt": "all", **(search or {})}, **kw)
 
 
 def _workers_that_built(client, before, after):
@@ -103,12 +103,12 @@ def logistic():
 
 
 def test_logistic_regression_same_numbers_on_the_active_client(client, logistic):
-    """pl.models.LogisticRegression, client=None: the active client is found and used."""
+    """pl.models.LogisticRegression, client None: the active client is found and used."""
     model, data = logistic
-    kw = {"transforms": ("mm1", "pmm1", "kl", "newton"), "batch_size": 4}
-    local = _loo(data, model, client=False, **kw)
+    kw = {"search": {"transforms": ("mm1", "pmm1", "kl", "newton"), "batch_size": 4}}
+    local = _loo(data, model, **kw, compute={"client": False})
     before = _cached(client)
-    remote = _loo(data, model, **kw)  # client=None: the module's client is the default one
+    remote = _loo(data, model, **kw)  # client None: the module's client is the default one
     after = _cached(client)
     _assert_same(local, remote)
     assert local.searched.values.all() and (local.transform.values != "psis").any()  # the search did run
@@ -116,14 +116,15 @@ def test_logistic_regression_same_numbers_on_the_active_client(client, logistic)
 
 
 def test_subsample_and_out_of_core_same_numbers_on_the_cluster(client, logistic):
-    """pl.loo_subsample(model, client=...) and pl.loo on a dask-backed log-likelihood (out of core: the model is
-    evaluated on the flagged columns only, which reach the workers) give the numbers of the single-process runs."""
+    """pl.loo_subsample(model, compute={"client": ...}) and pl.loo on a dask-backed log-likelihood (out of core: the
+    model is evaluated on the flagged columns only, which reach the workers) give the numbers of the single-process
+    runs."""
     model, data = logistic
-    kw = {"transforms": ("pmm1", "newton"), "batch_size": 4, "progressbar": False}
+    kw = {"search": {"transforms": ("pmm1", "newton"), "batch_size": 4, "adapt": "all"}, "progressbar": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        local = pl.loo_subsample(data, model, observations=12, seed=2, adapt="all", client=False, **kw)
-        remote = pl.loo_subsample(data, model, observations=12, seed=2, adapt="all", client=client, **kw)
+        local = pl.loo_subsample(data, model, observations=12, random_seed=2, **kw, compute={"client": False})
+        remote = pl.loo_subsample(data, model, observations=12, random_seed=2, **kw, compute={"client": client})
         for name in ("elpd", "se", "subsampling_se", "p"):
             assert getattr(local, name) == getattr(remote, name), name
         np.testing.assert_array_equal(local.elpd_i.values, remote.elpd_i.values)
@@ -133,8 +134,8 @@ def test_subsample_and_out_of_core_same_numbers_on_the_cluster(client, logistic)
         stored = data["log_likelihood"].to_dataset()
         lazy["log_likelihood"] = stored.chunk({d: 5 for d in stored.dims if d not in ("chain", "draw")})
         assert lazy["log_likelihood"].to_dataset()[model.var_name].chunks is not None
-        in_memory = pl.loo(data, model, adapt="all", client=False, **kw)
-        out_of_core = pl.loo(lazy, model, adapt="all", client=client, **kw)
+        in_memory = pl.loo(data, model, **kw, compute={"client": False})
+        out_of_core = pl.loo(lazy, model, **kw, compute={"client": client})
     assert in_memory.elpd == out_of_core.elpd and in_memory.se == out_of_core.se
     for name in ("elpd_i", "pareto_k", "transform", "doubtful"):
         np.testing.assert_array_equal(getattr(in_memory, name).values, getattr(out_of_core, name).values, err_msg=name)
@@ -156,10 +157,10 @@ def test_jax_model_same_numbers(client):
     Xj, yj = jnp.asarray(X), jnp.asarray(y)
     model = pl.JaxModel({"beta": ((p,), None)}, lambda v: jnp.sum(jst.norm.logpdf(v["beta"], 0.0, tau)),
                         lambda v: jst.norm.logpdf(yj, Xj @ v["beta"], sigma), obs_dims=("obs",), observed=y)
-    kw = {"transforms": ("mm1", "kl"), "batch_size": 4}
-    local = _loo(data, model, client=False, **kw)
+    kw = {"search": {"transforms": ("mm1", "kl"), "batch_size": 4}}
+    local = _loo(data, model, **kw, compute={"client": False})
     before = _cached(client)
-    remote = _loo(data, model, client=client, **kw)
+    remote = _loo(data, model, **kw, compute={"client": client})
     _assert_same(local, remote)
     assert len(_workers_that_built(client, before, _cached(client))) == 2
 
@@ -189,7 +190,7 @@ def test_ctrl_c_cancels_the_tasks(client, logistic):
     watcher.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            _loo(data, model, client=client, transforms=("mm1",), batch_size=1)  # 24 tasks
+            _loo(data, model, search={"transforms": ("mm1",), "batch_size": 1}, compute={"client": client})  # 24 tasks
     finally:
         stop.set()
         watcher.join()
@@ -214,10 +215,10 @@ def test_pymc_model_same_numbers(client):
         pm.Normal("y", a + b * x, s, observed=yv)
         idata = pm.sample(draws=300, tune=300, chains=2, cores=1, random_seed=7, progressbar=False,
                           compute_convergence_checks=False, nuts_sampler="pymc")
-    kw = {"transforms": ("mm1", "pmm1", "kl"), "batch_size": 3}
-    local = _loo(idata, m, client=False, **kw)
+    kw = {"search": {"transforms": ("mm1", "pmm1", "kl"), "batch_size": 3}}
+    local = _loo(idata, m, **kw, compute={"client": False})
     before = _cached(client)
-    remote = _loo(idata, m, client=client, **kw)
+    remote = _loo(idata, m, **kw, compute={"client": client})
     after = _cached(client)
     _assert_same(local, remote)
     assert len(_workers_that_built(client, before, after)) == 2
@@ -244,9 +245,9 @@ def test_stan_program_same_numbers_and_worker_errors(client):
     ok = pl.StanModel(CHECKED_CODE, {"N": 8, "y": y, "min_n": 4}, n_obs="N")
     back = pickle.loads(pickle.dumps(ok))  # program, data and library key; the library from the cache
     assert not back.compiled and back.build.key == ok.build.key and back.data_json == ok.data_json
-    local = _loo(dt, ok, client=False, transforms=("mm1", "pmm1"), batch_size=2)
+    local = _loo(dt, ok, search={"transforms": ("mm1", "pmm1"), "batch_size": 2}, compute={"client": False})
     before = _cached(client)
-    remote = _loo(dt, ok, client=client, transforms=("mm1", "pmm1"), batch_size=2)
+    remote = _loo(dt, ok, search={"transforms": ("mm1", "pmm1"), "batch_size": 2}, compute={"client": client})
     after = _cached(client)
     _assert_same(local, remote)
     assert len(_workers_that_built(client, before, after)) == 2
@@ -255,7 +256,7 @@ def test_stan_program_same_numbers_and_worker_errors(client):
     errors = []
     for where in (False, client):
         with pytest.raises(Exception, match="need at least min_n = 8 observations, got N = 7") as info:
-            _loo(dt, bad, client=where, transforms=("mm1",), batch_size=2)
+            _loo(dt, bad, search={"transforms": ("mm1",), "batch_size": 2}, compute={"client": where})
         errors.append(info.value)
     assert type(errors[0]) is type(errors[1]) and isinstance(errors[0], pl.stan.StanEvaluationError)
     assert str(errors[0]) == str(errors[1])
@@ -283,5 +284,6 @@ def test_stan_sampler_on_a_worker_thread(client, tmp_path):
 
 
 def test_client_argument_is_checked():
-    with pytest.raises(TypeError, match=r"client='local' is not a dask.distributed Client.*client=False"):
-        pl.loo(xr.DataTree(), pl.models.LogisticRegression([[0.0], [1.0]], [0, 1]), client="local")
+    with pytest.raises(TypeError,
+                       match=r"client='local' is not a dask.distributed Client.*compute=\{'client': False\}"):
+        pl.loo(xr.DataTree(), pl.models.LogisticRegression([[0.0], [1.0]], [0, 1]), compute={"client": "local"})

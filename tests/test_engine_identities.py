@@ -33,7 +33,7 @@ def _run(data, model, **kw):
 
 def test_hbar_zero_is_plain_psis(setup):
     model, data, plain = setup
-    res = _run(data, model, transforms=["pmm1", "pmm2", "kl", "var", "ll"], hbar=[0.0])
+    res = _run(data, model, search={"transforms": ["pmm1", "pmm2", "kl", "var", "ll"], "hbar": [0.0]})
     c = res.candidates
     assert c["k_weights"].shape == (25, 5)
     np.testing.assert_allclose(c["k_weights"], np.repeat(plain.pareto_k.values[:, None], 5, 1), atol=1e-9)
@@ -42,7 +42,7 @@ def test_hbar_zero_is_plain_psis(setup):
 
 def test_pmm_at_hbar_one_is_paananen_mm(setup):
     model, data, _ = setup
-    res = _run(data, model, transforms=["pmm1", "pmm2", "mm1", "mm2"], hbar=[1.0])
+    res = _run(data, model, search={"transforms": ["pmm1", "pmm2", "mm1", "mm2"], "hbar": [1.0]})
     theta = np.asarray(model.unconstrain(data["posterior"].to_dataset()))
     import jax
 
@@ -89,11 +89,11 @@ def test_bad_inputs(setup):
         pl.loo(xr.DataTree.from_dict({"posterior": data["posterior"].to_dataset(), "log_likelihood": short}),
                model, progressbar=False)
     with pytest.raises(ValueError, match="unknown transformation"):
-        pl.loo(data, model, transforms=["kl", "bogus"])
+        pl.loo(data, model, search={"transforms": ["kl", "bogus"]})
     with pytest.raises(ValueError, match="no 'log_likelihood' group"):
         pl.loo(xr.DataTree.from_dict({"posterior": data["posterior"].to_dataset()}))
     with pytest.raises(ValueError, match="hbar"):
-        pl.loo(data, model, hbar=[-1.0])
+        pl.loo(data, model, search={"hbar": [-1.0]})
 
 
 @pytest.mark.parametrize("transforms", [("mm_iter",), ("pmm1", "kl", "newton_mix")])

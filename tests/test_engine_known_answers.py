@@ -92,7 +92,7 @@ def test_iterated_moment_matching_goes_beyond_one_step():
     exact = model.exact_elpd_i()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, model, transforms=["mm2", "mm_iter"], k_threshold=-np.inf, progressbar=False)
+        res = pl.loo(data, model, k_threshold=-np.inf, progressbar=False, search={"transforms": ["mm2", "mm_iter"]})
     labels = res.candidates["labels"]
     j_one, j_iter = labels.index(("mm2", 1.0)), labels.index(("mm_iter", 3.0))
     for i in (0, 1):
@@ -128,7 +128,7 @@ def test_change_of_variables_check_exact_draws_pass_other_draws_fail():
     exact = _regression_tree(model, m + rng.normal(size=(2, 500, 4)) @ np.linalg.cholesky(C).T)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning at all on exact draws
-        res = pl.loo(exact, model, progressbar=False, adapt="all")  # adapt every observation
+        res = pl.loo(exact, model, progressbar=False, search={"adapt": "all"})  # adapt every observation
     ratio = res.candidates["max_log_ratio"]
     assert np.all(np.isfinite(ratio)) and np.nanmax(ratio) < bound - 10
     assert not res.doubtful.values.any()
@@ -136,6 +136,7 @@ def test_change_of_variables_check_exact_draws_pass_other_draws_fail():
 
     prior = _regression_tree(model, rng.normal(size=(2, 500, 4)))
     with pytest.warns(UserWarning, match="change-of-variables check for 30 of 30"):
-        res = pl.loo(prior, model, progressbar=False, influence_threshold=0.0, mixture=False, smc=False)  # draws alone
+        res = pl.loo(prior, model, progressbar=False, search={"influence_threshold": 0.0},
+                     second_opinions={"mixture": False, "smc": False})  # draws alone
     assert np.all(np.nanmax(res.candidates["max_log_ratio"], axis=1) > bound)
     assert res.doubtful.values.all()

@@ -89,7 +89,7 @@ def test_prior_draws_make_every_observation_doubtful_with_plain_values():
         warnings.simplefilter("ignore")
         plain = pl.loo(model_free_tree(model, data))
         # the search alone: the second opinions sample the model themselves and would settle what prior draws cannot
-        res = pl.loo(data, model, progressbar=False, mixture=False, smc=False)
+        res = pl.loo(data, model, progressbar=False, second_opinions={"mixture": False, "smc": False})
     doubtful = res.doubtful.values
     assert doubtful.mean() > 0.8
     np.testing.assert_allclose(res.elpd_i.values[doubtful], plain.elpd_i.values[doubtful], rtol=0, atol=1e-12)
@@ -138,7 +138,8 @@ def test_draws_that_have_not_converged_make_their_observations_doubtful():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(bad, model, progressbar=False, mixture=False, smc=False)  # the shifted draws alone
+        res = pl.loo(bad, model, progressbar=False,
+                     second_opinions={"mixture": False, "smc": False})  # the shifted draws alone
     assert rhat_bad.argmax() == 0 and res.max_rhat > 1.05
     assert res.max_rhat == pytest.approx(float(rhat_bad[0]), rel=1e-12)
     # judged per observation: doubtful wherever its log-likelihood draws have not mixed (most of them here)

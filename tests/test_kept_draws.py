@@ -53,8 +53,9 @@ def refit_fit(tmp_path_factory):
     checkpoint = tmp_path_factory.mktemp("kept") / "refits.json"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, m, progressbar=False, refit=[0], random_seed=1, mixture=False, smc=False,
-                     transforms=("pmm1",), hbar=[1e-3], refit_kwargs={"checkpoint": str(checkpoint)})
+        res = pl.loo(data, m, progressbar=False, refit=[0], random_seed=1,
+                     search={"transforms": ("pmm1",), "hbar": [1e-3]},
+                     second_opinions={"mixture": False, "smc": False, "refit_options": {"checkpoint": str(checkpoint)}})
     return m, data, res, checkpoint
 
 
@@ -85,8 +86,10 @@ def test_a_refit_read_from_a_checkpoint_falls_back_with_a_warning(refit_fit):
     m, data, res, checkpoint = refit_fit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rerun = pl.loo(data, m, progressbar=False, refit=[0], random_seed=1, mixture=False, smc=False,
-                       transforms=("pmm1",), hbar=[1e-3], refit_kwargs={"checkpoint": str(checkpoint)})
+        rerun = pl.loo(data, m, progressbar=False, refit=[0], random_seed=1,
+                       search={"transforms": ("pmm1",), "hbar": [1e-3]},
+                       second_opinions={"mixture": False, "smc": False,
+                                        "refit_options": {"checkpoint": str(checkpoint)}})
     assert rerun.elpd_i.values[0] == res.elpd_i.values[0] and rerun.kept_log_weights is None
     with pytest.warns(UserWarning, match=r"refit, mixture importance sampling or SMC.*plain PSIS weights"):
         got = pl.loo_expectations(data, rerun, _lin(m), model=m)
@@ -102,8 +105,8 @@ def test_mixture_draws_give_the_loo_posterior():
     model = jax_model(m)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, model, progressbar=False, random_seed=11, mixture=True, smc=False, transforms=("pmm1",),
-                     hbar=[1e-3])
+        res = pl.loo(data, model, progressbar=False, random_seed=11, search={"transforms": ("pmm1",), "hbar": [1e-3]},
+                     second_opinions={"mixture": True, "smc": False})
     assert res.transform.values[0] == "mixture", res.transform.values[:2]
     loc, sd, pit = _exact(m, 0)
     mean = pl.loo_expectations(data, res, _lin(m), model=model)

@@ -38,7 +38,8 @@ def normal():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # adapt="flagged": only observations with plain k-hat above 0.5 are searched (none here)
-        res = pl.loo(data, model, progressbar=False, mixture=False, smc=False, adapt="flagged")
+        res = pl.loo(data, model, progressbar=False, search={"adapt": "flagged"},
+                     second_opinions={"mixture": False, "smc": False})
     return model, data, res
 
 

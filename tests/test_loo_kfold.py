@@ -1,4 +1,4 @@
-"""``pl.kfold``: K-fold CV on batched fold fits, against the closed form of a conjugate regression.
+"""``pl.loo_kfold``: K-fold CV on batched fold fits, against the closed form of a conjugate regression.
 
 Linear regression with known noise and a Gaussian prior: the posterior without fold ``k`` is Gaussian,
 ``N(m_-k, V_-k)``, so the exact K-fold ``elpd_i`` of ``i`` in fold ``k`` is ``log N(y_i | x_i m_-k, sigma^2 +
@@ -61,12 +61,12 @@ def exact_kfold(model, folds):
 def _kfold(data, model, settings=SETTINGS, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fold fit's R-hat of 1.011 from 2,000 draws warns (fold_info checked below)
-        return pl.kfold(data, model, progressbar=False, refit_kwargs=settings, **kw)
+        return pl.loo_kfold(data, model, progressbar=False, refit_options=settings, **kw)
 
 
 @pytest.fixture(scope="module")
 def jax_kfold():
-    return _kfold(DATA, MODEL, K=5, random_seed=7)
+    return _kfold(DATA, MODEL, k=5, random_seed=7)
 
 
 def _check_closed_form(res, model, K, adapt="warm"):
@@ -114,10 +114,10 @@ def test_jax_kfold_matches_the_closed_form(jax_kfold):
 
 
 def test_kfold_with_the_windowed_adaptation_matches_the_closed_form():
-    """``refit_kwargs={"adapt": "window"}``: the fold fits start at uniformly chosen full-data draws and adapt step
+    """``refit_options={"adapt": "window"}``: the fold fits start at uniformly chosen full-data draws and adapt step
     size and mass matrix over the warmup (the default warm start resamples the draws with the fold's weights and
     adapts the step size alone)."""
-    res = _kfold(DATA, MODEL, settings={**SETTINGS, "adapt": "window"}, K=5, random_seed=7)
+    res = _kfold(DATA, MODEL, settings={**SETTINGS, "adapt": "window"}, k=5, random_seed=7)
     _check_closed_form(res, MODEL, 5, adapt="window")
 
 
@@ -127,7 +127,7 @@ def test_pymc_kfold_matches_the_closed_form():
     with pm.Model(coords={"coef": [0, 1], "obs": np.arange(N)}) as m:
         beta = pm.Normal("beta", 0.0, TAU, dims="coef")
         pm.Normal("y", pm.math.dot(MODEL.X, beta), SIGMA, observed=MODEL.y, dims="obs")
-    res = _kfold(DATA, m, K=4, random_seed=3)
+    res = _kfold(DATA, m, k=4, random_seed=3)
     _check_closed_form(res, MODEL, 4)
     assert sorted(np.bincount(res.folds.values)[1:].tolist()) == [7, 7, 8, 8]
 
@@ -137,7 +137,8 @@ def test_explicit_folds_are_used_as_given_and_compare_accepts_the_result(jax_kfo
     res = _kfold(DATA, MODEL, folds=folds, random_seed=1)
     assert res.n_folds == 3 and res.folds.values.tolist() == folds.tolist()
     assert np.max(np.abs(res.elpd_i.values - exact_kfold(MODEL, folds)) / res.mcse_elpd_i.values) <= 4.0
-    loo = pl.loo(DATA, MODEL, progressbar=False, adapt="flagged", mixture=False, smc=False)
+    loo = pl.loo(DATA, MODEL, progressbar=False, search={"adapt": "flagged"},
+                 second_opinions={"mixture": False, "smc": False})
     with pytest.warns(UserWarning, match="Comparing LOO-CV to K-fold-CV"):  # arviz_stats' own note
         table = pl.compare({"kfold": jax_kfold, "kfold3": res, "loo": loo})
     for name, r in (("kfold", jax_kfold), ("kfold3", res), ("loo", loo)):
@@ -164,27 +165,27 @@ def test_random_folds_are_balanced_and_reproducible():
 def test_stratified_folds_spread_every_label_evenly():
     rng = np.random.default_rng(0)
     labels = rng.choice(np.array(["a", "b", "c"]), size=47, p=[0.6, 0.3, 0.1])
-    f = kfold_split(47, 5, stratify=labels, random_seed=2)
+    f = kfold_split(47, 5, stratify_by=labels, random_seed=2)
     for lab in np.unique(labels):
         counts = np.bincount(f[labels == lab], minlength=6)[1:]
         assert counts.max() - counts.min() <= 1, (lab, counts)
     sizes = np.bincount(f)[1:]
     assert sizes.max() - sizes.min() <= 1
-    assert np.array_equal(f, kfold_split(47, 5, stratify=labels, random_seed=2))
+    assert np.array_equal(f, kfold_split(47, 5, stratify_by=labels, random_seed=2))
 
 
 def test_grouped_folds_keep_groups_whole():
     rng = np.random.default_rng(1)
     groups = rng.integers(0, 13, size=60)
-    f = kfold_split(60, 4, groups=groups, random_seed=3)
+    f = kfold_split(60, 4, group_by=groups, random_seed=3)
     for g in np.unique(groups):
         assert np.unique(f[groups == g]).size == 1  # no group split over folds
     per_fold = [np.unique(groups[f == k]).size for k in range(1, 5)]
     assert sum(per_fold) == 13 and max(per_fold) - min(per_fold) <= 1
     g4 = np.array([3, 3, 1, 2, 2, 4, 1])  # exactly K groups: the j-th in sorted order is fold j (R)
-    assert kfold_split(7, 4, groups=g4, random_seed=0).tolist() == [3, 3, 1, 2, 2, 4, 1]
-    with pytest.raises(ValueError, match=r"groups: 3 groups cannot fill K=4 folds"):
-        kfold_split(6, 4, groups=[1, 1, 2, 2, 3, 3])
+    assert kfold_split(7, 4, group_by=g4, random_seed=0).tolist() == [3, 3, 1, 2, 2, 4, 1]
+    with pytest.raises(ValueError, match=r"group_by: 3 groups cannot fill k=4 folds"):
+        kfold_split(6, 4, group_by=[1, 1, 2, 2, 3, 3])
 
 
 @pytest.mark.parametrize("folds, match", [
@@ -198,34 +199,35 @@ def test_grouped_folds_keep_groups_whole():
 ])
 def test_explicit_folds_are_validated(folds, match):
     with pytest.raises(ValueError, match=match):
-        pl.kfold(DATA, MODEL, folds=folds, random_seed=1, progressbar=False)
+        pl.loo_kfold(DATA, MODEL, folds=folds, random_seed=1, progressbar=False)
 
 
 def test_bad_arguments_name_themselves():
     folds = np.repeat([1, 2, 3], 10)
     cases = [
-        (dict(folds=folds, K=4), r"K=4 contradicts folds, which has 3 folds"),
-        (dict(folds=folds, stratify=folds), r"folds= cannot be combined with stratify= or groups="),
-        (dict(stratify=folds, groups=folds), r"stratify= and groups= cannot be used together"),
-        (dict(stratify=folds[:5]), r"stratify has 5 entries .* one label per observation: 30"),
-        (dict(K=1), r"K=1: the number of folds must be at least 2"),
-        (dict(K=31), r"at most the number of observations \(30\)"),
-        (dict(K=2.5), r"K=2.5: give the number of folds as a whole number"),
-        (dict(refit_kwargs={"checkpoint": "x.json"}), r"refit_kwargs: \['checkpoint'\] do not apply to pl.kfold"),
-        (dict(refit_kwargs={"chains": 1}), r"at least 2 chains"),
+        (dict(folds=folds, k=4), r"k=4 contradicts folds, which has 3 folds"),
+        (dict(folds=folds, stratify_by=folds), r"folds= cannot be combined with stratify_by= or group_by="),
+        (dict(stratify_by=folds, group_by=folds), r"stratify_by= and group_by= cannot be used together"),
+        (dict(stratify_by=folds[:5]), r"stratify_by has 5 entries .* one label per observation: 30"),
+        (dict(k=1), r"k=1: the number of folds must be at least 2"),
+        (dict(k=31), r"at most the number of observations \(30\)"),
+        (dict(k=2.5), r"k=2.5: give the number of folds as a whole number"),
+        (dict(refit_options={"checkpoint": "x.json"}),
+         r"refit_options: \['checkpoint'\] do not apply to pl.loo_kfold"),
+        (dict(refit_options={"chains": 1}), r"at least 2 chains"),
     ]
     for kw, match in cases:
         with pytest.raises(ValueError, match=match):
-            pl.kfold(DATA, MODEL, random_seed=1, progressbar=False, **kw)
-    with pytest.raises(ValueError, match=r"pass random_seed=<int>"):
-        pl.kfold(DATA, MODEL, random_seed=None)
-    with pytest.raises(ValueError, match=r"pl.kfold needs the model"):
-        pl.kfold(DATA, None, random_seed=1)
+            pl.loo_kfold(DATA, MODEL, random_seed=1, progressbar=False, **kw)
+    with pytest.raises(TypeError, match=r"random_seed='seven'"):
+        pl.loo_kfold(DATA, MODEL, random_seed="seven")
+    with pytest.raises(ValueError, match=r"pl.loo_kfold needs the model"):
+        pl.loo_kfold(DATA, None, random_seed=1)
 
 
 def test_non_factorizing_model_is_refused():
     """A JAX model with its own leave-one-out density (a likelihood that does not factorize): the posterior without
-    a fold is not known to pl.kfold, which says so and what to use instead."""
+    a fold is not known to pl.loo_kfold, which says so and what to use instead."""
     y = MODEL.y
 
     def log_lik(v):
@@ -236,18 +238,18 @@ def test_non_factorizing_model_is_refused():
 
     model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, TAU), log_lik,
                         loo_log_density=loo_log_density, obs_dims=("obs",), observed=y)
-    with pytest.raises(NotImplementedError, match=r"pl.kfold needs a likelihood that factorizes over observations.*"
+    with pytest.raises(NotImplementedError, match=r"pl.loo_kfold needs a likelihood that factorizes over observations.*"
                                                   r"Use pl.loo\(data, model\).*arviz_stats.loo_kfold"):
-        pl.kfold(DATA, model, K=5, random_seed=1)
+        pl.loo_kfold(DATA, model, k=5, random_seed=1)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler for the Stan bridge")
 def test_stan_program_is_refused():
     data = {"N": N, "y": MODEL.y, "sigma": SIGMA, "mu0": 0.0, "tau0": TAU}
     sm = pl.StanModel(ROOT / "stan_models" / "normal_known_sigma.stan", data)
-    with pytest.raises(NotImplementedError, match=r"pl.kfold does not support Stan models: .* not without a fold.*"
+    with pytest.raises(NotImplementedError, match=r"pl.loo_kfold does not support Stan models: .* not without a fold.*"
                                                   r"pl.loo\(data, model, refit=...\).*arviz_stats.loo_kfold"):
-        pl.kfold(DATA, sm, K=5, random_seed=1)
+        pl.loo_kfold(DATA, sm, k=5, random_seed=1)
 
 
 def _fold_identity(model, theta, pairs):
@@ -292,7 +294,7 @@ def test_fold_fits_do_not_depend_on_the_batching(jax_kfold, monkeypatch):
     import ppl_loo.workflow.exact.loo_kfold as kfold_module
 
     monkeypatch.setattr(kfold_module, "lanes_per_batch", lambda *a, **k: 2)
-    res = _kfold(DATA, MODEL, K=5, random_seed=7)
+    res = _kfold(DATA, MODEL, k=5, random_seed=7)
     assert res.folds.values.tolist() == jax_kfold.folds.values.tolist()
     np.testing.assert_allclose(res.elpd_i.values, jax_kfold.elpd_i.values, rtol=1e-8, atol=1e-10)
     assert [rec["sampler"] for rec in res.fold_info.values()] == ["BlackJAX NUTS, one batched run of 2 fold fits"] * 4 \

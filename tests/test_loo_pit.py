@@ -38,7 +38,8 @@ def test_identical_to_arviz_stats_with_the_indicator_of_the_same_predictive_draw
     model = pl.JaxModel({"mu": ((), None)}, lambda v: jst.norm.logpdf(v["mu"], 0.0, 10.0),
                         lambda v: jst.norm.logpdf(Y, v["mu"], 1.0), obs_dims=("obs",), observed=Y)
     data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
-    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False, adapt="flagged")
+    res = _quiet(pl.loo, data, model, progressbar=False, search={"adapt": "flagged"},
+                 second_opinions={"mixture": False, "smc": False})
     assert np.all(np.asarray(res.transform.values) == "psis")
     mu = np.asarray(data["posterior"]["mu"].values).reshape(-1)
 
@@ -127,7 +128,8 @@ def test_pymc_logcdf_normal_and_randomized_poisson():
 def test_bad_cdf_is_named():
     model = leverage_regression(seed=1, n=40)
     data = model.exact_draws(n_chains=2, n_draws=200, seed=11)
-    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False, adapt="flagged")
+    res = _quiet(pl.loo, data, model, progressbar=False, search={"adapt": "flagged"},
+                 second_opinions={"mixture": False, "smc": False})
     with pytest.raises(ValueError, match="has no predictive CDF; pass cdf="):
         pl.loo_pit(data, res, model=model)
     with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
@@ -148,7 +150,7 @@ def test_jax_model_cdf_from_its_declared_output():
                         lambda v: jst.norm.logpdf(y, v["mu"], 1.0), obs_dims=("obs",), observed=y,
                         output=Output(lambda v: v["mu"] * np.ones((y.size, 1)), "gaussian", 1.0))
     data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
-    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False)
+    res = _quiet(pl.loo, data, model, progressbar=False, second_opinions={"mixture": False, "smc": False})
     auto = pl.loo_pit(data, res, model=model)
     by_hand = pl.loo_pit(data, res, model=model, cdf=lambda p: stats.norm.cdf(y, np.asarray(p["mu"])[:, None], 1.0))
     np.testing.assert_allclose(auto.values, by_hand.values, rtol=0, atol=1e-12)

@@ -38,7 +38,8 @@ def normal():
                         lambda v: jst.norm.logpdf(v["a"], 0.0, 10.0) + jst.norm.logpdf(v["b"], 0.0, 10.0),
                         lambda v: jst.norm.logpdf(yy, v["a"] + v["b"] * x, 1.0), obs_dims=("obs",), observed=yy)
     data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
-    res = _quiet(pl.loo, data, model, progressbar=False, mixture=False, smc=False, adapt="flagged")
+    res = _quiet(pl.loo, data, model, progressbar=False, search={"adapt": "flagged"},
+                 second_opinions={"mixture": False, "smc": False})
     return model, data, res, x, yy
 
 

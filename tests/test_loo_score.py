@@ -84,7 +84,8 @@ def _pymc_fit(y, seed):
     idata = _quiet(pm.compute_log_likelihood, idata, model=m, progressbar=False, extend_inferencedata=True)
     idata = _quiet(pm.sample_posterior_predictive, idata, model=m, random_seed=seed, progressbar=False,
                    extend_inferencedata=True)
-    res = _quiet(pl.loo, idata, m, progressbar=False, random_seed=1, mixture=False, smc=False, adapt="flagged")
+    res = _quiet(pl.loo, idata, m, progressbar=False, random_seed=1, search={"adapt": "flagged"},
+                 second_opinions={"mixture": False, "smc": False})
     return m, idata, res
 
 

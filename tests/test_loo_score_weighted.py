@@ -85,7 +85,8 @@ def logistic():
                    idata_kwargs={"log_likelihood": True})
     idata = _quiet(pm.sample_posterior_predictive, idata, model=m, random_seed=2, progressbar=False,
                    extend_inferencedata=True)
-    res = _quiet(pl.loo, idata, m, progressbar=False, random_seed=1, adapt="flagged", mixture=False, smc=False)
+    res = _quiet(pl.loo, idata, m, progressbar=False, random_seed=1, search={"adapt": "flagged"},
+                 second_opinions={"mixture": False, "smc": False})
     return m, idata, res
 
 

@@ -50,12 +50,12 @@ def _assert_same_as_arviz(ours, ref):
 @pytest.mark.parametrize("observations", [200, np.array([5, 17, 3, 1999, 400, 801, 1200, 77, 9, 1500])])
 def test_plain_equals_arviz(synthetic, observations):
     ref = azs.loo_subsample(synthetic, observations=observations, pointwise=True, seed=3)
-    ours = pl.loo_subsample(synthetic, observations=observations, seed=3)
+    ours = pl.loo_subsample(synthetic, observations=observations, random_seed=3)
     _assert_same_as_arviz(ours, ref)
     assert isinstance(ours, azs.utils.ELPDDataLOOSubsample)
     assert "subsampling SE" in str(ours) and "2000 total observations" in str(ours)
-    # method= is arviz_stats' name of approximation=
-    assert pl.loo_subsample(synthetic, observations=observations, seed=3, method="lpd").elpd == ours.elpd
+    # approximation="lpd" is the default (arviz_stats' method="lpd")
+    assert pl.loo_subsample(synthetic, observations=observations, random_seed=3, approximation="lpd").elpd == ours.elpd
 
 
 def test_all_observations_is_full_loo(synthetic):
@@ -73,7 +73,7 @@ def test_all_observations_is_full_loo(synthetic):
 def test_estimates_cover_the_full_data_elpd(synthetic, estimator):
     full = pl.loo(synthetic)
     for seed in range(3):  # (each new subsample size compiles PSIS once more)
-        res = pl.loo_subsample(synthetic, observations=300, estimator=estimator, seed=seed)
+        res = pl.loo_subsample(synthetic, observations=300, estimator=estimator, random_seed=seed)
         assert abs(res.elpd - full.elpd) < 4 * res.subsampling_se, (seed, res.elpd, full.elpd, res.subsampling_se)
         assert res.se == pytest.approx(full.se, rel=0.3)  # one subsample of 300 estimates the spread
         assert res.estimator == estimator
@@ -98,7 +98,7 @@ def test_estimators_closed_forms():
 
 
 def test_compare_accepts_subsample_results(synthetic):
-    a = pl.loo_subsample(synthetic, observations=300, seed=1)
+    a = pl.loo_subsample(synthetic, observations=300, random_seed=1)
     b = azs.loo_subsample(synthetic, observations=300, pointwise=True, seed=1)
     table = azs.compare({"ours": a, "arviz": b})
     assert abs(table.loc["arviz", "elpd_diff"]) < 1e-8
@@ -123,7 +123,7 @@ def leverage_fit():
     obs = np.r_[0, 1, np.random.default_rng(5).choice(np.arange(2, n), 48, replace=False)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        adapted = pl.loo_subsample(data, model, observations=obs, transforms=TRANSFORMS, progressbar=False)
+        adapted = pl.loo_subsample(data, model, observations=obs, progressbar=False, search={"transforms": TRANSFORMS})
         plain = pl.loo_subsample(data, observations=obs)
     return model, data, obs, adapted, plain, model.exact_elpd_i()
 
@@ -153,8 +153,10 @@ def test_all_observations_with_model_is_pl_loo(leverage_fit):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # pl.loo_subsample runs the search alone: pl.loo without its second opinions (mixture IS, SMC)
-        full = pl.loo(data, model, transforms=TRANSFORMS, progressbar=False, mixture=False, smc=False)
-        res = pl.loo_subsample(data, model, observations=np.arange(400), transforms=TRANSFORMS, progressbar=False)
+        full = pl.loo(data, model, progressbar=False, search={"transforms": TRANSFORMS},
+                      second_opinions={"mixture": False, "smc": False})
+        res = pl.loo_subsample(data, model, observations=np.arange(400), progressbar=False,
+                               search={"transforms": TRANSFORMS})
     assert res.elpd == pytest.approx(full.elpd, abs=1e-8)
     np.testing.assert_allclose(res.elpd_i.values, full.elpd_i.values, atol=1e-10)
     np.testing.assert_array_equal(res.transform.values, full.transform.values)
@@ -163,7 +165,7 @@ def test_all_observations_with_model_is_pl_loo(leverage_fit):
 def test_plpd_is_log_lik_at_posterior_mean(leverage_fit):
     model, data, obs, _, _, _ = leverage_fit
     with pytest.warns(UserWarning, match=r"greater than 0.67 for 2 observation\(s\) \(y\[obs=0\], y\[obs=1\]\)"):
-        res = pl.loo_subsample(data, model, observations=obs, approximation="plpd", adapt="none")
+        res = pl.loo_subsample(data, model, observations=obs, approximation="plpd", search={"adapt": "none"})
     beta_bar = data["posterior"]["beta"].mean(("chain", "draw")).values
     expected = stats.norm.logpdf(model.y, model.X @ beta_bar, 1.0)
     np.testing.assert_allclose(res.elpd_loo_approx.values, expected, rtol=1e-10)
@@ -178,15 +180,15 @@ def test_stored_log_likelihood_that_differs_from_the_model_warns(leverage_fit):
     ll["y"] = ll["y"] + 0.5 * (ll["obs"] == obs[3])
     bad["log_likelihood"] = ll
     with pytest.warns(UserWarning) as record:
-        pl.loo_subsample(bad, model, observations=obs, adapt="none")
+        pl.loo_subsample(bad, model, observations=obs, search={"adapt": "none"})
     assert any("stored log_likelihood['y'] differs from the model's by up to 0.5" in str(w.message) for w in record)
 
 
 def test_dask_backed_log_likelihood_gives_the_same_numbers(synthetic):
     lazy = synthetic.copy()
     lazy["log_likelihood"] = synthetic["log_likelihood"].to_dataset().chunk({"obs": 300})
-    a = pl.loo_subsample(synthetic, observations=100, seed=2)
-    b = pl.loo_subsample(lazy, observations=100, seed=2)
+    a = pl.loo_subsample(synthetic, observations=100, random_seed=2)
+    b = pl.loo_subsample(lazy, observations=100, random_seed=2)
     for f in FIELDS:  # the same up to the rounding of a reduction by chunks
         assert b[f] == pytest.approx(a[f], rel=1e-12), f
     np.testing.assert_array_equal(a.elpd_i.values, b.elpd_i.values)
@@ -271,9 +273,24 @@ def pymc_fit():
 def test_pymc_plain_and_plpd_equal_arviz(pymc_fit):
     model, idata = pymc_fit
     ref = azs.loo_subsample(idata, observations=150, pointwise=True, seed=7)
-    _assert_same_as_arviz(pl.loo_subsample(idata, observations=150, seed=7), ref)
+    _assert_same_as_arviz(pl.loo_subsample(idata, observations=150, random_seed=7), ref)
     # plpd: arviz_stats builds the log-likelihood at the posterior mean from the PyMC model; ppl_loo through its
     # own adapter (adapt="none": the subsample keeps plain PSIS, as arviz_stats)
     ref = azs.loo_subsample(idata, observations=150, pointwise=True, seed=7, method="plpd", model=model)
-    ours = pl.loo_subsample(idata, model, observations=150, seed=7, approximation="plpd", adapt="none")
+    ours = pl.loo_subsample(idata, model, observations=150, random_seed=7, approximation="plpd",
+                            search={"adapt": "none"})
     _assert_same_as_arviz(ours, ref)
+
+
+def test_random_seed_none_draws_the_same_subsample_on_the_same_draws(synthetic):
+    """random_seed=None: the seed derived from the posterior draws (as in pl.loo); a rerun draws the same subsample."""
+    from ppl_loo.workflow.loo.inputs import posterior_seed
+
+    a = pl.loo_subsample(synthetic, observations=100)
+    b = pl.loo_subsample(synthetic, observations=100)
+    c = pl.loo_subsample(synthetic, observations=100, random_seed=posterior_seed(None, synthetic))
+    np.testing.assert_array_equal(a.loo_subsample_observations, b.loo_subsample_observations)
+    np.testing.assert_array_equal(a.loo_subsample_observations, c.loo_subsample_observations)
+    assert a.elpd == b.elpd == c.elpd
+    d = pl.loo_subsample(synthetic, observations=100, random_seed=315)  # arviz_stats' default seed
+    assert not np.array_equal(a.loo_subsample_observations, d.loo_subsample_observations)

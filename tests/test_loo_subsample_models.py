@@ -45,7 +45,7 @@ def test_stan_outlier_in_the_subsample_matches_closed_form():
     obs = np.r_[5, np.arange(10, n, 5)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing doubtful, nothing to warn about
-        res = pl.loo_subsample(data, stan, observations=obs, transforms=TRANSFORMS, progressbar=False)
+        res = pl.loo_subsample(data, stan, observations=obs, progressbar=False, search={"transforms": TRANSFORMS})
     exact = _closed_form_loo(y)
     idx = res.loo_subsample_observations
     assert res.pareto_k_psis.values[5] > 1.0 and res.pareto_k.values[5] <= res.good_k
@@ -76,10 +76,10 @@ def test_pymc_subsample_elpd_i_are_pl_loo_values():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # pl.loo_subsample runs the search alone: pl.loo without its second opinions
-        full = pl.loo(idata, model, transforms=TRANSFORMS, adapt="flagged", progressbar=False, mixture=False,
-                      smc=False)
-        res = pl.loo_subsample(idata, model, observations=obs, transforms=TRANSFORMS, adapt="flagged",
-                               progressbar=False)
+        full = pl.loo(idata, model, progressbar=False, search={"transforms": TRANSFORMS, "adapt": "flagged"},
+                      second_opinions={"mixture": False, "smc": False})
+        res = pl.loo_subsample(idata, model, observations=obs,
+                               progressbar=False, search={"transforms": TRANSFORMS, "adapt": "flagged"})
     # both search the flagged observations; the same engine gives the same elpd_i, k-hat and proposal
     np.testing.assert_allclose(res.elpd_i.values[obs], full.elpd_i.values[obs], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(res.pareto_k.values[obs], full.pareto_k.values[obs], rtol=1e-9, atol=1e-9)

@@ -1,5 +1,5 @@
-"""Mixture importance sampling (``pl.loo_mixture``, ``pl.loo(..., mixture=...)``) and the vouching rule, against
-closed forms: a conjugate linear regression with known noise whose exact LOO is closed form
+"""Mixture importance sampling (``pl.loo_mixture``, ``pl.loo(..., second_opinions={"mixture": ...})``) and the
+vouching rule, against closed forms: a conjugate linear regression with known noise whose exact LOO is closed form
 (``tests/gaussian_models.py``), with high-leverage outliers where plain PSIS and the search alone fail."""
 
 import jax.numpy as jnp
@@ -122,7 +122,7 @@ def test_loo_mixture_matches_closed_form():
     """``pl.loo_mixture`` on the outlier regression: every elpd_i within 4 SEs and 0.25 nats of the exact value."""
     m = problem()
     data = m.exact_draws(n_chains=4, n_draws=1000, seed=1)
-    res = pl.loo_mixture(data, jax_model(m), random_seed=3, mixture_kwargs={"warmup": 500})
+    res = pl.loo_mixture(data, jax_model(m), random_seed=3, mixture_options={"warmup": 500})
     exact = m.exact_elpd_i()
     err = res.elpd_i.values - exact
     se = res.mcse_elpd_i.values
@@ -159,7 +159,8 @@ def test_leverage_regression_jax_vouched(leverage):
     m, data, exact = leverage
     plain = pl.loo(data)
     assert np.max(np.abs(plain.elpd_i.values - exact)) > 1.0  # plain PSIS alone misses
-    res = pl.loo(data, jax_model(m), progressbar=False, random_seed=11, mixture="auto", smc="auto")
+    res = pl.loo(data, jax_model(m), progressbar=False, random_seed=11,
+                 second_opinions={"mixture": "auto", "smc": "auto"})
     _check_vouched(res, exact)
     ev = res.evidence.values
     assert any("mixture" in e or "smc" in e for e in ev[:2]), ev[:2]
@@ -173,7 +174,8 @@ def test_leverage_regression_jax_vouched(leverage):
 def test_leverage_regression_pymc_vouched(leverage):
     """The same with the model written in PyMC (its own gradients, through PyTensor's JAX backend)."""
     m, data, exact = leverage
-    res = pl.loo(data, pymc_model(m), progressbar=False, random_seed=12, mixture="auto", smc="auto")
+    res = pl.loo(data, pymc_model(m), progressbar=False, random_seed=12,
+                 second_opinions={"mixture": "auto", "smc": "auto"})
     _check_vouched(res, exact)
 
 
@@ -189,7 +191,7 @@ def test_unconverged_main_fit_settled_by_mixture(leverage):
     ll = st.norm.logpdf(m.y, beta @ m.X.T, m.sigma)
     bad = xr.DataTree.from_dict({"posterior": post, "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), ll)}),
                                  "observed_data": data["observed_data"].to_dataset()})
-    off = pl.loo(bad, jax_model(m), progressbar=False, mixture=False, smc=False)
+    off = pl.loo(bad, jax_model(m), progressbar=False, second_opinions={"mixture": False, "smc": False})
     assert off.max_rhat > 1.01
     # judged per observation: doubtful wherever the observation's log-likelihood draws have not mixed; where they
     # have, the estimate from these draws is right within its SE
@@ -198,7 +200,8 @@ def test_unconverged_main_fit_settled_by_mixture(leverage):
     kept = ~off.doubtful.values
     assert kept.sum() >= 1
     np.testing.assert_array_less(np.abs(off.elpd_i.values - exact)[kept], 3 * off.mcse_elpd_i.values[kept] + 0.02)
-    res = pl.loo(bad, jax_model(m), progressbar=False, random_seed=13, mixture="auto", smc=False)
+    res = pl.loo(bad, jax_model(m), progressbar=False, random_seed=13,
+                 second_opinions={"mixture": "auto", "smc": False})
     assert res.doubtful.values.mean() <= 0.1, res.reason.values[res.doubtful.values]
     vouched = ~res.doubtful.values
     ev = res.evidence.values
@@ -216,11 +219,11 @@ def test_bad_arguments():
     m = problem()
     data = m.exact_draws(n_chains=2, n_draws=100, seed=1)
     with pytest.raises(ValueError, match="mixture='yes'"):
-        pl.loo(data, jax_model(m), mixture="yes")
-    with pytest.raises(ValueError, match="mixture_kwargs: unknown setting 'nchains'"):
-        pl.loo(data, jax_model(m), mixture_kwargs={"nchains": 2})
+        pl.loo(data, jax_model(m), second_opinions={"mixture": "yes"})
+    with pytest.raises(ValueError, match="mixture_options: unknown setting 'nchains'"):
+        pl.loo(data, jax_model(m), second_opinions={"mixture_options": {"nchains": 2}})
     with pytest.raises(ValueError, match="smc=1"):
-        pl.loo(data, jax_model(m), smc=1)
+        pl.loo(data, jax_model(m), second_opinions={"smc": 1})
 
 
 # ----------------------------------------------------------------------------- pl.loo_mixture's bad inputs
@@ -313,16 +316,16 @@ def test_loo_mixture_rejects_an_unknown_var_name(small, no_run):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"nchains": 2}, r"mixture_kwargs: unknown setting 'nchains'; allowed: \['chains', 'draws'"),
-    ([("chains", 2)], r"mixture_kwargs=\[\('chains', 2\)\]: give a dict of settings"),
-    ({"draws": "many"}, r"mixture_kwargs: draws='many' must be a whole number of at least 1, e.g. \{'draws': 1000\}"),
-    ({"chains": None}, r"mixture_kwargs: chains=None must be a whole number"),
-    ({"warmup": 10.5}, r"mixture_kwargs: warmup=10.5 must be a whole number of at least 0"),
-    ({"max_tree_depth": 0}, r"mixture_kwargs: max_tree_depth=0 must be a whole number of at least 1"),
-    ({"target_accept": 1.5}, r"mixture_kwargs: target_accept=1.5 must be a probability strictly between 0 and 1"),
-    ({"chains": 1}, r"the mixture run needs at least 2 chains of 50 draws; .* \(mixture_kwargs= overrides them\)"),
+    ({"nchains": 2}, r"mixture_options: unknown setting 'nchains'; allowed: \['chains', 'draws'"),
+    ([("chains", 2)], r"mixture_options=\[\('chains', 2\)\]: give a dict of settings"),
+    ({"draws": "many"}, r"mixture_options: draws='many' must be a whole number of at least 1, e.g. \{'draws': 1000\}"),
+    ({"chains": None}, r"mixture_options: chains=None must be a whole number"),
+    ({"warmup": 10.5}, r"mixture_options: warmup=10.5 must be a whole number of at least 0"),
+    ({"max_tree_depth": 0}, r"mixture_options: max_tree_depth=0 must be a whole number of at least 1"),
+    ({"target_accept": 1.5}, r"mixture_options: target_accept=1.5 must be a probability strictly between 0 and 1"),
+    ({"chains": 1}, r"the mixture run needs at least 2 chains of 50 draws; .* \(mixture_options overrides them\)"),
 ])
-def test_loo_mixture_rejects_bad_mixture_kwargs(small, no_run, kwargs, match):
+def test_loo_mixture_rejects_bad_mixture_options(small, no_run, kwargs, match):
     _, data, model = small
     with pytest.raises(ValueError, match=match):
-        pl.loo_mixture(data, model, mixture_kwargs=kwargs)
+        pl.loo_mixture(data, model, mixture_options=kwargs)

@@ -68,9 +68,10 @@ def test_plain_dask_equals_in_memory(reg, plain_ref, chunks):
 
 @pytest.mark.parametrize("chunk_size", [37, 1000])
 def test_plain_chunk_size_argument(reg, plain_ref, chunk_size):
-    """(a) ``chunk_size=`` (observations read at once) with stored chunks of 64 and with NumPy values."""
-    _assert_same(_quiet(pl.loo, _lazy(reg[1], 64), chunk_size=chunk_size), plain_ref)
-    _assert_same(_quiet(pl.loo, reg[1], chunk_size=chunk_size), plain_ref)
+    """(a) ``compute={"chunk_size": ...}`` (observations read at once) with stored chunks of 64 and with NumPy
+    values."""
+    _assert_same(_quiet(pl.loo, _lazy(reg[1], 64), compute={"chunk_size": chunk_size}), plain_ref)
+    _assert_same(_quiet(pl.loo, reg[1], compute={"chunk_size": chunk_size}), plain_ref)
 
 
 def test_plain_dask_equals_arviz_stats(reg):
@@ -115,7 +116,7 @@ def test_peak_memory_is_one_chunk(reg, plain_ref, how, monkeypatch):
     here: the test fails where the whole array is read)."""
     import ppl_loo.workflow.loo.chunked as chunked
 
-    kwargs = {"chunk_size": 31} if how == "chunk_size" else {}
+    kwargs = {"compute": {"chunk_size": 31}} if how == "chunk_size" else {}
     if how == "budget":
         monkeypatch.setattr(chunked, "CHUNK_BYTES", 8 * 1000 * chunked.COPIES * 31)
     full = np.asarray(reg[1]["log_likelihood"]["y"].values)
@@ -177,7 +178,7 @@ def test_too_few_draws_gives_the_in_memory_error(reg):
 
 def test_bad_chunk_size_is_named(reg):
     with pytest.raises(ValueError, match=r"chunk_size=0: give the number of observations processed at once"):
-        pl.loo(reg[1], chunk_size=0)
+        pl.loo(reg[1], compute={"chunk_size": 0})
 
 
 @pytest.fixture(scope="module")
@@ -195,9 +196,9 @@ def model_runs(reg):
     counted = base._replace(log_lik=counting)
     # the mixture run evaluates every observation at its own draws: out of core it does not run, so both paths go
     # without it
-    ref = _quiet(pl.loo, data, counted, progressbar=False, mixture=False)
+    ref = _quiet(pl.loo, data, counted, progressbar=False, second_opinions={"mixture": False})
     asked_ref, asked[:] = list(asked), []
-    got = _quiet(pl.loo, _lazy(data, 64), counted, progressbar=False, mixture=False)
+    got = _quiet(pl.loo, _lazy(data, 64), counted, progressbar=False, second_opinions={"mixture": False})
     return ref, got, asked_ref, list(asked)
 
 
@@ -245,8 +246,9 @@ def test_model_path_refit_asks_for_memory(reg):
 
 
 def test_model_path_mixture_asks_for_memory(reg):
-    with pytest.raises(ValueError, match=r"mixture=True needs the whole log-likelihood in memory"):
-        pl.loo(_lazy(reg[1], 64), reg[0], mixture=True, progressbar=False)
+    with pytest.raises(ValueError,
+                       match=r"second_opinions=\{'mixture': True\} needs the whole log-likelihood in memory"):
+        pl.loo(_lazy(reg[1], 64), reg[0], progressbar=False, second_opinions={"mixture": True})
 
 
 def test_model_path_result_round_trips(model_runs, tmp_path):
@@ -283,7 +285,7 @@ def test_draws_of_an_approximation(reg):
     m, C = model.posterior()
     beta = data["posterior"]["beta"].values.reshape(-1, model.dim)
     log_q = stats.multivariate_normal(m, 1.3 * C).logpdf(beta)  # a wider Gaussian than the posterior
-    kwargs = dict(log_q=log_q, progressbar=False, transforms=("pmm1", "kl"), hbar=(0.25, 0.0625))
+    kwargs = dict(log_q=log_q, progressbar=False, search={"transforms": ("pmm1", "kl"), "hbar": (0.25, 0.0625)})
     ref = _quiet(pl.loo, data, model, **kwargs)
     got = _quiet(pl.loo, _lazy(data, 64), model, **kwargs)
     assert got.approx_posterior and ref.approx_posterior

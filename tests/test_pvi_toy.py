@@ -288,7 +288,8 @@ def test_loo_on_pvi_draws_uses_eq13():
     plain = xr.DataTree.from_dict({"posterior": tree.posterior.to_dataset()})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        wrong = pl.loo(plain, model, progressbar=False, mixture=False, smc=False)  # the draws alone (the mixture
+        wrong = pl.loo(plain, model, progressbar=False,
+                       second_opinions={"mixture": False, "smc": False})  # the draws alone (the mixture
         # run, independent of them, would report its own estimates for what it finds doubtful)
     assert abs(wrong.elpd - exact.sum()) > 10 * abs(right.elpd - exact.sum()) + 0.5
     # draws that q did not produce are refused, not silently mis-weighted
@@ -301,7 +302,7 @@ def test_loo_on_pvi_draws_uses_eq13():
         with pytest.raises(ValueError, match="differs from the model's at the same draws"):
             pl.loo(shifted, model, progressbar=False)
         with pytest.raises(ValueError, match="log_q"):
-            pl.loo(shifted, model, progressbar=False, check_log_lik=False)
+            pl.loo(shifted, model, progressbar=False, compute={"check_log_lik": False})
 
 
 def test_bad_input_errors():

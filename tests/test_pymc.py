@@ -86,7 +86,8 @@ def logistic_loo(logistic_fit):
     # only the observations plain PSIS flags: the rest keep plain PSIS (compared with arviz_stats below); the search
     # alone, whose elpd_i are those of the weights pl.loo_expectations uses (a value pooled with a second opinion is
     # not the mean of one set of weights)
-    return m, pl.loo(idata, m, progressbar=False, adapt="flagged", mixture=False, smc=False)
+    return m, pl.loo(idata, m, progressbar=False, search={"adapt": "flagged"},
+                     second_opinions={"mixture": False, "smc": False})
 
 
 # ---------------------------------------------------------------------- 1. densities, transforms
@@ -166,8 +167,10 @@ def test_logistic_matches_closed_form_and_exact_loo(logistic_fit, logistic_loo):
     same = list(DEFAULT_TRANSFORMS)
     # the search alone: the same draws and model through two adapters make the same choices (the second opinions
     # run each backend's own sampler)
-    res_same = pl.loo(idata, m, transforms=same, progressbar=False, mixture=False, smc=False)
-    res_lr = pl.loo(dt, lr, transforms=same, progressbar=False, mixture=False, smc=False)
+    res_same = pl.loo(idata, m, progressbar=False, search={"transforms": same},
+                      second_opinions={"mixture": False, "smc": False})
+    res_lr = pl.loo(dt, lr, progressbar=False, search={"transforms": same},
+                    second_opinions={"mixture": False, "smc": False})
     np.testing.assert_allclose(res.pareto_k_psis.values, res_lr.pareto_k_psis.values, atol=1e-6)
     np.testing.assert_allclose(res_same.pareto_k_psis.values, res_lr.pareto_k_psis.values, atol=1e-6)
     np.testing.assert_allclose(res_same.elpd_i.values, res_lr.elpd_i.values, atol=1e-6)
@@ -365,10 +368,11 @@ def test_draws_that_do_not_match_the_model(bounded_fit):
     # the model's values are used
     ll = idata["log_likelihood"].to_dataset()
     shifted = xr.DataTree.from_dict({"posterior": post, "log_likelihood": ll + 0.5})
-    with pytest.raises(ValueError, match=r"log_likelihood\['y'\] differs from the model's.*check_log_lik=False"):
+    with pytest.raises(ValueError,
+                       match=r"log_likelihood\['y'\] differs from the model's.*compute=\{'check_log_lik': False\}"):
         pl.loo(shifted, model, progressbar=False)
     with pytest.warns(UserWarning, match="differs from the model's"):
-        res = pl.loo(shifted, model, progressbar=False, check_log_lik=False)
+        res = pl.loo(shifted, model, progressbar=False, compute={"check_log_lik": False})
     np.testing.assert_allclose(res.elpd, pl.loo(idata, model, progressbar=False).elpd, rtol=1e-12)
 
 

@@ -201,7 +201,8 @@ def test_non_factorizing_exact_loo():
 
     m = PyMCModel(model, loo_log_density=loo_log_density)
     assert not m.factorizes and m.n_obs == n
-    res = pl.loo(idata, m, progressbar=False, influence_threshold=0.0)  # every observation through the engine
+    res = pl.loo(idata, m, progressbar=False,
+                 search={"influence_threshold": 0.0})  # every observation through the engine
     assert res.elpd_i.dims == ("obs",)
     assert np.sum(res.transform.values != "psis") >= 1
     Q = np.linalg.inv(C + s0**2 * np.ones((n, n)))

@@ -65,7 +65,7 @@ def poisson_fit():
     model = _poisson_model(x, y)
     with model:
         idata = pm.sample(**SAMPLE, random_seed=21)
-    res = pl.loo(idata, model, progressbar=False, adapt="flagged")  # the flagged ones are refit below
+    res = pl.loo(idata, model, progressbar=False, search={"adapt": "flagged"})  # the flagged ones are refit below
     return model, idata, x, y, outliers, res
 
 

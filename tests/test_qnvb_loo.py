@@ -76,7 +76,7 @@ def test_projective_proposal_is_used_and_close(lin, fits):
     """The projective update of q for the outlier is a good proposal: its candidate's elpd is within
     Monte Carlo error of the exact LOO (it moves q to the mean-field LOO fixed point)."""
     model, tree = fits["jax"]
-    res = pl.loo(tree, model, transforms=["projective"], adapt="all")
+    res = pl.loo(tree, model, search={"transforms": ["projective"], "adapt": "all"})
     c = res.candidates
     labels = [t for t, _ in c["labels"]]
     j = labels.index("projective")
@@ -107,8 +107,8 @@ def test_refit_fallback_from_an_approximation(lin, fits):
     sampler settings), elpd_i = log mean p(y_i | theta) over the refit draws (no full-data posterior
     draws to bridge with); it equals the closed form to Monte Carlo error."""
     model, tree = fits["jax"]
-    res = pl.loo(tree, model, refit=[3, 10], random_seed=5, refit_kwargs={"draws": 500, "warmup": 300},
-                 progressbar=False)
+    res = pl.loo(tree, model, refit=[3, 10], random_seed=5,
+                 progressbar=False, second_opinions={"refit_options": {"draws": 500, "warmup": 300}})
     exact = lin.exact_elpd_i()
     for i in (3, 10):
         assert bool(res.refit.values[i]) and res.transform.values[i] == "refit"

@@ -134,7 +134,8 @@ def test_pl_functions_against_r_end_to_end(fitted):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # with the model (its weights kept); adapt="flagged": only observations plain PSIS cannot take are searched
-        res = pl.loo(data, model, reff=1.0, adapt="flagged", mixture=False, smc=False, progressbar=False)
+        res = pl.loo(data, model, reff=1.0, progressbar=False, search={"adapt": "flagged"},
+                     second_opinions={"mixture": False, "smc": False})
     plain = np.asarray(res.transform.values).ravel() == "psis"
     assert plain.sum() >= 12
     got = pl.loo_expectations(data, res, _quantity(y), model=model, kind="mean")

@@ -88,7 +88,7 @@ def test_refit_evidence_label_is_whole_where_no_other_is_vouched():
     mu = data.posterior["mu"]
     data.posterior["mu"] = mu + xr.where(mu.chain == 0, 3.0 * float(mu.std()), 0.0)
     del data["log_likelihood"]  # the draws' log-likelihood, from the model
-    res = _loo(data, model, refit=[0], random_seed=5, mixture=False, smc=False)
+    res = _loo(data, model, refit=[0], random_seed=5, second_opinions={"mixture": False, "smc": False})
     assert res.max_rhat > 1.01
     assert list(res.evidence.values.astype(str)) == ["refit"] + [""] * (Y.size - 1)
     assert list(res.doubtful.values) == [False] + [True] * (Y.size - 1)
@@ -102,14 +102,14 @@ def test_refit_time_budget_refits_worst_first(jax_fit):
     model, data = jax_fit
     with pytest.warns(UserWarning, match="time budget"):
         res = pl.loo(data, model, progressbar=False, refit=1e-9, random_seed=1, k_threshold=-1.0,
-                     transforms=["pmm1"])
+                     search={"transforms": ["pmm1"]})
     assert int(res.refit.values.sum()) == 1
 
 
 def test_refit_bad_inputs(jax_fit):
     model, data = jax_fit
-    with pytest.raises(ValueError, match="random_seed"):
-        _loo(data, model, refit=[0])
+    with pytest.raises(TypeError, match="random_seed=1.5"):  # None is fine: a seed derived from the draws
+        _loo(data, model, refit=[0], random_seed=1.5)
     with pytest.raises(ValueError, match="refit='bogus'"):
         _loo(data, model, refit="bogus", random_seed=1)
     with pytest.raises(ValueError, match="out of range"):
@@ -121,9 +121,9 @@ def test_refit_bad_inputs(jax_fit):
     with pytest.raises(ValueError, match="positive number of seconds"):
         _loo(data, model, refit=-3.0, random_seed=1)
     with pytest.raises(ValueError, match="unknown setting 'thin'"):
-        _loo(data, model, refit=[0], random_seed=1, refit_kwargs={"thin": 2})
+        _loo(data, model, refit=[0], random_seed=1, second_opinions={"refit_options": {"thin": 2}})
     with pytest.raises(ValueError, match=r"batched='yes' must be True .* or False"):
-        _loo(data, model, refit=[0], random_seed=1, refit_kwargs={"batched": "yes"})
+        _loo(data, model, refit=[0], random_seed=1, second_opinions={"refit_options": {"batched": "yes"}})
     with pytest.raises(ValueError, match="needs the model"):
         pl.loo(data, None, refit="doubtful")
 
@@ -139,7 +139,7 @@ def test_pymc_refit_matches_closed_form():
     res = _loo(idata, m, refit=[OUTLIER], random_seed=7)  # batched (the default): BlackJAX on PyMC's JAX logp
     _check_refits(res, [OUTLIER])
     assert res.refit_info[OUTLIER]["sampler"] == f"{WARM}, one batched run of 1 refit"
-    res = _loo(idata, m, refit=[OUTLIER], random_seed=7, refit_kwargs={"batched": False})
+    res = _loo(idata, m, refit=[OUTLIER], random_seed=7, second_opinions={"refit_options": {"batched": False}})
     _check_refits(res, [OUTLIER])
     assert res.refit_info[OUTLIER]["sampler"] == "pm.sample without the observation"
 
@@ -154,8 +154,10 @@ def test_batched_refits_match_closed_form_and_the_sequential_ones():
     data = m.exact_draws(n_chains=4, n_draws=500, seed=3)
     targets = list(range(10))
     kw = {"warmup": 300, "draws": 500}
-    res = _loo(data, m, refit=targets, random_seed=11, refit_kwargs=kw, mixture=False, smc=False)
-    seq = _loo(data, m, refit=targets, random_seed=11, refit_kwargs={**kw, "batched": False}, mixture=False, smc=False)
+    res = _loo(data, m, refit=targets, random_seed=11,
+               second_opinions={"refit_options": kw, "mixture": False, "smc": False})
+    seq = _loo(data, m, refit=targets, random_seed=11,
+               second_opinions={"refit_options": {**kw, "batched": False}, "mixture": False, "smc": False})
     exact = m.exact_elpd_i()
     for i in targets:
         info = res.refit_info[i]
@@ -206,9 +208,10 @@ def test_batched_horseshoe_refits_sample_the_non_centered_form():
     np.testing.assert_allclose(np.asarray(back), np.asarray(theta), rtol=1e-5, atol=1e-6)  # float32 outside pl calls
     kw = {"warmup": 300, "draws": 300}
     targets = [0, 1, 2]
-    res = _loo(data, model, refit=targets, random_seed=3, refit_kwargs=kw, mixture=False, smc=False)
-    seq = _loo(data, model, refit=targets, random_seed=3, refit_kwargs={**kw, "batched": False}, mixture=False,
-               smc=False)
+    res = _loo(data, model, refit=targets, random_seed=3,
+               second_opinions={"refit_options": kw, "mixture": False, "smc": False})
+    seq = _loo(data, model, refit=targets, random_seed=3,
+               second_opinions={"refit_options": {**kw, "batched": False}, "mixture": False, "smc": False})
     for i in targets:
         assert res.refit_info[i]["sampler"] == f"{WARM}, one batched run of 3 refits"
         assert seq.refit_info[i]["sampler"].startswith("NumPyro NUTS, non-centered horseshoe")

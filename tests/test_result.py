@@ -69,12 +69,9 @@ def test_flagged_only_keeps_exactly_the_flagged(leverage):
     assert list(df.index) == list(full.index[want])
     assert df.equals(full[want])
     assert set(res.obs_labels(res.pareto_k_ids())) <= set(df.index)
-    # positional True is the old only_adapted=True; the old keyword still works, with a deprecation warning
     assert res.summary_table(True).equals(df)
-    with pytest.warns(DeprecationWarning, match="flagged_only"):
-        assert res.summary_table(only_adapted=True).equals(df)
-    with pytest.warns(DeprecationWarning):
-        assert res.summary_table(only_adapted=False).equals(full)
+    with pytest.raises(TypeError, match="only_adapted"):  # the old keyword is gone (no aliases before 1.0)
+        res.summary_table(only_adapted=True)
 
 
 def test_summary_table_plain_loo():

@@ -165,7 +165,7 @@ def test_eight_schools_loo(eight_schools):
     _, dt, model, theta = eight_schools
     # the pl.StanModel itself; the search alone (the second opinions on these draws: test_stan_obs_params.py's
     # test_cmdstan_csv_without_loo_extra)
-    res = pl.loo(dt, model.bridge, progressbar=False, mixture=False, smc=False)
+    res = pl.loo(dt, model.bridge, progressbar=False, second_opinions={"mixture": False, "smc": False})
     assert res.elpd_i.dims == ("log_lik_dim_0",) and res.elpd_i.shape == (8,)
     np.testing.assert_array_equal(res.elpd_i.coords["log_lik_dim_0"].values, np.arange(8))
     # every observation is reported, adapted where plain PSIS needed it
@@ -282,7 +282,7 @@ def test_no_python_loop_over_draws(eight_schools, monkeypatch):
                         loo_extra=es_extra)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(dt, stan, transforms=("pmm1", "kl", "mm1"), progressbar=False)
+        res = pl.loo(dt, stan, progressbar=False, search={"transforms": ("pmm1", "kl", "mm1")})
     assert np.all(np.isfinite(res.elpd_i.values))
     assert len(sizes) > 0 and min(sizes) >= S, sorted(sizes)[:10]
 
@@ -294,8 +294,8 @@ def test_result_dims_follow_log_likelihood_group(eight_schools):
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", model.data, loo_extra=es_extra)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(dt, stan, transforms=("mm1",), progressbar=False)
-        ref = pl.loo(dt, transforms=("mm1",), progressbar=False)  # plain PSIS from the group
+        res = pl.loo(dt, stan, progressbar=False, search={"transforms": ("mm1",)})
+        ref = pl.loo(dt, progressbar=False, search={"transforms": ("mm1",)})  # plain PSIS from the group
     assert res.elpd_i.dims == ("y_dim_0",) and res.pareto_k.dims == ("y_dim_0",)
     np.testing.assert_array_equal(res.elpd_i.coords["y_dim_0"].values, np.arange(8))
     np.testing.assert_allclose(res.pareto_k_psis.values, ref.pareto_k.values, atol=1e-3)  # CSV: 6 digits
@@ -382,11 +382,11 @@ def test_n_obs_detection_and_errors_inside_stan():
                        match="need at least min_n = 5 observations, got N = 4"), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pl.loo(dt, stan, transforms=("mm1",), influence_threshold=0.0, progressbar=False)
+        pl.loo(dt, stan, progressbar=False, search={"transforms": ("mm1",), "influence_threshold": 0.0})
     # with min_n = 4 the same run succeeds and every observation is reported
     ok = pl.StanModel(CHECKED_CODE, {**data, "min_n": 4}, n_obs="N")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(dt, ok, transforms=("mm1",), influence_threshold=0.0, progressbar=False)
+        res = pl.loo(dt, ok, progressbar=False, search={"transforms": ("mm1",), "influence_threshold": 0.0})
     assert res.elpd_i.shape == (5,) and np.all(np.isfinite(res.elpd_i.values))
     assert np.all(np.isfinite(res.candidates["k"]).any(axis=1))  # all searched (influence_threshold=0)

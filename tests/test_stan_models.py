@@ -177,10 +177,11 @@ def test_relu_loo_matches_jax_model(relu):
     # adapt the 5 most influential observations (posterior variance of log_lik above a quantile)
     ll = dt.log_likelihood["y"].values.reshape(-1, N_RELU)
     influence = np.var(ll, axis=0, ddof=1)
-    # the search alone (mixture=False, smc=False): Stan and JAX make the same choices on the same draws; the second
+    # the search alone (no mixture, no SMC): Stan and JAX make the same choices on the same draws; the second
     # opinions sample with each backend's own NUTS
-    kw = {"transforms": ("mm1", "mm2", "pmm1", "kl"), "progressbar": False, "adapt": "flagged",
-          "influence_threshold": float(np.sort(influence)[-6]), "mixture": False, "smc": False}
+    kw = {"progressbar": False, "second_opinions": {"mixture": False, "smc": False},
+          "search": {"transforms": ("mm1", "mm2", "pmm1", "kl"), "adapt": "flagged",
+                     "influence_threshold": float(np.sort(influence)[-6])}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res_j = pl.loo(dt, jm, **kw)

@@ -198,9 +198,9 @@ def _check_exact(res, tol_abs=0.005):
 @pytest.fixture(scope="module")
 def results(pymc_fit):
     model, idata = pymc_fit
-    # the search alone (mixture=False, smc=False): Stan and PyMC make the same choices on the same draws; the
+    # the search alone (no mixture, no SMC): Stan and PyMC make the same choices on the same draws; the
     # second opinions sample with each backend's own NUTS, so their numbers differ within MC error
-    alone = {"mixture": False, "smc": False}
+    alone = {"second_opinions": {"mixture": False, "smc": False}}
     res_pm = _quiet_loo(idata, model, **alone)
     res_nc = _quiet_loo(stan_tree(idata), pl.StanModel(MODELS / "eight_schools_noncentered.stan", DATA), **alone)
     res_c = _quiet_loo(stan_tree(idata, centred=True), pl.StanModel(MODELS / "eight_schools_centered.stan", DATA),
@@ -238,8 +238,10 @@ def test_refit_of_the_worst_observation_matches_quadrature(pymc_fit, results):
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", DATA)
     for batched, sampler in ((True, "BlackJAX NUTS, warm-started, step size adapted, one batched run of 1 refit"),
                              (False, "NumPyro NUTS on the log density without the observation")):
-        res = _quiet_loo(stan_tree(idata), stan, refit=[worst], random_seed=3, mixture=False, smc=False,
-                         refit_kwargs={"chains": 2, "warmup": 500, "draws": 1000, "batched": batched})
+        res = _quiet_loo(stan_tree(idata), stan, refit=[worst], random_seed=3,
+                         second_opinions={"mixture": False, "smc": False,
+                                          "refit_options": {"chains": 2, "warmup": 500, "draws": 1000,
+                                                            "batched": batched}})
         assert res.refit_info[worst]["sampler"] == sampler
         assert bool(res.refit.values[worst]) and int(res.refit.values.sum()) == 1
         e, se = float(res.elpd_i.values[worst]), float(res.mcse_elpd_i.values[worst])
@@ -261,7 +263,8 @@ def test_cmdstan_csv_without_loo_extra():
     stan = pl.StanModel(MODELS / "eight_schools_noncentered.stan", es / "eight_schools.data.R")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = pl.loo(dt, stan, progressbar=False, mixture=False, smc=False)  # the unconverged draws alone
+        res = pl.loo(dt, stan, progressbar=False,
+                     second_opinions={"mixture": False, "smc": False})  # the unconverged draws alone
     assert not any("differs from the model" in str(w.message) for w in caught)
     ll = np.asarray(dt["log_likelihood"]["log_lik"].transpose("chain", "draw", ...).values)
     conv = convergence(ll.reshape(-1, ll.shape[-1]), ll.shape[0], res.max_rhat)
@@ -272,7 +275,7 @@ def test_cmdstan_csv_without_loo_extra():
     # second opinion settles the observations the unconverged draws cannot vouch for on their own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mix = pl.loo(dt, stan, progressbar=False, random_seed=4, mixture="auto", smc="auto")
+        mix = pl.loo(dt, stan, progressbar=False, random_seed=4, second_opinions={"mixture": "auto", "smc": "auto"})
     assert mix.doubtful.values.sum() <= 1, mix.reason.values
     assert mix.mixture_info["sampler"] == "Stan NUTS on the mixture program"
     ok = ~mix.doubtful.values
@@ -329,9 +332,11 @@ def test_poisson_lognormal_without_loo_extra():
         "sample_stats": idata["sample_stats"].to_dataset(),
     })
     stan = pl.StanModel(MODELS / "poisson_lognormal.stan", {"N": 10, "y": Y_COUNTS})
-    res_pm = _quiet_loo(idata, model, mixture=False, smc=False)  # the search alone: what the refits are for
-    res = _quiet_loo(tree, stan, refit="doubtful", random_seed=5, mixture=False, smc=False,
-                     refit_kwargs={"chains": 2, "warmup": 500, "draws": 1000})
+    res_pm = _quiet_loo(idata, model,
+                        second_opinions={"mixture": False, "smc": False})  # the search alone: what the refits are for
+    res = _quiet_loo(tree, stan, refit="doubtful", random_seed=5,
+                     second_opinions={"mixture": False, "smc": False,
+                                      "refit_options": {"chains": 2, "warmup": 500, "draws": 1000}})
     assert loo_adapter(stan, data=tree).loo_method == LOG_LIK
     refit = res.refit.values
     assert refit.tolist() == res_pm.doubtful.values.tolist() and refit[7]  # the outlier, and only doubtful ones

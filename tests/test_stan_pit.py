@@ -37,7 +37,7 @@ def test_normal_program_pit_against_scipy_and_the_closed_form():
     model = pl.StanModel(str(NORMAL), data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(tree, model, progressbar=False, mixture=False, smc=False)
+        res = pl.loo(tree, model, progressbar=False, second_opinions={"mixture": False, "smc": False})
     auto = pl.loo_pit(tree, res, model=model)
     by_hand = pl.loo_pit(tree, res, model=model, cdf=lambda p: stats.norm.cdf(Y, np.asarray(p["mu"])[:, None], SIGMA))
     np.testing.assert_allclose(auto.values, by_hand.values, rtol=0, atol=1e-12)

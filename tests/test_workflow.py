@@ -100,7 +100,8 @@ def test_variational_weights_eq13():
     # without the correction the draws are treated as posterior draws and the answer is wrong
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        wrong = pl.loo(data, model, progressbar=False, mixture=False, smc=False)  # the draws alone, uncorrected
+        wrong = pl.loo(data, model, progressbar=False,
+                       second_opinions={"mixture": False, "smc": False})  # the draws alone, uncorrected
     e_ok = exact[ok].sum()
     assert abs(wrong.elpd_i.values[ok].sum() - e_ok) > 5 * abs(res.elpd_i.values[ok].sum() - e_ok) + 0.3
     with pytest.raises(ValueError, match="log_q"):
@@ -189,7 +190,7 @@ def test_jax_model_with_constrained_parameter():
     data = sample_nuts(jm, num_chains=2, num_warmup=300, num_samples=1000, random_seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, jm, progressbar=False, adapt="all")
+        res = pl.loo(data, jm, progressbar=False, search={"adapt": "all"})
     # brute force: the LOO predictive density of the outlier by quadrature over (mu, log sigma)
     mu = np.linspace(-3, 4, 351)
     ls = np.linspace(-1.5, 1.8, 331)

@@ -132,17 +132,18 @@ def test_edited_data_file_is_refused_by_the_command_line(work):
 def test_edited_data_is_refused_by_pl_loo(work):
     tree = pl.from_cmdstan(_paths(work))
     with pytest.raises(ValueError, match=r"log_likelihood\['log_lik'\] differs from the model's .* log_lik\[4\]"
-                                         r".*check_log_lik=False") as info:
+                                         r".*compute=\{'check_log_lik': False\}") as info:
         pl.loo(tree, pl.StanModel(NORMAL, EDITED), progressbar=False)
     assert isinstance(info.value, LogLikMismatchError) and info.value.label == "log_lik[4]"
     assert "\n" not in str(info.value)
     with pytest.warns(UserWarning, match="differs from the model's"):
-        res = pl.loo(tree, pl.StanModel(NORMAL, EDITED), progressbar=False, check_log_lik=False, mixture=False,
-                     smc=False)
+        res = pl.loo(tree, pl.StanModel(NORMAL, EDITED), progressbar=False,
+                     second_opinions={"mixture": False, "smc": False}, compute={"check_log_lik": False})
     assert res.elpd == pytest.approx(closed_form_elpd(EDITED).sum(), abs=0.5)  # the model's (edited) values
     # the out-of-core path compares the observations it evaluates the same way
     with pytest.raises(LogLikMismatchError):
-        pl.loo(tree, pl.StanModel(NORMAL, EDITED), progressbar=False, chunk_size=4, adapt="all")
+        pl.loo(tree, pl.StanModel(NORMAL, EDITED), progressbar=False, search={"adapt": "all"},
+               compute={"chunk_size": 4})
 
 
 # ----------------------------------------------------------------------------------------- (c) other draws
@@ -200,7 +201,7 @@ def poisson():
 
 def test_pymc_draws_of_the_same_model_pass_and_others_are_refused(poisson):
     model, y, good, y_rep = poisson
-    kw = {"progressbar": False, "mixture": False, "smc": False}
+    kw = {"progressbar": False, "second_opinions": {"mixture": False, "smc": False}}
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         loo_draws(good, as_model(model(y), data=good), None, None)
@@ -209,7 +210,7 @@ def test_pymc_draws_of_the_same_model_pass_and_others_are_refused(poisson):
     with pytest.raises(ValueError, match=r"float rounding.*y\[y_dim_0=5\].*the other 9 observations agree"):
         pl.loo(good, model(edited), **kw)
     with pytest.warns(UserWarning, match="differs from the model's"):
-        pl.loo(good, model(edited), check_log_lik=False, **kw)
+        pl.loo(good, model(edited), **kw, compute={"check_log_lik": False})
     # replicated counts stored as the log-likelihood: positive values for a discrete outcome
     with pytest.raises(ValueError, match=r"positive .* y is declared discrete.*not the pointwise log-likelihood"):
         pl.loo(y_rep, model(y), **kw)

@@ -20,16 +20,16 @@ def _flat(a):
 
 
 def run_ppl_loo(pl, data, model, transforms=ALL_TRANSFORMS, label="ppl_loo"):
-    """``pl.loo(data, model, transforms=...)`` with the project's defaults otherwise (threshold
-    ``min(1 - 1/log10 S, 0.7)``, hbar grid 4^-r, r = 0..10), and the search alone (``mixture=False,
-    smc=False``): this benchmark compares importance-sampling methods on identical draws (the papers' Table 1);
+    """``pl.loo(data, model, search={"transforms": ...})`` with the project's defaults otherwise (threshold
+    ``min(1 - 1/log10 S, 0.7)``, hbar grid 4^-r, r = 0..10), and the search alone (no
+    second opinions): this benchmark compares importance-sampling methods on identical draws (the papers' Table 1);
     the second opinions that ``pl.loo`` adds by default are scored against refits on this model in
     ``benchmarks/results/truth`` (row ``ovarian_lr``)."""
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, model, transforms=list(transforms), hbar=HBAR, progressbar=False, mixture=False,
-                     smc=False)
+        res = pl.loo(data, model, progressbar=False, search={"transforms": list(transforms), "hbar": HBAR},
+                     second_opinions={"mixture": False, "smc": False})
     wall = time.perf_counter() - t0
     cand = res.candidates
     n_worked = int(np.sum(~np.all(np.isnan(cand["k"]), axis=1)))

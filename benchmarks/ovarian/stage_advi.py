@@ -135,8 +135,8 @@ def run(cfg, cdir, out, logfile, models):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # the search alone, as in the peers stage (Eq. 13 weights against the refits)
-            res = pl.loo(data, model, log_q=log_q, progressbar=False, transforms=cfg["advi"]["transforms"],
-                         mixture=False, smc=False)
+            res = pl.loo(data, model, log_q=log_q, progressbar=False, search={"transforms": cfg["advi"]["transforms"]},
+                         second_opinions={"mixture": False, "smc": False})
         wall = time.perf_counter() - t0
         _, ll_eng, lw_psis = engine_arrays(res, data, model)
         elpd_plain = logsumexp(lw_psis + ll_eng.T, axis=1)  # Eq. 13 with the identity map

@@ -1,7 +1,7 @@
 """Table 1 of 001: observations left above k = 0.7 after each transformation set, over resamplings.
 
 For each resampling (``s`` draws without replacement from the retained MCMC draws), one
-``pl.loo(data, model, transforms=<all eleven>, hbar=4^-r (r = 0..10), k_threshold=0.7)`` call
+``pl.loo(data, model, search={"transforms": <all eleven>, "hbar": 4^-r (r = 0..10)}, k_threshold=0.7)`` call
 with the closed-form JAX model (exact Jacobians) evaluates every (transformation, hbar) candidate
 of every observation whose plain-PSIS k is above 0.7 (and of those flagged for a large
 log-likelihood variance). From ``res.candidates`` we count, per transformation set, the
@@ -13,8 +13,8 @@ set (the papers' "at least one of the ticked transformations" succeeding means n
 
 Besides, the engine's own final answer (which also requires an invertible map at every draw and
 an effective sample size of at least min(100, S/10)) is counted: observations whose final
-``pareto_k`` is above 0.7, and observations marked ``doubtful``. The search runs alone (``mixture=False,
-smc=False``): Table 1 counts what the transformations reach; the second opinions ``pl.loo`` adds by default
+``pareto_k`` is above 0.7, and observations marked ``doubtful``. The search runs alone (no
+second opinions): Table 1 counts what the transformations reach; the second opinions ``pl.loo`` adds by default
 are scored against refits of this model in ``benchmarks/results/truth`` (row ``ovarian_lr``).
 """
 
@@ -72,8 +72,9 @@ def one_resampling(pl, draws, model, idx):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(data, model, transforms=list(ALL_TRANSFORMS), hbar=HBAR, k_threshold=THRESHOLD, progressbar=False,
-                     mixture=False, smc=False)
+        res = pl.loo(data, model, k_threshold=THRESHOLD, progressbar=False,
+                     search={"transforms": list(ALL_TRANSFORMS), "hbar": HBAR}, second_opinions={"mixture": False,
+                                                                                                 "smc": False})
     wall = time.perf_counter() - t0
     cand = res.candidates
     k_psis = np.asarray(res.pareto_k_psis).ravel()

@@ -66,23 +66,25 @@ def ppl_loo(problem, data, **kw):
 #: batched refits: 150 iterations of step-size adaptation from the fit, warm-started; the model's own samplers:
 #: the fit's), so that the refits of the larger models cost a fraction of a full fit each; the bridge with the
 #: full-data draws and the MCSE from the chains carry the smaller refit
-REFIT_KWARGS = {"draws": 500}
+REFIT_OPTIONS = {"draws": 500}
 
 
 def ppl_loo_refit(problem, data, part=None):
-    """``pl.loo(data, model, refit="doubtful", refit_kwargs=REFIT_KWARGS)``: the doubtful observations
-    refit with the model's own sampler (a seed independent of the suite's refits), each estimated by
+    """``pl.loo(data, model, refit="doubtful", second_opinions={"refit_options": REFIT_OPTIONS})``: the doubtful
+    observations refit with the model's own sampler (a seed independent of the suite's refits), each estimated by
     bridge sampling between its refit and the full-data draws.
 
     ``part=(p, P)`` refits only every P-th doubtful observation from the p-th on (``refit=`` with
     those indices, seed ``20261124 + p``), so that P processes share the refits; :func:`merge_parts`
     puts the parts together (the same as ``refit="doubtful"`` with per-part seeds)."""
     if part is None:
-        return ppl_loo(problem, data, refit="doubtful", refit_kwargs=REFIT_KWARGS, random_seed=20261124)
+        return ppl_loo(problem, data, refit="doubtful", random_seed=20261124,
+                       second_opinions={"refit_options": REFIT_OPTIONS})
     p, P = part
     doubtful = np.flatnonzero(ppl_loo(problem, data)["doubtful"])
     targets = [int(i) for i in doubtful[p::P]]
-    out = ppl_loo(problem, data, refit=targets, refit_kwargs=REFIT_KWARGS, random_seed=20261124 + p)
+    out = ppl_loo(problem, data, refit=targets, random_seed=20261124 + p,
+                  second_opinions={"refit_options": REFIT_OPTIONS})
     out["targets"] = targets
     return out
 

@@ -37,16 +37,17 @@ def _fmt_table(rows, headers):
 def demo(prior="horseshoe", chains=2, warmup=500, draws=500, random_seed=2024, max_tree_depth=None,
          transforms="all", progressbar=True, refit=False, mixture="auto", out=sys.stdout):
     """Fit the ovarian logistic regression, then plain PSIS-LOO vs adaptive LOO on the same draws, with
-    ``mixture="auto"`` mixture importance sampling as a second opinion where the search alone cannot vouch
-    (and, with ``refit=True``, exact LOO by refitting what is still doubtful)."""
+    ``mixture="auto"`` (:class:`~ppl_loo.SecondOpinions`) mixture importance sampling as a second opinion where the
+    search alone cannot vouch (and, with ``refit=True``, exact LOO by refitting what is still doubtful)."""
     steps = 4 if refit else 3
     model, data, y, t_fit = _fit(prior, chains, warmup, draws, random_seed, max_tree_depth, progressbar, steps, out)
     print(f"[2/{steps}] plain PSIS-LOO", file=out, flush=True)
     plain = _quiet(pl.loo, data, None)
     print(f"[3/{steps}] adaptive importance-sampling LOO", file=out, flush=True)
     t1 = time.perf_counter()
-    res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, mixture=mixture,
-                 random_seed=random_seed)
+    search, opinions = pl.SearchOptions(transforms=transforms), pl.SecondOpinions(mixture=mixture)
+    res = _quiet(pl.loo, data, model, progressbar=progressbar, random_seed=random_seed, search=search,
+                 second_opinions=opinions)
     t_loo = time.perf_counter() - t1
     _report(plain, res, y, out)
     mix = res.mixture_info.get("seconds") if res.mixture_info else None
@@ -57,8 +58,8 @@ def demo(prior="horseshoe", chains=2, warmup=500, draws=500, random_seed=2024, m
         print(f"[4/{steps}] exact LOO for the {n_doubt} doubtful observations: refit without each of them "
               "(one batched NUTS run, warm-started from the fit)", file=out, flush=True)
         t2 = time.perf_counter()
-        res = _quiet(pl.loo, data, model, transforms=transforms, progressbar=progressbar, refit="doubtful",
-                     mixture=mixture, random_seed=random_seed)
+        res = _quiet(pl.loo, data, model, progressbar=progressbar, refit="doubtful", random_seed=random_seed,
+                     search=search, second_opinions=opinions)
         _report_refits(plain, res, time.perf_counter() - t2, out)
     elif n_doubt:
         print("exact LOO for the doubtful observations: ppl-loo demo --refit (pl.loo(data, model, "

@@ -146,7 +146,7 @@ _CLI_ADVICE = (("pl.loo(data, model, refit='doubtful', random_seed=...)", "--ref
                ("call pl.loo again", "run ppl-loo loo again"),
                ("res.reason", "--json: reason"), ("res.doubtful", "--json: doubtful"),
                ("res.evidence", "--json: evidence"), ("res.pareto_k_ids()", "--json: pareto_k_psis"),
-               ("check_log_lik=False", "--no-check-log-lik"))
+               ("compute={'check_log_lik': False}", "--no-check-log-lik"))
 
 
 def for_the_command_line(text):

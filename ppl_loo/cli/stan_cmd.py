@@ -155,7 +155,7 @@ def _compile(args, data, sampler=False):
                         log_likelihood=getattr(args, "log_lik", "log_lik"), sampler=sampler)
 
 
-_OPINION = {"auto": "auto", "on": True, "off": False}  # --mixture / --smc to pl.loo's mixture= / smc=
+_OPINION = {"auto": "auto", "on": True, "off": False}  # --mixture / --smc to pl.SecondOpinions' mixture / smc
 
 
 def _run_loo(args, tree, model):
@@ -165,9 +165,11 @@ def _run_loo(args, tree, model):
     try:
         with warnings_to_stderr(args.quiet):
             return pl.loo(tree, model, refit=refit, random_seed=args.seed, progressbar=not args.quiet,
-                          refit_kwargs=kw or None, k_threshold=getattr(args, "k_threshold", None),
-                          mixture=_OPINION[getattr(args, "mixture", "off")], smc=_OPINION[getattr(args, "smc", "off")],
-                          check_log_lik=getattr(args, "check_log_lik", True))
+                          k_threshold=getattr(args, "k_threshold", None),
+                          second_opinions=pl.SecondOpinions(mixture=_OPINION[getattr(args, "mixture", "off")],
+                                                            smc=_OPINION[getattr(args, "smc", "off")],
+                                                            refit_options=kw or None),
+                          compute=pl.ComputeOptions(check_log_lik=getattr(args, "check_log_lik", True)))
     except LogLikMismatchError as err:
         raise _mismatch_error(args, tree, model, err) from err
     except StanEvaluationError as err:

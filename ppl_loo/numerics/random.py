@@ -1,4 +1,5 @@
-"""Random seeds: one raw JAX PRNG key from whatever seed the user passes."""
+"""Random seeds: one raw JAX PRNG key from whatever seed the user passes, and the one meaning of
+``random_seed=None`` (a seed derived from the input arrays, :func:`seed_from`)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,28 @@ def prng_key(random_seed):
 
 
 def seed_from(random_seed, *arrays):
-    """``random_seed`` itself, or, for None, an int derived from the bytes of ``arrays``
-    (a rerun on the same input reproduces)."""
+    """``random_seed`` itself, or for None a seed derived from the bytes of ``arrays``.
+
+    The one meaning of ``random_seed=None`` in the public functions: a rerun on the same input (the same draws)
+    gives the same result, and different inputs get unrelated seeds.
+
+    Parameters
+    ----------
+    random_seed : None, int, numpy.random.Generator or jax.Array
+        None: derive an int from ``arrays``; anything else is returned unchanged (checked where it is used, e.g.
+        by :func:`prng_key`).
+    *arrays : array-like
+        The input the seed is derived from (the posterior draws, the log-likelihood), hashed in order.
+
+    Returns
+    -------
+    int or the given seed
+        For None a non-negative int below ``2**63``: the first 8 bytes of the BLAKE2b hash of the arrays'
+        C-ordered bytes.
+    """
     if random_seed is not None:
         return random_seed
-    h = hashlib.blake2b(digest_size=8)
+    h = hashlib.blake2b()
     for a in arrays:
-        h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
-    return int.from_bytes(h.digest(), "little") & (2**63 - 1)
+        h.update(np.ascontiguousarray(a).tobytes())
+    return int.from_bytes(h.digest()[:8], "little") & (2**63 - 1)

@@ -203,7 +203,7 @@ tree = pl.from_cmdstan([str(p) for p in paths])
 stan = pl.StanModel(prog, data)
 warnings.simplefilter("ignore")
 print("SEARCH", flush=True)
-res = pl.loo(tree, stan, progressbar=True, adapt="all", transforms="all")
+res = pl.loo(tree, stan, progressbar=True, search={"adapt": "all", "transforms": "all"})
 print("DONE", flush=True)
 """
 
@@ -268,8 +268,9 @@ model = pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 1
                     lambda v: st.norm.logpdf(Y, v["mu"], 1.0), obs_dims=("obs",), observed=Y)
 data = sample_nuts(model, num_chains=4, num_warmup=300, num_samples=500, random_seed=3)
 warnings.simplefilter("ignore")
+# about 12 s of refits: at the default 500 draws they can end in 3 s
 res = pl.loo(data, model, progressbar=True, refit=list(range(12)), random_seed=1,
-             refit_kwargs={"draws": 100000})  # about 12 s of refits: at the default 500 draws they can end in 3 s
+             second_opinions={"refit_options": {"draws": 100000}})
 print("DONE", flush=True)
 """
 
@@ -293,8 +294,9 @@ with pm.Model() as model:
     idata = pm.sample(500, tune=300, chains=2, cores=1, random_seed=3, progressbar=False,
                       idata_kwargs={"log_likelihood": True})
 warnings.simplefilter("ignore")
+# pm.sample, one refit at a time
 res = pl.loo(idata, model, progressbar=True, refit=list(range(12)), random_seed=1,
-             refit_kwargs={"draws": 20000, "warmup": 500, "batched": False})  # pm.sample, one refit at a time
+             second_opinions={"refit_options": {"draws": 20000, "warmup": 500, "batched": False}})
 print("DONE", flush=True)
 """
 
@@ -321,7 +323,7 @@ paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=11, num_war
 tree = pl.from_cmdstan([str(p) for p in paths])
 warnings.simplefilter("ignore")
 res = pl.loo(tree, pl.StanModel(program, data), progressbar=True, refit=list(range(12)), random_seed=3,
-             refit_kwargs={{"chains": 2, "draws": 1000000, "warmup": 300}})
+             second_opinions={{"refit_options": {{"chains": 2, "draws": 1000000, "warmup": 300}}}})
 print("DONE", flush=True)
 """
 
@@ -380,13 +382,13 @@ def test_refits_resume_from_checkpoint(normal_fit, tmp_path, monkeypatch):
         warnings.simplefilter("ignore")
         calls = _counting(monkeypatch, model, fail_at=2)  # Ctrl-C during the second refit
         with pytest.raises(KeyboardInterrupt):
-            pl.loo(data, model, **kw, refit_kwargs={**settings, "checkpoint": str(ckpt)})
+            pl.loo(data, model, **kw, second_opinions={"refit_options": {**settings, "checkpoint": str(ckpt)}})
         assert calls == [10, 0] and ckpt.exists()
         calls = _counting(monkeypatch, model)
-        resumed = pl.loo(data, model, **kw, refit_kwargs={**settings, "checkpoint": str(ckpt)})
+        resumed = pl.loo(data, model, **kw, second_opinions={"refit_options": {**settings, "checkpoint": str(ckpt)}})
         assert calls == [0, 5]  # observation 10 finished before the interruption: not redone
         calls = _counting(monkeypatch, model)
-        whole = pl.loo(data, model, **kw, refit_kwargs=settings)
+        whole = pl.loo(data, model, **kw, second_opinions={"refit_options": settings})
         assert calls == targets
     np.testing.assert_array_equal(resumed.elpd_i.values, whole.elpd_i.values)
     np.testing.assert_array_equal(resumed.refit.values, whole.refit.values)
@@ -396,7 +398,7 @@ def test_refits_resume_from_checkpoint(normal_fit, tmp_path, monkeypatch):
     calls = _counting(monkeypatch, model)
     with pytest.warns(UserWarning, match="holds refits of other draws"):
         pl.loo(data, model, progressbar=False, refit=[0], random_seed=5,
-               refit_kwargs={**settings, "checkpoint": str(ckpt)})
+               second_opinions={"refit_options": {**settings, "checkpoint": str(ckpt)}})
     assert calls == [0]
 
 
@@ -410,10 +412,11 @@ def test_batched_refits_resume_from_checkpoint(normal_fit, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         first = pl.loo(data, model, progressbar=False, refit=[10, 0], random_seed=4,
-                       refit_kwargs={**settings, "checkpoint": str(ckpt)})
+                       second_opinions={"refit_options": {**settings, "checkpoint": str(ckpt)}})
         more = pl.loo(data, model, progressbar=False, refit=[10, 0, 5], random_seed=4,
-                      refit_kwargs={**settings, "checkpoint": str(ckpt)})
-        whole = pl.loo(data, model, progressbar=False, refit=[10, 0, 5], random_seed=4, refit_kwargs=settings)
+                      second_opinions={"refit_options": {**settings, "checkpoint": str(ckpt)}})
+        whole = pl.loo(data, model, progressbar=False, refit=[10, 0, 5], random_seed=4,
+                       second_opinions={"refit_options": settings})
     for i in (10, 0):
         assert more.refit_info[i] == first.refit_info[i]  # read back, not redone (its "seconds" too)
         assert more.elpd_i.values[i] == first.elpd_i.values[i]
@@ -429,7 +432,8 @@ def test_batched_refits_resume_from_checkpoint(normal_fit, tmp_path):
 def test_refit_checkpoint_must_be_a_path(normal_fit):
     model, data = normal_fit
     with pytest.raises(ValueError, match="checkpoint=3 must be a file path"):
-        pl.loo(data, model, progressbar=False, refit=[0], random_seed=5, refit_kwargs={"checkpoint": 3})
+        pl.loo(data, model, progressbar=False, refit=[0], random_seed=5,
+               second_opinions={"refit_options": {"checkpoint": 3}})
 
 
 def test_a_cancelled_host_callback_logs_no_traceback(caplog):

@@ -144,7 +144,7 @@ def edge(var):
     """``pl.loo`` of the term ``var`` by the search alone (the second opinions, independent of the tied draws,
     may settle what the tie leaves doubtful)."""
     model, idata = edge_fit()
-    return pl.loo(idata, model, var_name=var, progressbar=False, mixture=False, smc=False)
+    return pl.loo(idata, model, var_name=var, progressbar=False, second_opinions={"mixture": False, "smc": False})
 
 
 def check_capped(res):
@@ -191,13 +191,15 @@ ROWS = [
         says=("k_threshold='x'", "at most 1"), regression=True),
     Row(E, "options", "k_threshold=2", lambda: call(k_threshold=2), error=ValueError,
         says=("k_threshold=2", "at most 1")),
-    Row(E, "options", "hbar='x'", lambda: call(hbar="x"), error=ValueError, says=("hbar='x'", "non-negative numbers")),
-    Row(E, "options", "hbar=[]", lambda: call(hbar=[]), error=ValueError, says=("hbar", "non-negative")),
-    Row(E, "options", "transforms=3", lambda: call(transforms=3), error=ValueError,
+    Row(E, "options", "hbar='x'", lambda: call(search={"hbar": "x"}), error=ValueError,
+        says=("hbar='x'", "non-negative numbers")),
+    Row(E, "options", "hbar=[]", lambda: call(search={"hbar": []}), error=ValueError, says=("hbar", "non-negative")),
+    Row(E, "options", "transforms=3", lambda: call(search={"transforms": 3}), error=ValueError,
         says=("transforms=3", "'all'")),
-    Row(E, "options", "transforms=['nope']", lambda: call(transforms=["nope"]), error=ValueError,
+    Row(E, "options", "transforms=['nope']", lambda: call(search={"transforms": ["nope"]}), error=ValueError,
         says=("nope", "'all'")),
-    Row(E, "options", "adapt='some'", lambda: call(adapt="some"), error=ValueError, says=("adapt='some'", "'auto'")),
+    Row(E, "options", "adapt='some'", lambda: call(search={"adapt": "some"}), error=ValueError,
+        says=("adapt='some'", "'auto'")),
     Row(E, "options", "reff='a'", lambda: call(reff="a"), error=ValueError, says=("reff='a'", "positive")),
     Row(E, "names", "var_name=1", lambda: call(var_name=1), error=TypeError, says=("var_name=1", "string")),
 ]

@@ -114,7 +114,7 @@ def normal_fit():
 def refit_with_checkpoint(checkpoint, seed=2):
     model, data = normal_fit()
     return pl.loo(data, model, progressbar=False, refit=[10], random_seed=seed,
-                  refit_kwargs={**SETTINGS, "checkpoint": checkpoint})
+                  second_opinions={"refit_options": {**SETTINGS, "checkpoint": checkpoint}})
 
 
 def garbled_checkpoint():

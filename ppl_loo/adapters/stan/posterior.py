@@ -723,8 +723,8 @@ class StanPosterior(PosteriorModel):
                 f"program's log density plus logsumexp(-{self._log_lik_name}) from its generated quantity at test "
                 f"point {j}: {derived[j]!r} vs {expected[j]!r} (difference {diff[j]:.3g}). Its value depends on "
                 f"something the derivation cannot keep (a random number in the generated quantities?): make "
-                f"{self._log_lik_name!r} a function of the data and parameters only, or pass mixture=False to "
-                "pl.loo to skip the mixture run.")
+                f"{self._log_lik_name!r} a function of the data and parameters only, or pass "
+                "second_opinions={'mixture': False} to pl.loo to skip the mixture run.")
 
     # ------------------------------------------------------------------ constrained space
     def unconstrain(self, posterior) -> np.ndarray:

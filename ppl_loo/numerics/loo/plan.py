@@ -60,7 +60,8 @@ def _flow_plan(sc, blocks, left_out, names):
     for kind in [k for k in ("kl", "var", "ll") if k in names]:
         if not flow_by_cost(sc):
             left_out[kind] = (f"its Jacobian needs {d_b} forward-mode passes through the model per draw (more than "
-                              f"flow_max_dim = {sc.cfg.flow_max_dim}); jacobian='first_order' computes it anyway")
+                              f"flow_max_dim = {sc.cfg.flow_max_dim}); search={{'jacobian': 'first_order'}} computes "
+                              "it anyway")
             continue
         steps = jnp.asarray(steps_of(kind, sc.cfg.hbar))
         one = jacobian_bytes(sc, kind, steps, uses_exact(sc))
@@ -123,4 +124,4 @@ def left_out_message(plan: SearchPlan, d, S):
     why = "; ".join(f"{name}: {reason}" for name, reason in plan.left_out.items())
     return (f"the adaptive search leaves out {', '.join(plan.left_out)} for this model (d = {d} parameters, "
             f"S = {S} draws, no closed-form structure): {why}. The other transformations are searched; "
-            f"pass transforms= to choose them.")
+            f"pass search={{'transforms': [...]}} to choose them.")

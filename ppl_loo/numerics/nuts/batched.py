@@ -101,7 +101,7 @@ def batched_nuts(log_density, init, obs, *, num_warmup, num_samples, random_seed
         ``RuntimeError`` (Ctrl-C, :mod:`ppl_loo.workflow.loo.interrupt`).
     programs : dict, optional
         Keeps the compiled program between calls with the same ``log_density`` and settings (the batches of one
-        ``pl.loo(..., refit=...)`` or ``pl.kfold`` call pass the same dict): compiled once, not once per batch
+        ``pl.loo(..., refit=...)`` or ``pl.loo_kfold`` call pass the same dict): compiled once, not once per batch
         (about 2 s each for the ovarian horseshoe's refits).
 
     Returns

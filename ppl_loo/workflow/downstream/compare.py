@@ -247,7 +247,7 @@ def _one_result(name, item, plain=False):
         raise TypeError(f"model {name!r} is a {type(item).__name__}; pl.compare accepts "
                         f"{ACCEPTED_COMPARE if plain else ACCEPTED}.")
     if getattr(res, "elpd_i", None) is None:
-        how = "pl.loo(..., pointwise=True)" if isinstance(res, LooResult) else "azs.loo(..., pointwise=True)"
+        how = "pl.loo(...)" if isinstance(res, LooResult) else "azs.loo(..., pointwise=True)"
         raise ValueError(f"model {name!r} has no pointwise elpd_i: compute it with {how}.")
     return res, tree
 

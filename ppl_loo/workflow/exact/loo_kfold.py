@@ -1,4 +1,4 @@
-"""``pl.kfold``: exact K-fold cross-validation, every fold fit in one batched NUTS run.
+"""``pl.loo_kfold``: exact K-fold cross-validation, every fold fit in one batched NUTS run.
 
 This module owns K-fold CV end to end: the folds (explicit ``folds=``, or built as R ``loo``'s
 ``kfold_split_random`` / ``kfold_split_stratified`` / ``kfold_split_grouped`` do, :func:`kfold_split`), the
@@ -37,20 +37,27 @@ from ppl_loo.numerics.bridge import log_mean_exp
 from ppl_loo.numerics.nuts import BatchedTarget, lanes_per_batch
 from ppl_loo.workflow.exact.refit import batched_refit_density, batched_run, batched_warmup, refit_settings, warm_start
 from ppl_loo.workflow.loo.draws import loo_draws
-from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, check_datatree, check_posterior_draws, rank_rhat
+from ppl_loo.workflow.loo.inputs import (
+    RHAT_VOUCH,
+    check_datatree,
+    check_posterior_draws,
+    check_random_seed,
+    posterior_seed,
+    rank_rhat,
+)
 from ppl_loo.workflow.loo.loo import pointwise_factory
 from ppl_loo.workflow.loo.plain import stable_se, stable_sum
 
-__all__ = ["kfold", "KFoldResult", "kfold_split", "check_folds", "check_kfold_model", "fold_density"]
+__all__ = ["loo_kfold", "KFoldResult", "kfold_split", "check_folds", "check_kfold_model", "fold_density"]
 
-#: the sampler settings ``refit_kwargs`` may override (``pl.loo``'s ``checkpoint`` and ``batched`` do not apply)
+#: the sampler settings ``refit_options`` may override (``pl.loo``'s ``checkpoint`` and ``batched`` do not apply)
 KFOLD_SETTINGS = ("chains", "draws", "warmup", "target_accept", "max_tree_depth", "adapt")
 DEFAULT_K = 10
 
 
 @dataclass(kw_only=True, repr=False)
 class KFoldResult(ELPDDataLOOKFold):
-    """K-fold CV result of :func:`kfold`: an ``arviz_stats`` ``ELPDDataLOOKFold`` (``kind == "loo_kfold"``;
+    """K-fold CV result of :func:`loo_kfold`: an ``arviz_stats`` ``ELPDDataLOOKFold`` (``kind == "loo_kfold"``;
     ``elpd``, ``se``, ``p``, ``elpd_i``, ``p_kfold_i``, ``n_folds``; ``n_samples`` is the draws of each fold fit)
     plus
 
@@ -81,44 +88,49 @@ class KFoldResult(ELPDDataLOOKFold):
         bad = [k for k, rec in (self.fold_info or {}).items() if not _fold_ok(rec)]
         if bad:
             text += (f"\n\nFold fit(s) {bad} did not converge (R-hat above {RHAT_VOUCH}) or had divergent "
-                     "transitions: see res.fold_info; more draws (refit_kwargs) may settle them.")
+                     "transitions: see res.fold_info; more draws (refit_options) may settle them.")
         return text
 
 
 @uses_x64
-def kfold(data, model, *, K=DEFAULT_K, folds=None, stratify=None, groups=None, random_seed, refit_kwargs=None,
-          progressbar=True, var_name=None) -> KFoldResult:
+def loo_kfold(data, model, *, k=DEFAULT_K, folds=None, stratify_by=None, group_by=None, random_seed=None,
+              refit_options=None, progressbar=True, var_name=None) -> KFoldResult:
     """Exact K-fold cross-validation: the model refit without each fold, all folds in one batched NUTS run.
+
+    The arguments are ``arviz_stats.loo_kfold``'s (``k``, ``folds``, ``stratify_by``, ``group_by``), with the model
+    in place of its sampling wrapper.
 
     Parameters
     ----------
     data : xarray.DataTree or InferenceData
         The full-data fit, as :func:`ppl_loo.loo` takes it (a ``posterior`` group; a stored ``log_likelihood`` is
         checked against the model). Its sampler settings (chains, draws, warmup, target acceptance, tree depth)
-        are the fold fits' (``refit_kwargs`` overrides them); its draws and their variances warm-start them.
+        are the fold fits' (``refit_options`` overrides them); its draws and their variances warm-start them.
     model : pymc.Model, JaxModel or another JAX model
         The model ``data`` was fitted with, as :func:`ppl_loo.loo` accepts it; its likelihood must factorize over
         observations (see Raises).
-    K : int
+    k : int
         The number of folds (default 10), built at random with balanced sizes (R ``kfold_split_random``), by
-        ``stratify`` or by ``groups``. With ``folds=`` the number comes from the folds (a ``K`` other than the
-        default that contradicts them is an error).
+        ``stratify_by`` or by ``group_by``. With ``folds=`` the number comes from the folds (a ``k`` other than
+        the default that contradicts them is an error).
     folds : array of int, optional
-        The fold of each observation, numbered 1 to K (R ``loo`` and ``arviz_stats.loo_kfold``), every fold
+        The fold of each observation, numbered 1 to k (R ``loo`` and ``arviz_stats.loo_kfold``), every fold
         non-empty; one per observation, flat (as ``res.elpd_i.values.ravel()``) or in the observations' shape.
-    stratify : array, optional
+    stratify_by : array, optional
         A label per observation: each label spread evenly over the folds (its count per fold differs by at
         most 1; R ``kfold_split_stratified``).
-    groups : array, optional
+    group_by : array, optional
         A group per observation: every group whole in one fold, the groups spread evenly over the folds (R
-        ``kfold_split_grouped``; with exactly K groups, group ``j`` in its sorted order is fold ``j``).
-    random_seed : int
-        Seeds the folds (when built) and the fold fits (required: K-fold CV runs MCMC).
-    refit_kwargs : dict, optional
+        ``kfold_split_grouped``; with exactly k groups, group ``j`` in its sorted order is fold ``j``).
+    random_seed : int or numpy.random.Generator, optional
+        Seeds the folds (when built) and the fold fits. None (default): a seed derived from the posterior draws
+        (:func:`~ppl_loo.workflow.loo.inputs.posterior_seed`, as in :func:`ppl_loo.loo`), so a rerun on the same
+        draws gives the same folds and numbers.
+    refit_options : dict, optional
         Overrides of the fold fits' settings: ``chains``, ``draws``, ``warmup``, ``target_accept``,
         ``max_tree_depth``, ``adapt`` (``"warm"``, the default for MCMC draws: chains at full-data draws resampled
         with the fold's weights, 150 warmup iterations adapting the step size alone; ``"window"``: the windowed
-        adaptation over the fit's warmup; see ``pl.loo``'s ``refit_kwargs``).
+        adaptation over the fit's warmup; see ``refit_options`` of :class:`~ppl_loo.SecondOpinions`).
     progressbar : bool
         A progress bar over the fold fits.
     var_name : str, optional
@@ -137,26 +149,26 @@ def kfold(data, model, *, K=DEFAULT_K, folds=None, stratify=None, groups=None, r
         A Stan program, or a likelihood that does not factorize (``model.factorizes`` False): the model's own
         refits drop one observation, not a fold (:func:`check_kfold_model` says what to use instead).
     ValueError
-        Bad folds, labels, groups, ``K``, ``refit_kwargs`` or no ``random_seed``; the message names the argument.
+        Bad folds, labels, groups, ``k`` or ``refit_options``; the message names the argument.
     """
-    if random_seed is None:
-        raise ValueError("pl.kfold runs MCMC: pass random_seed=<int> so that the folds and the fold fits are "
-                         "reproducible.")
+    check_random_seed(random_seed, "pl.loo_kfold")
     data = check_datatree(data)
     if model is None:
-        raise ValueError("pl.kfold needs the model (pl.kfold(data, model, ...)): it refits it without each fold.")
+        raise ValueError("pl.loo_kfold needs the model (pl.loo_kfold(data, model, ...)): it refits it without each "
+                         "fold.")
     model = as_model(model, var_name=var_name, data=data)
     target = check_kfold_model(model)
     check_posterior_draws(data)
-    settings = _settings(data, refit_kwargs)
+    settings = _settings(data, refit_options)
+    random_seed = posterior_seed(random_seed, data)
     draws = loo_draws(data, model, var_name, None)
     n = draws.ll.shape[1]
     shape = tuple(model.obs_shape) or (n,)
     if folds is not None:
-        fold_ids = check_folds(folds, n, shape, K=K, given=(stratify, groups))
+        fold_ids = check_folds(folds, n, shape, k=k, given=(stratify_by, group_by))
     else:
-        fold_ids = kfold_split(n, K, stratify=_flat_labels(stratify, "stratify", n, shape),
-                               groups=_flat_labels(groups, "groups", n, shape), random_seed=random_seed)
+        fold_ids = kfold_split(n, k, stratify_by=_flat_labels(stratify_by, "stratify_by", n, shape),
+                               group_by=_flat_labels(group_by, "group_by", n, shape), random_seed=random_seed)
     fits, seconds = _fit_folds(model, target, draws.theta, fold_ids, settings, random_seed, progressbar,
                                ll=None if draws.approx else draws.ll)
     return _result(data, model, draws, fold_ids, fits, settings, seconds)
@@ -169,14 +181,14 @@ def check_kfold_model(model):
     kind = getattr(model, "kind", "this")
     if kind == "Stan" or not getattr(model, "is_jax", False):
         raise NotImplementedError(
-            f"pl.kfold does not support {kind} models: their refits (refit_draws) run the model's own sampler on the "
-            "data without one observation, not without a fold, and their log density is not a JAX function the "
-            "batched fold fits can sample. Use pl.loo(data, model, refit=...) for exact LOO, or write the model in "
-            "PyMC or as a pl.JaxModel for pl.kfold, or use arviz_stats.loo_kfold with a SamplingWrapper that refits "
-            "the program on each fold's training data.")
+            f"pl.loo_kfold does not support {kind} models: their refits (refit_draws) run the model's own sampler "
+            "on the data without one observation, not without a fold, and their log density is not a JAX function "
+            "the batched fold fits can sample. Use pl.loo(data, model, refit=...) for exact LOO, or write the model "
+            "in PyMC or as a pl.JaxModel for pl.loo_kfold, or use arviz_stats.loo_kfold with a SamplingWrapper that "
+            "refits the program on each fold's training data.")
     if not model.factorizes:
         raise NotImplementedError(
-            f"pl.kfold needs a likelihood that factorizes over observations, and this {kind} model's does not "
+            f"pl.loo_kfold needs a likelihood that factorizes over observations, and this {kind} model's does not "
             "(model.factorizes is False: it has a loo_log_density): the posterior without a fold is then not the "
             "posterior minus the fold's log-likelihood terms, and loo_log_density and refit_draws drop one "
             "observation, not a set. Use pl.loo(data, model) (its refits delete one observation exactly), or "
@@ -184,9 +196,10 @@ def check_kfold_model(model):
     target = batched_refit_density(model)
     if target is None:
         raise NotImplementedError(
-            f"pl.kfold cannot sample this {kind} model's posterior without a fold: its adapter gives no batched "
+            f"pl.loo_kfold cannot sample this {kind} model's posterior without a fold: its adapter gives no batched "
             "refit density (batched_refit_density() is None). Use pl.loo(data, model, refit=..., "
-            "refit_kwargs={'batched': False}) for exact LOO, or arviz_stats.loo_kfold with a SamplingWrapper.")
+            "second_opinions={'refit_options': {'batched': False}}) for exact LOO, or arviz_stats.loo_kfold with a "
+            "SamplingWrapper.")
     return target
 
 
@@ -215,18 +228,19 @@ def fold_density(model, target, mask):
     return target._replace(log_density=log_density_u)
 
 
-def kfold_split(n, K=DEFAULT_K, *, stratify=None, groups=None, random_seed=None):
-    """Fold ids 1 to K for ``n`` observations (flat), as R ``loo`` builds them.
+def kfold_split(n, k=DEFAULT_K, *, stratify_by=None, group_by=None, random_seed=None):
+    """Fold ids 1 to k for ``n`` observations (flat), as R ``loo`` builds them.
 
-    Random (default): sizes ``n // K`` or one more, in a random order (``kfold_split_random``); ``stratify``
-    (labels): the observations of each label, shuffled, dealt to folds 1, 2, ..., K in turn (each label's count per
-    fold differs by at most 1; ``kfold_split_stratified``); ``groups``: whole groups, their number per fold
-    differing by at most 1 (``kfold_split_grouped``; exactly K groups: the ``j``-th in sorted order is fold ``j``).
+    Random (default): sizes ``n // k`` or one more, in a random order (``kfold_split_random``); ``stratify_by``
+    (labels): the observations of each label, shuffled, dealt to folds 1, 2, ..., k in turn (each label's count per
+    fold differs by at most 1; ``kfold_split_stratified``); ``group_by``: whole groups, their number per fold
+    differing by at most 1 (``kfold_split_grouped``; exactly k groups: the ``j``-th in sorted order is fold ``j``).
     ``random_seed`` seeds ``numpy.random.default_rng``.
     """
+    stratify, groups = stratify_by, group_by
     if stratify is not None and groups is not None:
-        raise ValueError("stratify= and groups= cannot be used together: give one (or folds=).")
-    K = _check_k(K, n)
+        raise ValueError("stratify_by= and group_by= cannot be used together: give one (or folds=).")
+    K = _check_k(k, n)
     rng = np.random.default_rng(random_seed)
     if stratify is not None:
         labels = np.unique(np.asarray(stratify).reshape(-1), return_inverse=True)[1].reshape(-1)
@@ -238,8 +252,8 @@ def kfold_split(n, K=DEFAULT_K, *, stratify=None, groups=None, random_seed=None)
         level = np.unique(np.asarray(groups).reshape(-1), return_inverse=True)[1].reshape(-1)
         n_groups = int(level.max()) + 1
         if n_groups < K:
-            raise ValueError(f"groups: {n_groups} groups cannot fill K={K} folds (each group stays whole in one "
-                             "fold); give K at most the number of groups.")
+            raise ValueError(f"group_by: {n_groups} groups cannot fill k={K} folds (each group stays whole in one "
+                             "fold); give k at most the number of groups.")
         per_group = np.arange(1, K + 1) if n_groups == K else _random_folds(n_groups, K, rng)
         return per_group[level].astype(np.int64)
     return _random_folds(n, K, rng)
@@ -253,15 +267,15 @@ def _random_folds(n, K, rng):
 
 def _check_k(K, n):
     if isinstance(K, (bool, np.bool_)) or not isinstance(K, (int, np.integer)):
-        raise ValueError(f"K={K!r}: give the number of folds as a whole number (at least 2).")
+        raise ValueError(f"k={K!r}: give the number of folds as a whole number (at least 2).")
     if not 2 <= int(K) <= n:
-        raise ValueError(f"K={K}: the number of folds must be at least 2 and at most the number of observations "
+        raise ValueError(f"k={K}: the number of folds must be at least 2 and at most the number of observations "
                          f"({n}).")
     return int(K)
 
 
 def _flat_labels(values, name, n, shape):
-    """``stratify`` / ``groups`` as a flat array of one label per observation (None stays None)."""
+    """``stratify_by`` / ``group_by`` as a flat array of one label per observation (None stays None)."""
     if values is None:
         return None
     arr = np.asarray(values.values if isinstance(values, xr.DataArray) else values)
@@ -274,11 +288,13 @@ def _flat_labels(values, name, n, shape):
     return arr
 
 
-def check_folds(folds, n, shape=None, *, K=DEFAULT_K, given=(None, None)):
+def check_folds(folds, n, shape=None, *, k=DEFAULT_K, given=(None, None)):
     """Explicit fold ids as a flat int array, or a ValueError naming ``folds``: one per observation (flat or in the
-    observations' ``shape``), whole numbers 1 to K, every fold non-empty, at least two folds."""
+    observations' ``shape``), whole numbers 1 to k, every fold non-empty, at least two folds."""
+    K = k
     if any(g is not None for g in given):
-        raise ValueError("folds= cannot be combined with stratify= or groups=: give the folds, or how to build them.")
+        raise ValueError("folds= cannot be combined with stratify_by= or group_by=: give the folds, or how to build "
+                         "them.")
     raw = np.asarray(folds.values if isinstance(folds, xr.DataArray) else folds)
     if raw.size != n or (raw.ndim > 1 and shape is not None and raw.shape != tuple(shape)):
         raise ValueError(f"folds has {raw.size} entries (shape {raw.shape}); give one fold id per observation: "
@@ -303,18 +319,18 @@ def check_folds(folds, n, shape=None, *, K=DEFAULT_K, given=(None, None)):
         raise ValueError("folds: every observation is in fold 1; K-fold CV needs at least 2 folds.")
     whole = isinstance(K, (int, np.integer)) and not isinstance(K, (bool, np.bool_))
     if K != DEFAULT_K and (not whole or int(K) != n_folds):
-        raise ValueError(f"K={K} contradicts folds, which has {n_folds} folds; leave K out when giving folds.")
+        raise ValueError(f"k={K} contradicts folds, which has {n_folds} folds; leave k out when giving folds.")
     return ids
 
 
-def _settings(data, refit_kwargs):
-    """The fold fits' sampler settings (:func:`~ppl_loo.workflow.exact.refit.refit_settings`), ``refit_kwargs``
+def _settings(data, refit_options):
+    """The fold fits' sampler settings (:func:`~ppl_loo.workflow.exact.refit.refit_settings`), ``refit_options``
     limited to :data:`KFOLD_SETTINGS`."""
-    extra = sorted(set(dict(refit_kwargs or {})) - set(KFOLD_SETTINGS))
+    extra = sorted(set(dict(refit_options or {})) - set(KFOLD_SETTINGS))
     if extra:
-        raise ValueError(f"refit_kwargs: {extra} do not apply to pl.kfold (its fold fits always run in one batched "
-                         f"NUTS run, without a checkpoint); allowed: {list(KFOLD_SETTINGS)}.")
-    settings = refit_settings(data, refit_kwargs)  # warm-started as the refits (refit_kwargs adapt="window": not)
+        raise ValueError(f"refit_options: {extra} do not apply to pl.loo_kfold (its fold fits always run in one "
+                         f"batched NUTS run, without a checkpoint); allowed: {list(KFOLD_SETTINGS)}.")
+    settings = refit_settings(data, refit_options)  # warm-started as the refits (refit_options adapt="window": not)
     settings.pop("batched", None)
     return settings
 
@@ -332,7 +348,7 @@ def _fit_folds(model, target, theta, fold_ids, settings, random_seed, progressba
     u_draws, imm, to_theta = warm_start(density, theta)
     S, C, d = theta.shape[0], settings["chains"], theta.shape[1]
     if C > S:
-        raise ValueError(f"refit_kwargs: chains={C} is more than the {S} full-data draws that start them.")
+        raise ValueError(f"refit_options: chains={C} is more than the {S} full-data draws that start them.")
     # the fits' seeds from a child of the seed's sequence: independent of the folds' generator (default_rng(seed))
     ss = np.random.SeedSequence(int(random_seed) if np.ndim(random_seed) == 0 else random_seed).spawn(1)[0]
     seeds = ss.generate_state(K, dtype=np.uint32)
@@ -425,10 +441,10 @@ def _result(data, model, draws, fold_ids, fits, settings, seconds):
     bad = [k for k, rec in info.items() if not _fold_ok(rec)]
     if bad:
         worst = max(max(info[k]["rhat_max"], info[k]["rhat_loglik"]) for k in bad)
-        warnings.warn(f"pl.kfold: the fit(s) of fold(s) {bad} did not converge (largest R-hat {worst:.3f}, above "
+        warnings.warn(f"pl.loo_kfold: the fit(s) of fold(s) {bad} did not converge (largest R-hat {worst:.3f}, above "
                       f"{RHAT_VOUCH}) or had divergent transitions "
                       f"({sum(info[k]['divergences'] for k in bad)}); their elpd_i may be off: see "
-                      "res.fold_info, and rerun with more draws or warmup (refit_kwargs).", UserWarning, stacklevel=4)
+                      "res.fold_info, and rerun with more draws or warmup (refit_options).", UserWarning, stacklevel=4)
     first = next(iter(fits.values()))[0]
     return KFoldResult(
         elpd=stable_sum(elpd), se=stable_se(elpd), p=stable_sum(lpd - elpd),

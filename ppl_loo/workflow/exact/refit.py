@@ -4,9 +4,9 @@ This is ``reloo`` of R ``loo`` and ArviZ, done only where needed. For PyMC and J
 a parameter per observation) all target observations are refit at once, one batched NUTS run over targets x
 chains (:func:`ppl_loo.numerics.nuts.batched_nuts`, :func:`batched_refit_density`), warm-started from the
 full-data fit (:func:`refit_settings`, :func:`start_draws`, :func:`warm_start`); otherwise (other Stan programs,
-``refit_kwargs={"batched": False}``) for each target observation ``i`` the model's own sampler runs on the
-posterior without ``i`` (:meth:`PosteriorModel.refit_draws`: ``pm.sample`` for PyMC, Stan's NUTS on the data
-without ``i`` for Stan, NumPyro's NUTS for JAX models). Both use the original fit's settings, and
+``second_opinions={"refit_options": {"batched": False}}``) for each target observation ``i`` the model's own
+sampler runs on the posterior without ``i`` (:meth:`PosteriorModel.refit_draws`: ``pm.sample`` for PyMC, Stan's
+NUTS on the data without ``i`` for Stan, NumPyro's NUTS for JAX models). Both use the original fit's settings, and
 
     elpd_i = log p(y_i | y_-i) = log E_{p(theta | y_-i)}[p(y_i | theta)]
 
@@ -15,7 +15,7 @@ is estimated by bridge sampling between the refit's draws and the full-data draw
 ``p(y_i | theta)`` over the refit draws alone, which is biased low when ``p(y_i | theta)`` spans
 orders of magnitude over them. The Monte Carlo SE comes with it.
 
-Resuming: with ``refit_kwargs={"checkpoint": path}`` each finished refit is written to ``path`` (a
+Resuming: with ``second_opinions={"refit_options": {"checkpoint": path}}`` each finished refit is written to ``path`` (a
 JSON file, written to a temporary name and renamed, so it is never half-written) as soon as it is
 done. A rerun of the same ``pl.loo`` call (same draws, log-likelihood, model, settings and
 ``random_seed``) after an interruption (Ctrl-C, a crash, a time limit) reads it and refits only the
@@ -97,11 +97,11 @@ def refit_settings(data, overrides=None, warm=True):
 
     Read from the posterior group (and its attrs, as NumPyro through ``ppl_loo.sampling``, CmdStan
     CSV files and ``pm.sample`` record them) and the sample stats (the adapted step size); ``overrides``
-    (``refit_kwargs``) wins; ``batched`` (default True): all refits in one batched NUTS run where the model
+    (``refit_options``) wins; ``batched`` (default True): all refits in one batched NUTS run where the model
     allows it (:func:`batched_refit_density`). ``adapt`` (batched refits): ``"warm"`` (default for MCMC draws;
     ``warm=False`` turns it off): each chain starts at a full-data draw resampled towards
     the LOO posterior, and its warmup (``warmup_warm``) is :data:`WARM_WARMUP` iterations (at most the fit's,
-    unless ``refit_kwargs`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's
+    unless ``refit_options`` gives ``warmup``) of step-size adaptation alone, with the full-data posterior's
     variances as the mass matrix (the model's own samplers keep ``warmup``); ``"window"``: the fit's warmup of
     BlackJAX's window adaptation (step size and mass matrix). Draws of an approximation (``pl.laplace``,
     ``pl.qnvb``, ``pl.pvi``) carry no sampler settings: the refits then run NUTS with 4 chains of 1,000
@@ -128,29 +128,29 @@ def refit_settings(data, overrides=None, warm=True):
     out["warmup_warm"] = out["warmup"] if "warmup" in overrides else min(out["warmup"], WARM_WARMUP)
     checkpoint = overrides.get("checkpoint")
     if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
-        raise ValueError(f"refit_kwargs: checkpoint={checkpoint!r} must be a file path (str or pathlib.Path).")
+        raise ValueError(f"refit_options: checkpoint={checkpoint!r} must be a file path (str or pathlib.Path).")
     if out["chains"] < 2 or out["draws"] < 10:
-        raise ValueError(f"refit needs at least 2 chains of 10 draws; the settings are {out} (refit_kwargs= "
+        raise ValueError(f"refit needs at least 2 chains of 10 draws; the settings are {out} (refit_options "
                          "overrides them).")
     return out
 
 
 def _apply_overrides(out, overrides):
-    """``refit_kwargs`` into the settings ``out``, each checked."""
+    """``refit_options`` into the settings ``out``, each checked."""
     allowed = (set(out) - {"step_size"}) | {"checkpoint"}
     for key, value in overrides.items():
         if key == "checkpoint":
             continue
         if key == "batched" and not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"refit_kwargs: batched={value!r} must be True (every refit in one batched NUTS run "
+            raise ValueError(f"refit_options: batched={value!r} must be True (every refit in one batched NUTS run "
                              "where the model allows it) or False (one refit after the other, by the model's own "
                              "sampler).")
         if key == "adapt" and value not in ("warm", "window"):
-            raise ValueError(f"refit_kwargs: adapt={value!r} must be 'warm' (the batched refits start at the "
+            raise ValueError(f"refit_options: adapt={value!r} must be 'warm' (the batched refits start at the "
                              "full-data posterior and adapt only their step size) or 'window' (Stan's windowed "
                              "adaptation of step size and mass matrix over the full warmup).")
         if key not in allowed:
-            raise ValueError(f"refit_kwargs: unknown setting {key!r}; allowed: {sorted(allowed)}.")
+            raise ValueError(f"refit_options: unknown setting {key!r}; allowed: {sorted(allowed)}.")
         out[key] = type(out[key])(value)
 
 
@@ -180,7 +180,8 @@ def run_refits(model, theta, ll, targets, settings, *, random_seed, budget_s=Non
     :class:`~ppl_loo.workflow.loo.kept.KeptDraws` that gets each new refit's draws (a checkpoint keeps none).
     """
     if random_seed is None:
-        raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
+        raise ValueError("run_refits: pass the seed of the refits (pl.loo derives one from the draws for "
+                         "random_seed=None).")
     ss = np.random.SeedSequence(int(random_seed) if np.ndim(random_seed) == 0 else random_seed)
     seeds = ss.generate_state(len(targets) + 1, dtype=np.uint32)
     S = theta.shape[0]
@@ -354,7 +355,7 @@ def warm_start(density, theta):
     """``(u_draws, inverse_mass_matrix, to_theta)``: the full-data draws ``theta`` ``(S, d)`` in the sampler's
     coordinates of ``density`` (a :class:`~ppl_loo.numerics.nuts.BatchedTarget`), their variances as the
     starting inverse mass matrix (1 where a variance is 0 or not finite), and the batched map of ``(M, d)`` draws
-    back to the model's ``theta``; shared by the batched refits and ``pl.kfold``'s fold fits."""
+    back to the model's ``theta``; shared by the batched refits and ``pl.loo_kfold``'s fold fits."""
     to_u = jax.jit(jax.vmap(density.from_model)) if density.from_model is not None else np.asarray
     to_theta = jax.jit(jax.vmap(density.to_model)) if density.to_model is not None else np.asarray
     u_draws = np.asarray(to_u(np.asarray(theta, dtype=np.float64)), dtype=np.float64)  # the sampler's coordinates
@@ -444,7 +445,7 @@ def _read_checkpoint(path, fingerprint) -> dict:
         return {int(i): rec for i, rec in content["records"].items()}
     except (ValueError, KeyError, AttributeError, TypeError) as exc:
         raise ValueError(f"refit checkpoint {path} is not a checkpoint written by pl.loo ({exc}): delete it or "
-                         "give another path in refit_kwargs={'checkpoint': ...}.") from exc
+                         "give another path in refit_options={'checkpoint': ...}.") from exc
 
 
 def _write_checkpoint(path, fingerprint, done) -> None:
@@ -461,14 +462,12 @@ def _write_checkpoint(path, fingerprint, done) -> None:
         raise
 
 
-def check_refit_args(refit, refit_kwargs, random_seed, data, n):
+def check_refit_args(refit, refit_kwargs, data, n):
     """Bad refit arguments fail before the search, not after it."""
     if refit is None:
         return
     refit_targets(refit, doubtful=np.zeros(n, bool), flagged=np.zeros(n, bool), k_final=np.zeros(n), n=n)
     refit_settings(data, refit_kwargs)
-    if random_seed is None:
-        raise ValueError("refit= runs MCMC: pass random_seed=<int> to pl.loo so that the refits are reproducible.")
 
 
 def refit_converged(rec):

@@ -63,7 +63,7 @@ def check_chunk_size(chunk_size):
     if chunk_size is None:
         return None
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size!r}: give the number of observations processed at once as a "
+        raise ValueError(f"compute: chunk_size={chunk_size!r}: give the number of observations processed at once as a "
                          "positive integer, or None to size the chunks from a memory budget of about 512 MB.")
     return int(chunk_size)
 

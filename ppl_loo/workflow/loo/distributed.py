@@ -68,8 +68,9 @@ def resolve_client(client):
         except ValueError:
             return None
     if not all(hasattr(client, name) for name in ("submit", "scatter", "cancel")):
-        raise TypeError(f"client={client!r} is not a dask.distributed Client: pass a distributed.Client, None (the "
-                        "active client, if any), or client=False to run the search in this process.")
+        raise TypeError(f"compute: client={client!r} is not a dask.distributed Client: pass a distributed.Client, "
+                        "None (the active client, if any), or False (compute={'client': False}) to run the search in "
+                        "this process.")
     return client
 
 
@@ -86,7 +87,8 @@ def _payload(model, log_q_fn) -> bytes:
         return cloudpickle.dumps((obj, log_q_fn))
     except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same advice
         raise TypeError(f"model: the {model.kind} model cannot be sent to the dask workers ({type(exc).__name__}: "
-                        f"{exc}); pass client=False to run the adaptive search in this process.") from exc
+                        f"{exc}); pass compute={{'client': False}} to run the adaptive search in this "
+                        "process.") from exc
 
 
 def run_search_distributed(model, draws, cfg, obs_idx, batch_size, progressbar, client):

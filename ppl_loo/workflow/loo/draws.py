@@ -249,7 +249,7 @@ def check_stored_log_lik(data, var_name, stored, ll, *, check=True, model=None, 
     err = _mismatch(data, var_name, stored, ll, diff, bad, r, model, stored_da, obs_idx)
     if check:
         raise err
-    warnings.warn(f"{err.detail}; ppl_loo uses the model's values (check_log_lik=False).", UserWarning,
+    warnings.warn(f"{err.detail}; ppl_loo uses the model's values (compute={{'check_log_lik': False}}).", UserWarning,
                   stacklevel=stacklevel)
 
 
@@ -275,7 +275,7 @@ def _mismatch(data, var_name, stored, ll, diff, bad, r, model, stored_da, obs_id
         detail += f"; {cause}"
     message = (f"{detail}. The stored values are not this model's with these data: pass the model and the data the "
                "draws were made with (and var_name= the variable with the pointwise log-likelihood), or "
-               "check_log_lik=False to use the model's values anyway.")
+               "compute={'check_log_lik': False} to use the model's values anyway.")
     return LogLikMismatchError(message, detail=detail, var_name=var_name, label=label,
                                stored_value=float(stored[s, j]), model_value=float(ll[s, j]))
 

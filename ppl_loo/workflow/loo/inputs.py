@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import re
 
+import jax
 import numpy as np
 import xarray as xr
+
+from ppl_loo.numerics.random import seed_from
 
 __all__ = ["check_datatree", "get_log_likelihood", "stack_draws", "r_eff_of", "max_rhat_of", "fit_seconds", "rank_rhat",
            "RHAT_VOUCH", "RHAT_NOT_MIXED",
            "SAMPLE_DIMS", "MIN_DRAWS", "check_posterior_draws", "identical_chains", "align_obs_dims", "obs_labels",
            "obs_label_list",
-           "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels"]
+           "check_finite", "non_finite_error", "STAN_LIBRARIES", "stan_labelled", "with_stan_labels", "posterior_seed",
+           "check_random_seed"]
 
 SAMPLE_DIMS = ("chain", "draw")
 #: MCMC draws are vouched for only up to this rank-normalized split R-hat of every posterior variable
@@ -213,6 +217,28 @@ def check_posterior_draws(data):
             f"the posterior has {S} draws ({post.sizes['chain']} chain(s) x {post.sizes['draw']} draw(s)): PSIS "
             f"fits a Pareto tail to the largest importance ratios and needs at least {MIN_DRAWS} draws (use "
             "hundreds or thousands). Sample more draws.")
+
+
+def check_random_seed(random_seed, caller="pl.loo"):
+    """Refuse a ``random_seed`` that is none of None, an int, a ``numpy.random.Generator`` or a JAX key."""
+    ok = (random_seed is None or isinstance(random_seed, (np.random.Generator, jax.Array))
+          or (isinstance(random_seed, (int, np.integer)) and not isinstance(random_seed, bool)))
+    if not ok:
+        raise TypeError(f"{caller}(random_seed={random_seed!r}): give an int, a numpy.random.Generator, a JAX key, or "
+                        "None (a seed derived from the posterior draws: a rerun on the same draws gives the same "
+                        "result).")
+
+
+def posterior_seed(random_seed, data):
+    """``random_seed``, or for None a seed derived from the posterior draws of ``data``
+    (:func:`~ppl_loo.numerics.random.seed_from` of its numeric variables in name order): the one meaning of
+    ``random_seed=None`` in :func:`ppl_loo.loo`, :func:`ppl_loo.loo_subsample`, :func:`ppl_loo.loo_mixture` and
+    :func:`ppl_loo.loo_kfold`, so that a rerun on the same draws gives the same result."""
+    if random_seed is not None:
+        return random_seed
+    post = data["posterior"].to_dataset()
+    return seed_from(None, *(np.asarray(post[v].values) for v in sorted(post.data_vars, key=str)
+                             if np.issubdtype(post[v].dtype, np.number)))
 
 
 def identical_chains(data):

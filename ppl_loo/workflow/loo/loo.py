@@ -32,16 +32,19 @@ from ppl_loo.workflow.loo.inputs import (
     align_obs_dims,
     check_datatree,
     check_posterior_draws,
+    check_random_seed,
     fit_seconds,
     get_log_likelihood,
     identical_chains,
     max_rhat_of,
     obs_labels,
+    posterior_seed,
     stan_labelled,
     with_stan_labels,
 )
 from ppl_loo.workflow.loo.kept import KeptDraws
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_identity, warn_unconverged
+from ppl_loo.workflow.loo.options import ComputeOptions, SearchOptions, SecondOpinions, as_options
 from ppl_loo.workflow.loo.plain import (
     check_k_threshold,
     check_reff,
@@ -65,10 +68,8 @@ DEFAULT_TRANSFORMS = ("pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm_iter"
 
 
 @uses_x64
-def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_threshold=None, pointwise=True,
-        progressbar=True, random_seed=None, log_q=None, influence_threshold=None, jacobian="auto", batch_size="auto",
-        min_ess=None, refit=None, refit_kwargs=None, adapt="auto", reff=None, chunk_size=None,
-        client=None, mixture="auto", mixture_kwargs=None, smc="auto", check_log_lik=True):
+def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=None, refit=None, random_seed=None,
+        progressbar=True, search=None, second_opinions=None, compute=None):
     """Adaptive PSIS-LOO-CV.
 
     Parameters
@@ -83,116 +84,55 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         group (as ``arviz_stats.loo``).
     var_name : str, optional
         The log-likelihood variable (needed when there are several).
-    transforms : "all" or sequence of str
-        Names from ``"pmm1", "pmm2", "kl", "var", "ll", "mm1", "mm2", "mm3"`` (the papers) and
-        the project's extensions: ``"mm_iter"`` (iterated moment matching, 1-4 iterations),
-        ``"newton"`` (Newton-step proposal) and the mixtures ``"newton_mix"``, ``"pmm1_mix"``,
-        ``"pmm2_mix"``, ``"mm3_mix"`` (deterministic mixture with the draws' own distribution).
-    hbar : sequence of float, optional
-        Step grid; default ``4.0 ** -np.arange(11)`` (the papers' grid).
     k_threshold : float, optional
         At most 1; default ``min(1 - 1/log10(S), 0.7)``. Lower values adapt more observations (``-inf``: all).
-    pointwise : bool
-        Keep pointwise results (always computed).
-    progressbar : bool
-        Show a progress bar over the adapted observations.
-    random_seed : int, optional
-        Seed of the second opinions (``mixture=``, ``smc=``) and the refits (``refit=``, where it is required); the
-        adaptive search itself is deterministic. None: the second opinions take a seed derived from the draws
-        (reruns on the same draws give the same numbers).
+    reff : float, optional
+        Relative efficiency ``ESS / S`` of the draws (``arviz_stats.loo``'s ``reff``): it sets the length of the
+        Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1
+        for draws of an approximation). With ``reff`` given the result does not depend on the order of the
+        draws.
     log_q : array-like (chain, draw) or callable, optional
         Log density (up to a constant) of the approximation the draws come from, for draws from a
         variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
         callable ``log_q(theta)`` of one unconstrained draw, it also enables the mixture
         proposals (``*_mix``), which need ``q`` away from the draws. Default: for a DataTree
         written by :func:`ppl_loo.pvi`, its ``q`` (checked against the stored ``log_q``).
-    influence_threshold : float, optional
-        Observations whose log-likelihood has posterior variance above this value are adapted even
-        when their plain-PSIS k is low: with such a spread the plain importance weights can miss
-        the LOO posterior entirely while k-hat looks fine. Default ``log(S / 100)`` (the variance
-        at which log-normal weights would keep an effective sample size of 100).
-    jacobian : {"auto", "exact", "first_order"}
-        Jacobian determinants of the gradient transforms: closed form where the model declares its
-        structure, exact autodiff ``log|det|`` for small blocks, else the first-order Eq. 22.
-    batch_size : int or "auto"
-        Observations evaluated together in one vectorized call: the draws are read once per batch,
-        so larger batches are faster and use more memory. ``"auto"`` picks up to 8 within a
-        working-memory budget of about 1 GB per batch on a CPU, and up to 64 within a quarter of the
-        device's free memory on an accelerator (GPU).
-    min_ess : float, optional
-        A candidate proposal counts only if the effective sample size ``1 / sum w^2`` of its
-        smoothed weights is at least this; default ``min(100, S / 10)``. k-hat alone misses maps
-        that send most draws where the LOO posterior has no mass.
-
     refit : None, "doubtful", "flagged", sequence of int, or float
         Exact LOO by refitting the model without the observation (``reloo`` of R ``loo`` and
-        ArviZ), with the model's own sampler and the original fit's settings, for the observations
-        the engine cannot vouch for: ``"doubtful"`` (``res.doubtful``), ``"flagged"`` (every
-        observation the engine adapted), a list of flat observation indices, or a time budget in
-        seconds (the doubtful observations, highest k first, until it is spent). ``elpd_i`` then
-        comes from bridge sampling between the refit's draws and the full-data draws, with its
-        Monte Carlo SE; ``res.refit`` flags those observations. Needs ``random_seed``.
-    refit_kwargs : dict, optional
-        Overrides of the refit sampler settings read from the fit: ``chains``, ``draws``,
-        ``warmup``, ``target_accept``, ``max_tree_depth``; ``checkpoint``, a file path where each
-        finished refit is kept, so that a rerun after an interruption does not redo it; ``batched``
-        (default True: PyMC and JAX models refit every target in one batched NUTS run; False: the
-        model's own sampler, one refit after the other) (:mod:`ppl_loo.workflow.exact.refit`).
-    adapt : {"auto", "all", "flagged"}
-        Which observations the adaptive search examines. ``"flagged"``: plain-PSIS k above 0.5, or
-        influence above ``influence_threshold``. ``"all"``: every observation (a k-hat below 0.5 is
-        no guarantee either: in the ground-truth suite plain PSIS with k = 0.47 was 0.19 nats off on
-        a Poisson model with one latent variable per observation). ``"auto"`` (default): with at most 100
-        observations, those with k above 0.3 or influence above ``influence_threshold`` (below 0.3 plain PSIS
-        was within its Monte Carlo error on every observation of the ground-truth suite), else the flagged ones.
-    reff : float, optional
-        Relative efficiency ``ESS / S`` of the draws (``arviz_stats.loo``'s ``reff``): it sets the length of the
-        Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1
-        for draws of an approximation). With ``reff`` given the result does not depend on the order of the
-        draws.
-    chunk_size : int, optional
-        Observations processed at once from a dask-backed ``log_likelihood`` (``xr.open_datatree(path,
-        engine="zarr", chunks={})``). Such a log-likelihood is never loaded whole: it is read in whole
-        stored chunks and plain PSIS runs chunk by chunk (peak memory that of a chunk, the numbers those of
-        the in-memory path), the model is evaluated only on the observations plain PSIS flags, and
-        ``res.log_weights`` stays a lazy dask array. None (default): about 512 MB of working memory per
-        chunk; an integer also reads an in-memory log-likelihood this way. ``refit=`` needs the
-        log-likelihood in memory (``docs/scale.md``).
-    client : distributed.Client, None or False
-        Where the adaptive search runs. A ``dask.distributed`` client: its workers, one task per batch of
-        ``batch_size`` observations (the model and the draws reach each worker once; a ``pl.StanModel`` as
-        its program and data, the worker loading the compiled library from the cache by its key). None
-        (default): the session's active client when there is one (``distributed.default_client()``), else
-        this process. False: this process. The results are the same wherever it runs (``docs/scale.md``).
+        ArviZ), with the model's own sampler and the original fit's settings (overridden by
+        ``second_opinions={"refit_options": {...}}``), for the observations the engine cannot vouch for:
+        ``"doubtful"`` (``res.doubtful``), ``"flagged"`` (every observation the engine adapted), a list of flat
+        observation indices, or a time budget in seconds (the doubtful observations, highest k first, until it
+        is spent). ``elpd_i`` then comes from bridge sampling between the refit's draws and the full-data draws,
+        with its Monte Carlo SE; ``res.refit`` flags those observations.
+    random_seed : int, numpy.random.Generator or JAX key, optional
+        Seed of the second opinions (mixture IS, SMC) and the refits; the adaptive search itself is
+        deterministic. None (default): a seed derived from the posterior draws
+        (:func:`~ppl_loo.workflow.loo.inputs.posterior_seed`), so a rerun on the same draws gives the same
+        numbers.
+    progressbar : bool
+        Show a progress bar over the adapted observations (and the refits).
+    search : SearchOptions or dict, optional
+        The adaptive search's options (:class:`~ppl_loo.SearchOptions`): ``transforms``, ``hbar``, ``adapt``,
+        ``influence_threshold``, ``jacobian``, ``min_ess``, ``batch_size``. A dict sets some of them, e.g.
+        ``search={"transforms": ["pmm1", "newton"]}``; None: the defaults.
+    second_opinions : SecondOpinions or dict, optional
+        The independent estimates beside the search's (:class:`~ppl_loo.SecondOpinions`): ``mixture`` (mixture
+        importance sampling, :func:`ppl_loo.loo_mixture`; default ``"auto"``), ``mixture_options`` (its run's
+        settings), ``smc`` (tempered SMC; default ``"auto"``), ``refit_options`` (the sampler settings of the
+        refits that ``refit=`` asks for).
+    compute : ComputeOptions or dict, optional
+        Where and how the work runs (:class:`~ppl_loo.ComputeOptions`): ``chunk_size`` (out-of-core plain PSIS
+        over a dask-backed log-likelihood), ``client`` (a ``dask.distributed`` client for the search),
+        ``check_log_lik`` (a stored log-likelihood that is not the model's raises; default True).
 
-    mixture : "auto", bool
-        Mixture importance sampling as an independent second opinion (:func:`ppl_loo.loo_mixture`; Silva &
-        Zanella 2023): one extra MCMC run of the model on the mixture of all LOO posteriors, with the original
-        fit's settings (at least 1,000 warmup iterations and draws per chain), about the cost of one fit.
-        ``"auto"`` (default): before the search whenever plain PSIS leaves an observation unsettled (the search
-        then runs on what it leaves unsettled and corroborates what it settles alone; ``docs/method.md``, section
-        9); not out of core (``chunk_size=``, a dask-backed log-likelihood). True: always, before the search (it
-        then also checks every estimate the search vouches for); False: never. Its diagnostics are
-        ``res.mixture_info``.
-    mixture_kwargs : dict, optional
-        Overrides of the mixture run's settings read from the fit: ``chains``, ``draws``, ``warmup``,
-        ``target_accept``, ``max_tree_depth``.
-    smc : "auto", bool
-        Tempered SMC from the posterior draws to each LOO posterior (:mod:`ppl_loo.workflow.loo.vouch.smc`).
-        ``"auto"`` (default): for the observations still doubtful after the mixture run, those the mixture estimate
-        vouches for alone, and those that only the search vouches for (two transformations agreeing) where plain
-        PSIS's k-hat is above 0.5 and the mixture did not check them (maps of the same draws can miss together), in
-        models of at most 100 unconstrained parameters (its moves cost minutes per observation beyond;
-        ``res.smc_info`` says when it was skipped);
-        True: every searched observation, whatever the dimension; False: never. It counts only when the
-        posterior draws converged.
-    check_log_lik : bool
-        With a model and a ``log_likelihood`` group: the stored values must be the model's at the same draws,
-        within the precision they were stored with (a CmdStan CSV's ``sig_figs``, relative to each value's
-        magnitude; float rounding for PyMC and JAX draws). A larger difference means the draws do not belong
-        to the model, its data, or the stored variable is not the log-likelihood, and raises a ``ValueError``
-        (:class:`~ppl_loo.workflow.loo.draws.LogLikMismatchError`) naming the observation that differs most.
-        False: a warning instead, and the model's values are used (as they always are).
+    Notes
+    -----
+    Where the former keywords went: ``transforms``, ``hbar``, ``adapt``, ``influence_threshold``, ``jacobian``,
+    ``min_ess`` and ``batch_size`` are fields of ``search=``; ``mixture``, ``smc``, ``mixture_kwargs`` (now
+    ``mixture_options``) and ``refit_kwargs`` (now ``refit_options``) of ``second_opinions=``; ``chunk_size``,
+    ``client`` and ``check_log_lik`` of ``compute=``; ``pointwise`` is gone (the pointwise results are always
+    kept).
 
     The stages run cheapest per settled observation first, each on what the earlier ones left unsettled: plain
     PSIS, mixture IS, the search, SMC, refits; one pure function, the verdict
@@ -212,7 +152,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     -------
     LooResult
     """
-    client = resolve_client(client)  # checked first; found once (None: the active client, if any)
+    opts, second, comp = _options(search, second_opinions, compute, random_seed)
+    chunk_size, check_log_lik, mixture, smc = comp.chunk_size, comp.check_log_lik, second.mixture, second.smc
+    client = resolve_client(comp.client)  # checked first; found once (None: the active client, if any)
     data = check_datatree(data)
     k_threshold = check_k_threshold(k_threshold)
     reff = check_reff(reff)
@@ -226,29 +168,30 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
         return _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit)
     if reff is not None:  # (checked above otherwise)
         check_posterior_draws(data)
-    names = _check_transform_names(transforms)
-    hbar = check_hbar(hbar)
-    if adapt not in ("auto", "all", "flagged"):
-        raise ValueError(f"adapt={adapt!r}: use 'auto', 'all' or 'flagged'.")
+    names = _check_transform_names(opts.transforms)
+    hbar = check_hbar(opts.hbar)
+    if opts.adapt not in ("auto", "all", "flagged"):
+        raise ValueError(f"search: adapt={opts.adapt!r}: use 'auto', 'all' or 'flagged'.")
+    random_seed = posterior_seed(random_seed, data)
     model = as_model(model, var_name=var_name, data=data)
     stored = stored_for_chunks(data, var_name, model, chunk_size, refit)  # None: in memory
     draws = loo_draws(data, model, var_name, log_q, log_lik=stored is None, check_log_lik=check_log_lik)
     if reff is not None and not draws.approx:
         draws = draws._replace(r_eff=reff)
-    names = names + approximation_transforms(draws, transforms, names)
+    names = names + approximation_transforms(draws, opts.transforms, names)
     S, n = draws.theta.shape[0], (draws.ll.shape[1] if stored is None else int(np.prod(model.obs_shape or (1,))))
-    check_refit_args(refit, refit_kwargs, random_seed, data, n)
+    check_refit_args(refit, second.refit_options, data, n)
     if stored is not None and mixture is True:
-        raise ValueError("mixture=True needs the whole log-likelihood in memory (the mixture run evaluates every "
-                         "observation at its own draws); load the log_likelihood group first (data.load()), or leave "
-                         "mixture='auto', which does not run out of core.")
-    check_opinion_args(mixture, smc, mixture_kwargs)
+        raise ValueError("second_opinions={'mixture': True} needs the whole log-likelihood in memory (the mixture run "
+                         "evaluates every observation at its own draws); load the log_likelihood group first "
+                         "(data.load()), or leave mixture at 'auto', which does not run out of core.")
+    check_opinion_args(mixture, smc, second.mixture_options)
     k_threshold = khat_threshold(S) if k_threshold is None else k_threshold
-    cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), jacobian,
-                       min_ess=min(100.0, S / 10.0) if min_ess is None else float(min_ess),
+    cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), opts.jacobian,
+                       min_ess=min(100.0, S / 10.0) if opts.min_ess is None else float(opts.min_ess),
                        n_chains=draws.n_chains, k_threshold=float(k_threshold))
     plain, lpd = (plain_psis(draws), None) if stored is None else chunked_plain(stored, draws, chunk_size)
-    flagged = flag_observations(plain, S, k_threshold, adapt, influence_threshold)
+    flagged = flag_observations(plain, S, k_threshold, opts.adapt, opts.influence_threshold)
     if stored is None:  # an imprecise plain estimate does not settle its observation either
         flagged |= ~(plain.mcse <= VOUCH_MAX_SE)
     draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored,
@@ -257,8 +200,9 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
     rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)
     kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions
-    stages = dict(mixture=mixture, mixture_kwargs=mixture_kwargs, smc=smc, refit=refit, refit_kwargs=refit_kwargs,
-                  adapt=adapt, batch_size=batch_size, progressbar=progressbar, random_seed=random_seed,
+    stages = dict(mixture=mixture, mixture_kwargs=second.mixture_options, smc=smc, refit=refit,
+                  refit_kwargs=second.refit_options, adapt=opts.adapt, batch_size=opts.batch_size,
+                  progressbar=progressbar, random_seed=random_seed,
                   client=False if client is None else client)
     ev, v, info, refit_info = _schedule(Evidence(plain, conv, flagged), rules, model, data, draws, cfg, kept,
                                         stored is None, stages)
@@ -268,6 +212,13 @@ def loo(data, model=None, *, var_name=None, transforms="all", hbar=None, k_thres
     return _result(data, model, draws, plain, v, cands, cfg, flagged, refit_info, lpd=lpd, **info,
                    **kept.arrays(v.transform), max_rhat=max_rhat, max_rhat_var=rhat_where, good_k=k_threshold,
                    **approx_summary(draws, plain, k_threshold))
+
+
+def _options(search, second_opinions, compute, random_seed):
+    """The three groups of options as their dataclasses (:mod:`.options`), and ``random_seed`` checked."""
+    check_random_seed(random_seed)
+    return (as_options(search, SearchOptions, "search"), as_options(second_opinions, SecondOpinions, "second_opinions"),
+            as_options(compute, ComputeOptions, "compute"))
 
 
 def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
@@ -428,7 +379,7 @@ def _check_var_name(var_name):
 
 def _check_transform_names(transforms):
     if not (isinstance(transforms, str) or (np.iterable(transforms) and all(isinstance(t, str) for t in transforms))):
-        raise ValueError(f"transforms={transforms!r}: give 'all' or a sequence of transformation names, e.g. "
+        raise ValueError(f"search: transforms={transforms!r}: give 'all' or a sequence of transformation names, e.g. "
                          "('pmm1', 'kl', 'newton').")
     return check_transforms(transforms, DEFAULT_TRANSFORMS)
 
@@ -438,8 +389,8 @@ def check_hbar(hbar):
     try:
         hbar = DEFAULT_HBAR if hbar is None else tuple(float(h) for h in np.atleast_1d(hbar))
     except (TypeError, ValueError) as err:
-        raise ValueError(f"hbar={hbar!r}: give the step-size grid as a sequence of non-negative numbers (default "
-                         "4.0 ** -np.arange(11)).") from err
+        raise ValueError(f"search: hbar={hbar!r}: give the step-size grid as a sequence of non-negative numbers "
+                         "(default 4.0 ** -np.arange(11)).") from err
     if not hbar or any((not np.isfinite(h)) or h < 0 for h in hbar):
         raise ValueError(f"hbar must be finite and non-negative; got {hbar}.")
     return hbar

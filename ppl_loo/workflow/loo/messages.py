@@ -69,7 +69,7 @@ def warn_refits_not_converged(bad, worst):
     """Refits whose draws did not converge stay doubtful."""
     _warn(f"refit: the refits of observation(s) {bad} did not converge (R-hat of a parameter or of "
           f"log p(y_i | theta) above {RHAT_VOUCH}, up to {worst:.3f}); they stay doubtful. Pass "
-          "refit_kwargs with more draws or warmup.")
+          "second_opinions={'refit_options': {...}} with more draws or warmup.")
 
 
 def warn_refit_budget(skipped):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,7 +301,7 @@ class LooResult(ELPDDataLOO):
             mask |= np.asarray(self.transform.values).astype(str).ravel() != "psis"
         return mask.reshape(n)
 
-    def summary_table(self, flagged_only=False, *, only_adapted=None):
+    def summary_table(self, flagged_only=False):
         """A pandas DataFrame of the pointwise results, one row per observation, as R ``loo``'s ``pointwise``
         and ArviZ's ``loo_i`` / ``pareto_k``.
 
@@ -317,16 +316,9 @@ class LooResult(ELPDDataLOO):
         flagged_only : bool
             Keep only the flagged observations (:meth:`flagged`): plain PSIS's k-hat above ``good_k``,
             adapted (``transform`` not ``"psis"``), doubtful or refit.
-        only_adapted : bool, optional
-            Deprecated alias of ``flagged_only`` (its default used to be True).
         """
         import pandas as pd
 
-        if only_adapted is not None:
-            warnings.warn("summary_table(only_adapted=...) is deprecated: every observation is listed by default; "
-                          "use summary_table(flagged_only=True) for the flagged ones.", DeprecationWarning,
-                          stacklevel=2)
-            flagged_only = bool(only_adapted)
         cols = {
             "pareto_k_psis": self.pareto_k_psis,
             "pareto_k": self.pareto_k,
@@ -407,7 +399,8 @@ def loo_datatree(res):
     xarray.DataTree
     """
     if getattr(res, "elpd_i", None) is None:
-        raise ValueError("`res` has no pointwise results: compute it with pointwise=True.")
+        raise ValueError("`res` has no pointwise results: pass a result of pl.loo (it always keeps them) or of "
+                         "arviz_stats.loo(..., pointwise=True).")
     variables = {}
     for name in POINTWISE + WEIGHTS:
         val = getattr(res, name, None)

@@ -260,7 +260,7 @@ def _reasons(pw, ev, rules, waiting, notes):
         reason[i] = (f"the refit without it did not converge (R-hat of log p(y_i | theta) "
                      f"{rec.get('rhat_loglik', float('nan')):.3f}, at most {RHAT_VOUCH} needed; largest parameter "
                      f"R-hat {rec.get('rhat_max', float('nan')):.3f}, at most {RHAT_NOT_MIXED}); more refit draws "
-                     "(refit_kwargs) may settle it")
+                     "(refit_options) may settle it")
     for i in np.flatnonzero(pw.doubtful & ~pw.refit):
         k = pw.k[i]
         if not conv.ok[i]:

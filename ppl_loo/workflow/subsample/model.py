@@ -70,7 +70,7 @@ def model_subsample(data, model, observations, approximation, estimator, var_nam
     if pairs:
         warn_identical_chains(pairs)
     if opts["adapt"] not in ("auto", "all", "flagged", "none"):
-        raise ValueError(f"adapt={opts['adapt']!r}: use 'auto', 'all', 'flagged' or 'none'.")
+        raise ValueError(f"search: adapt={opts['adapt']!r}: use 'auto', 'all', 'flagged' or 'none'.")
     names = check_transforms(opts["transforms"], DEFAULT_TRANSFORMS)
     hbar = check_hbar(opts["hbar"])
     model = as_model(model, var_name=var_name, data=data)

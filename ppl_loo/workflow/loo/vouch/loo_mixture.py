@@ -1,10 +1,10 @@
 """``pl.loo_mixture``: LOO-CV by mixture importance sampling alone, the model sampling its own mixture target.
 
-What ``pl.loo(..., mixture=...)`` runs as a second opinion (:mod:`.mixture`), as a result of its own: an
-``arviz_stats`` ELPD result (``compare``-ready) whose ``elpd_i`` are the mixture-IS estimates, ``pareto_k`` NaN (the
-weights are bounded and not Pareto-smoothed; a k-hat of them says nothing about the estimate's variance, which is
-finite), ``mcse_elpd_i`` their Monte Carlo SEs, ``doubtful`` where the run's own diagnostics fail for that
-estimate, and ``mixture_info`` the run's diagnostics.
+What ``pl.loo(..., second_opinions={"mixture": ...})`` runs as a second opinion (:mod:`.mixture`), as a result of
+its own: an ``arviz_stats`` ELPD result (``compare``-ready) whose ``elpd_i`` are the mixture-IS estimates,
+``pareto_k`` NaN (the weights are bounded and not Pareto-smoothed; a k-hat of them says nothing about the estimate's
+variance, which is finite), ``mcse_elpd_i`` their Monte Carlo SEs, ``doubtful`` where the run's own diagnostics fail
+for that estimate, and ``mixture_info`` the run's diagnostics.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from ppl_loo.adapters.as_model import as_model
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.workflow.loo.draws import loo_draws
-from ppl_loo.workflow.loo.inputs import check_datatree, check_posterior_draws
+from ppl_loo.workflow.loo.inputs import check_datatree, check_posterior_draws, check_random_seed, posterior_seed
 from ppl_loo.workflow.loo.loo import pointwise_factory
 from ppl_loo.workflow.loo.plain import logmeanexp, stable_se, stable_sum
 from ppl_loo.workflow.loo.result import LooResult
@@ -25,7 +25,7 @@ __all__ = ["loo_mixture"]
 
 
 @uses_x64
-def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_kwargs=None):
+def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_options=None):
     """Mixture importance-sampling LOO-CV (Silva & Zanella 2023), sampled with the model.
 
     Parameters
@@ -38,10 +38,14 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_kwargs=
         ``logp(theta) + logsumexp_j(-log p(y_j | theta))``.
     var_name : str, optional
         The log-likelihood variable.
-    random_seed : int, optional
-        None: a seed derived from the posterior draws.
-    mixture_kwargs : dict, optional
-        ``chains``, ``draws``, ``warmup``, ``target_accept``, ``max_tree_depth`` overrides.
+    random_seed : int or numpy.random.Generator, optional
+        Seed of the mixture run. None (default): a seed derived from the posterior draws
+        (:func:`~ppl_loo.workflow.loo.inputs.posterior_seed`, as in :func:`ppl_loo.loo`), so a rerun on the same
+        draws gives the same numbers.
+    mixture_options : dict, optional
+        Overrides of the run's settings read from the fit: ``chains``, ``draws``, ``warmup``, ``target_accept``,
+        ``max_tree_depth`` (``mixture_kwargs`` before; ``pl.loo`` takes the same dict as
+        ``second_opinions={"mixture_options": ...}``).
 
     Returns
     -------
@@ -50,12 +54,14 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_kwargs=
         diagnostics (its R-hat and ESS, the run's divergences and parameter R-hat) and ``""`` where not (then
         ``doubtful``, with a ``reason``).
     """
+    check_random_seed(random_seed, "pl.loo_mixture")
     data = check_datatree(data)
     check_posterior_draws(data)
-    check_opinion_args(True, False, mixture_kwargs)
+    check_opinion_args(True, False, mixture_options)
+    random_seed = posterior_seed(random_seed, data)
     model = as_model(model, var_name=var_name, data=data)
     draws = loo_draws(data, model, var_name, None)
-    run = run_mixture(model, draws.theta, mixture_run_settings(data, mixture_kwargs), random_seed)
+    run = run_mixture(model, draws.theta, mixture_run_settings(data, mixture_options), random_seed)
     C, D, _ = run.theta.shape
     k = np.full(run.elpd.size, np.nan)  # no Pareto smoothing: the mixture weights are bounded
     reason = np.where(run.ok, "", f"the mixture run's diagnostics fail for this estimate (R-hat above {MAX_PARAM_RHAT},"

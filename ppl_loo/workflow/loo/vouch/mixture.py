@@ -1,4 +1,5 @@
-"""Mixture importance sampling, sampled by ppl_loo itself (``pl.loo(..., mixture=...)`` and ``pl.loo_mixture``).
+"""Mixture importance sampling, sampled by ppl_loo itself (``pl.loo(..., second_opinions={"mixture": ...})`` and
+``pl.loo_mixture``).
 
 One extra MCMC run on ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)`` (Silva & Zanella 2023) gives every
 ``elpd_i`` with finite variance (:mod:`ppl_loo.numerics.mixture`). In R this is vignette code the user adapts, and
@@ -20,7 +21,6 @@ does not use the main fit's draws, so the main fit's R-hat does not matter to it
 from __future__ import annotations
 
 import functools
-import hashlib
 import numbers
 import time
 from typing import Any, NamedTuple
@@ -32,10 +32,11 @@ import numpy as np
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.mixture import mixture_linearization, mixture_log_weights, mixture_loo
 from ppl_loo.numerics.nuts import batched_nuts
+from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.loo.inputs import rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 
-__all__ = ["MixtureRun", "MIN_ESS", "MAX_DIVERGENT", "MAX_PARAM_RHAT", "default_seed", "run_mixture",
+__all__ = ["MixtureRun", "MIN_ESS", "MAX_DIVERGENT", "MAX_PARAM_RHAT", "run_mixture",
            "mixture_vouches", "mixture_settings", "check_mixture_values", "mixture_run_ok"]
 
 #: an observation's mixture estimate vouches only with at least this effective sample size of its ratio (MCMC) and
@@ -67,19 +68,13 @@ class MixtureRun(NamedTuple):
     ll: Any = None  # (chains * draws, n) the log-likelihood there, chain-major
 
 
-def default_seed(theta) -> int:
-    """A seed derived from the posterior draws (``random_seed=None``): reruns on the same draws agree."""
-    a = np.ascontiguousarray(np.asarray(theta, dtype=np.float64))
-    return int.from_bytes(hashlib.sha256(a.tobytes()).digest()[:4], "little")
-
-
-#: the integer settings of ``mixture_kwargs``: their least value and an example (the run's own minimum of chains and
+#: the integer settings of ``mixture_options``: their least value and an example (the run's own minimum of chains and
 #: draws is :func:`mixture_settings`')
 _INT_SETTINGS = {"chains": (1, 4), "draws": (1, 1000), "warmup": (0, 1000), "max_tree_depth": (1, 10)}
 
 
 def check_mixture_values(mixture_kwargs):
-    """The values of ``mixture_kwargs`` fail before anything runs, naming the setting: whole numbers for the counts,
+    """The values of ``mixture_options`` fail before anything runs, naming the setting: whole numbers for the counts,
     a probability for ``target_accept`` (unknown keys: :func:`mixture_settings`)."""
     if not isinstance(mixture_kwargs, dict):
         return
@@ -88,26 +83,26 @@ def check_mixture_values(mixture_kwargs):
         if key in _INT_SETTINGS:
             least, example = _INT_SETTINGS[key]
             if not (number and float(value).is_integer() and value >= least):
-                raise ValueError(f"mixture_kwargs: {key}={value!r} must be a whole number of at least {least}, e.g. "
+                raise ValueError(f"mixture_options: {key}={value!r} must be a whole number of at least {least}, e.g. "
                                  f"{{'{key}': {example}}}.")
         elif key == "target_accept" and not (number and 0.0 < value < 1.0):
-            raise ValueError(f"mixture_kwargs: target_accept={value!r} must be a probability strictly between 0 and "
+            raise ValueError(f"mixture_options: target_accept={value!r} must be a probability strictly between 0 and "
                              "1, e.g. {'target_accept': 0.9}.")
 
 
 def mixture_settings(settings, overrides=None):
-    """The run's settings: the original fit's (``refit_settings``) with ``overrides`` (``mixture_kwargs``)."""
+    """The run's settings: the original fit's (``refit_settings``) with ``overrides`` (``mixture_options``)."""
     check_mixture_values(overrides)
     out = dict(settings)
     out.pop("checkpoint", None)
     out.pop("batched", None)  # a refit setting
     for key, value in dict(overrides or {}).items():
         if key not in out:
-            raise ValueError(f"mixture_kwargs: unknown setting {key!r}; allowed: {sorted(out)}.")
+            raise ValueError(f"mixture_options: unknown setting {key!r}; allowed: {sorted(out)}.")
         out[key] = type(out[key])(value)
     if out["chains"] < 2 or out["draws"] < 50:
         raise ValueError(f"the mixture run needs at least 2 chains of 50 draws; the settings are {out} "
-                         "(mixture_kwargs= overrides them).")
+                         "(mixture_options overrides them).")
     return out
 
 
@@ -174,9 +169,9 @@ def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
     settings : dict
         ``chains``, ``draws``, ``warmup``, ``target_accept``, ``max_tree_depth`` (:func:`mixture_settings`).
     random_seed : int, optional
-        None: :func:`default_seed` of the draws.
+        None: a seed derived from the draws (:func:`~ppl_loo.numerics.random.seed_from`).
     """
-    seed = default_seed(theta) if random_seed is None else int(np.random.default_rng(random_seed).integers(2**31))
+    seed = int(np.random.default_rng(seed_from(random_seed, np.asarray(theta, dtype=np.float64))).integers(2**31))
     t0 = time.perf_counter()
     draws, info = _sample(model, np.asarray(theta), settings, seed)
     C, D, d = draws.shape

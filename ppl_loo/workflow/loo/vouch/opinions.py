@@ -1,5 +1,6 @@
-"""The second-opinion stages of ``pl.loo`` (``mixture=``, ``smc=``): each runs on what the verdict leaves unsettled
-(:func:`ppl_loo.workflow.loo.verdict.verdict`) and returns an :class:`~ppl_loo.workflow.loo.vouch.rule.Opinion`."""
+"""The second-opinion stages of ``pl.loo`` (``second_opinions=``: ``mixture``, ``smc``): each runs on what the
+verdict leaves unsettled (:func:`ppl_loo.workflow.loo.verdict.verdict`) and returns an
+:class:`~ppl_loo.workflow.loo.vouch.rule.Opinion`."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import warnings
 import numpy as np
 
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
+from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.exact.refit import refit_settings
-from ppl_loo.workflow.loo.vouch.mixture import MIN_ESS, default_seed, mixture_run_ok, mixture_settings, run_mixture
+from ppl_loo.workflow.loo.vouch.mixture import MIN_ESS, mixture_run_ok, mixture_settings, run_mixture
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 from ppl_loo.workflow.loo.vouch.smc import run_smc
 
@@ -20,7 +22,7 @@ __all__ = ["mixture_stage", "smc_stage", "check_opinion_args", "mixture_run_sett
 #: a mixture run whose own checks fail (divergences, its weights' R-hat or ESS) runs once more with twice the draws
 #: and at least this target acceptance (smaller steps: fewer divergences and better-mixed weights)
 RETRY_TARGET_ACCEPT = 0.95
-#: smc="auto" runs tempered SMC only for models of at most this many unconstrained parameters
+#: smc "auto" runs tempered SMC only for models of at most this many unconstrained parameters
 SMC_AUTO_MAX_DIM = 100
 #: a mixture estimate vouches alone only when its run's largest parameter R-hat is at most this: 1.1, the classic
 #: threshold for chains that have not mixed (Gelman et al. 2013); over thousands of coordinates 1.01 or 1.05 is
@@ -31,13 +33,13 @@ DEFAULT_SETTINGS = {"chains": 4, "draws": 1000, "warmup": 1000, "target_accept":
 
 
 def check_opinion_args(mixture, smc, mixture_kwargs):
-    """Bad ``mixture=`` / ``smc=`` / ``mixture_kwargs=`` fail before the search."""
+    """Bad ``mixture`` / ``smc`` / ``mixture_options`` (``second_opinions=``) fail before the search."""
     for name, value in (("mixture", mixture), ("smc", smc)):
         if not (value is True or value is False or value == "auto"):
-            raise ValueError(f"{name}={value!r}: use 'auto' (when an observation is doubtful after the search), True "
-                             "or False.")
+            raise ValueError(f"second_opinions: {name}={value!r}: use 'auto' (when an observation is doubtful after "
+                             "the search), True or False.")
     if mixture_kwargs is not None and not isinstance(mixture_kwargs, dict):
-        raise ValueError(f"mixture_kwargs={mixture_kwargs!r}: give a dict of settings, e.g. {{'draws': 500}}.")
+        raise ValueError(f"mixture_options={mixture_kwargs!r}: give a dict of settings, e.g. {{'draws': 500}}.")
     mixture_settings(DEFAULT_SETTINGS, mixture_kwargs)
 
 
@@ -67,7 +69,7 @@ def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None):
         if not mixture_run_ok(run.info) and _retry_can_pass(run.info):  # once more, twice as long, more careful steps
             retry = {**settings, "draws": 2 * settings["draws"],
                      "target_accept": max(float(settings["target_accept"]), RETRY_TARGET_ACCEPT)}
-            seed = (default_seed(draws.theta) if random_seed is None else int(random_seed)) + 1
+            seed = int(seed_from(random_seed, np.asarray(draws.theta, dtype=np.float64))) + 1
             again = run_mixture(model, draws.theta, retry, seed)
             first = {k: run.info[k] for k in ("divergences", "rhat_mixture_weights", "ess_posterior_weights",
                                                "seconds", "draws")}
@@ -99,10 +101,10 @@ def _retry_can_pass(info):
 
 
 def smc_stage(model, draws, v, plain, ev, smc, random_seed):
-    """Tempered SMC (``smc=``) on what the verdict ``v`` leaves unsettled and on what only maps of the posterior
-    draws vouch for where plain PSIS failed (k-hat above 0.5) and no passing mixture estimate checked it (maps of the
-    same draws can miss together); only where the draws of the observation converged (SMC starts from them).
-    ``smc=True``: every observation the search examined. Returns ``(opinion or None, info or None)``."""
+    """Tempered SMC (``smc`` of ``second_opinions=``) on what the verdict ``v`` leaves unsettled and on what only maps
+    of the posterior draws vouch for where plain PSIS failed (k-hat above 0.5) and no passing mixture estimate checked
+    it (maps of the same draws can miss together); only where the draws of the observation converged (SMC starts from
+    them). ``smc`` True: every observation the search examined. Returns ``(opinion or None, info or None)``."""
     if smc is False or draws.approx:
         return None, None
     if smc is True:
@@ -114,7 +116,8 @@ def smc_stage(model, draws, v, plain, ev, smc, random_seed):
     d = int(np.asarray(draws.theta).shape[1])
     if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
         return None, {"skipped": f"{d} parameters, above smc='auto''s limit of {SMC_AUTO_MAX_DIM} (the cost of "
-                                 "tempered SMC's moves grows with the dimension); smc=True runs it",
+                                 "tempered SMC's moves grows with the dimension); second_opinions={'smc': True} "
+                                 "runs it",
                       "observations": [], "particles": 0, "n_ok": 0, "seconds": 0.0}
     if not targets.size:
         return None, None

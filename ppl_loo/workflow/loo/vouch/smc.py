@@ -1,4 +1,5 @@
-"""Tempered SMC from the posterior draws to each LOO posterior as a second opinion of ``pl.loo`` (``smc=``).
+"""Tempered SMC from the posterior draws to each LOO posterior as a second opinion of ``pl.loo``
+(``second_opinions={"smc": ...}``).
 
 The numerics are :func:`ppl_loo.numerics.smc.smc_loo` (BlackJAX's adaptive tempered SMC, vectorized over
 observations); here the model's functions, the particles (the posterior draws, thinned evenly to at most
@@ -14,10 +15,9 @@ import time
 
 import numpy as np
 
-from ppl_loo.numerics.random import prng_key
+from ppl_loo.numerics.random import prng_key, seed_from
 from ppl_loo.numerics.smc import smc_loo
 from ppl_loo.workflow.loo.interrupt import run_interruptible
-from ppl_loo.workflow.loo.vouch.mixture import default_seed
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 
 __all__ = ["run_smc", "MAX_PARTICLES", "POPULATIONS", "MIN_PER_POPULATION", "MIN_ACCEPTANCE"]
@@ -47,7 +47,7 @@ def run_smc(model, draws, targets, random_seed=None):
                            f"({pops} populations of {MIN_PER_POPULATION})", "observations": [], "particles": 0,
                 "n_ok": 0, "seconds": 0.0}
         return Opinion("smc", np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, bool)), info
-    seed = default_seed(draws.theta) if random_seed is None else int(np.random.default_rng(random_seed).integers(2**31))
+    seed = int(np.random.default_rng(seed_from(random_seed, np.asarray(draws.theta, dtype=np.float64))).integers(2**31))
     call = functools.partial(smc_loo, model.logp, model.loglik_i, theta, np.asarray(targets, dtype=np.int64),
                              prng_key(seed + 1), populations=pops)
     t0 = time.perf_counter()
