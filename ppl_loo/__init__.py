@@ -17,10 +17,11 @@ from ppl_loo.workflow.approx.laplace_predictive import laplace_predictive
 from ppl_loo.workflow.approx.qnvb import QNVBOptions, qnvb
 from ppl_loo.workflow.downstream.compare import compare
 from ppl_loo.workflow.downstream.loo_expectations import loo_expectations
+from ppl_loo.workflow.downstream.loo_metrics import LooMetric, loo_metrics
 from ppl_loo.workflow.downstream.loo_pit import loo_pit, plot_loo_pit
+from ppl_loo.workflow.downstream.loo_r2 import loo_r2
 from ppl_loo.workflow.downstream.loo_roc import LooROC, loo_roc
 from ppl_loo.workflow.downstream.loo_score import loo_score
-from ppl_loo.workflow.downstream.scores import LooMetric, loo_metrics, loo_r2
 from ppl_loo.workflow.exact.loo_kfold import KFoldResult, loo_kfold
 from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo

@@ -13,7 +13,7 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.weighted import KINDS, function_khat, weighted_summary
 from ppl_loo.workflow.downstream.points import entry_cache, evaluated, own_function
 
-__all__ = ["loo_expectations", "expectation", "summarized", "checked_model", "warn_unkept"]
+__all__ = ["loo_expectations", "expectation", "summarized", "checked_model", "warn_unkept", "observed_and_loo_means"]
 
 
 @uses_x64
@@ -149,3 +149,25 @@ def checked_model(data, res, model, caller):
         raise ValueError(f"{caller} needs model=: the model the result was computed with "
                          f"(pl.{caller}(data, res, ..., model=model)).")
     return as_model(model, var_name=res.var_name, data=data)
+
+
+def observed_and_loo_means(data, res, model, mean, y, caller):
+    """The observed values and their LOO predictive means (flat), and the checked model."""
+    model = checked_model(data, res, model, caller)
+    if mean is None:
+        mean = model.predictive_mean
+        if mean is None:
+            raise ValueError(f"the {model.kind} model has no predictive mean; pass "
+                             "mean=callable(params) -> E[y_rep_i | theta], array (M, *obs_shape).")
+    elif not callable(mean):
+        raise TypeError("`mean` must be a callable mean(params) -> array (M, *obs_shape).")
+    pred = expectation(data, res, mean, model, with_khat=False)
+    if y is None:
+        observed = getattr(model.obs, "observed", None)
+        if observed is None:
+            raise ValueError(f"{caller} needs the observed values: pass y= (the model does not carry them).")
+        y = observed
+    y = np.asarray(y, dtype=float).reshape(-1)
+    if y.size != pred.size:
+        raise ValueError(f"y has {y.size} values but the LOO result has {pred.size} observations.")
+    return y, np.asarray(pred.values, dtype=float).reshape(-1)
