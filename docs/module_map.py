@@ -29,7 +29,8 @@ def first_sentence(path: Path) -> str:
     m = re.match(r"(.+?(?<!\bal)(?<!\b[Ee]q)(?<!\be\.g)(?<!\bi\.e)(?<!\bSec)(?<!\bvs)\.)\s+(?=[A-Z])", text)
     sentence = (m.group(1) if m else text).rstrip(":;.")
     if len(sentence) > 150:  # a long sentence: its head, up to the first colon, semicolon or parenthesis after it
-        cuts = [i for i in (sentence.find(c, 40) for c in (": ", "; ", " (")) if i > 0]
+        cuts = [i for i in (sentence.find(c, 40) for c in (": ", "; ", " ("))
+                if i > 0 and sentence[:i].count("(") == sentence[:i].count(")")]
         sentence = sentence[:min(cuts)] if cuts else sentence
     return sentence + "."
 

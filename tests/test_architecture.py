@@ -155,3 +155,15 @@ def test_workflow_reaches_models_through_the_protocol_only():
                      if t.startswith(("ppl_loo.adapters.pymc", "ppl_loo.adapters.stan", "ppl_loo.adapters.jax"))]
     assert reads == [] and adapters == []
     assert "source" not in Model._fields and "cache" not in Model._fields
+
+
+def test_module_map_of_contributing_is_current():
+    """``docs/contributing.md``'s module map is what ``docs/module_map.py`` writes from the modules' docstrings: a
+    module added, renamed or re-described without regenerating it fails here."""
+    proc = subprocess.run([sys.executable, str(PKG.parent / "docs" / "module_map.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = (PKG.parent / "docs" / "contributing.md").read_text()
+    for path in PKG.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            assert f"`{path.name}`" in text, path

@@ -1,1 +1,2 @@
-"""The jax backend of the model protocol."""
+"""The JAX adapters: ``JaxModel`` (plain JAX functions), the closed-form models ``LogisticRegression`` and
+``ReluNet``, and the likelihood-free ``SimulatorModel``."""
