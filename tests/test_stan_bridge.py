@@ -142,11 +142,11 @@ def test_propto_differs_by_a_constant(eight):
 def test_threads_give_identical_results(eight):
     x = _points(eight.dim, n=37, seed=4)
     lp1, g1 = eight.log_density_gradient(x)
-    c1 = eight.param_constrain(x, include_tp=True, include_gq=True, seed=7)
+    c1 = eight.param_constrain(x, include_tp=True, include_gq=True, random_seed=7)
     eight.n_threads = 3
     try:
         lp3, g3 = eight.log_density_gradient(x)
-        c3 = eight.param_constrain(x, include_tp=True, include_gq=True, seed=7)
+        c3 = eight.param_constrain(x, include_tp=True, include_gq=True, random_seed=7)
     finally:
         eight.n_threads = 1
     np.testing.assert_array_equal(lp1, lp3)
@@ -197,7 +197,7 @@ def test_constrain_unconstrain_roundtrip_on_cmdstan_draws(eight):
     np.testing.assert_allclose(eight.param_constrain(u), par, rtol=1e-12, atol=1e-14)
     # transformed parameters and log_lik reproduce CmdStan's output (its inputs are rounded to
     # 6 significant digits, and theta = mu + tau * theta_tilde loses some of them to cancellation)
-    full = eight.param_constrain(u, include_tp=True, include_gq=True, seed=3)
+    full = eight.param_constrain(u, include_tp=True, include_gq=True, random_seed=3)
     np.testing.assert_allclose(full[:, 10:26], values[:, 17:33], rtol=1e-5, atol=1e-4)
     # transform_inits path for one draw
     pt = {"mu": par[0, 0], "tau": par[0, 1], "theta_tilde": par[0, 2:]}
@@ -208,13 +208,13 @@ def test_roundtrip_random_and_split(eight):
     u = _points(eight.dim, n=20, seed=6)
     c = eight.param_constrain(u)
     np.testing.assert_allclose(eight.param_unconstrain(c), u, rtol=1e-12, atol=1e-12)
-    full = eight.param_constrain(u, include_tp=True, include_gq=True, seed=11)
+    full = eight.param_constrain(u, include_tp=True, include_gq=True, random_seed=11)
     parts = eight.split_constrained(full, include_tp=True, include_gq=True)
     np.testing.assert_allclose(parts["theta"], parts["mu"][:, None] + parts["tau"][:, None] * parts["theta_tilde"],
                                rtol=1e-12)
     # GQ RNG is reproducible for a seed and changes with it
-    np.testing.assert_array_equal(full, eight.param_constrain(u, include_tp=True, include_gq=True, seed=11))
-    other = eight.param_constrain(u, include_tp=True, include_gq=True, seed=12)
+    np.testing.assert_array_equal(full, eight.param_constrain(u, include_tp=True, include_gq=True, random_seed=11))
+    other = eight.param_constrain(u, include_tp=True, include_gq=True, random_seed=12)
     assert not np.allclose(other[:, 26:], full[:, 26:])
     np.testing.assert_array_equal(other[:, :26], full[:, :26])
 

@@ -468,14 +468,16 @@ class StanModel:
 
     # ------------------------------------------------------------------ transforms
     def param_constrain(
-        self, theta_unc, *, include_tp: bool = False, include_gq: bool = False, seed: int = 0
+        self, theta_unc, *, include_tp: bool = False, include_gq: bool = False, random_seed: int | None = None
     ) -> np.ndarray:
         """Constrained values (``write_array``) ``(S, param_num(include_tp, include_gq))``.
 
         Columns follow :meth:`constrained_param_names`. Generated quantities of draw ``s`` use
-        the RNG ``create_rng(seed, s + 1)``, so results are reproducible for a given seed.
+        the RNG ``create_rng(random_seed, s + 1)``, so results are reproducible for a given seed; None: a seed
+        derived from ``theta_unc``.
         """
         x, single = self._draws(theta_unc, self.dim, "param_constrain")
+        seed = int(seed_from(random_seed, x))
         n_out = self.param_num(include_tp, include_gq)
         out = np.empty((x.shape[0], n_out))
         # chunks of draws, each a short native call, so that Ctrl-C (handled by Python between calls) stops a

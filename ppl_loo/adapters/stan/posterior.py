@@ -316,7 +316,7 @@ class StanPosterior(PosteriorModel):
         for j, xj in enumerate(x):  # a test point the program rejects (a constraint of its own) is skipped
             try:
                 gq[j] = self.bridge.param_constrain(xj[None], include_tp=True, include_gq=True,
-                                                    seed=self._seed)[0, self._ll_cols[i]]
+                                                    random_seed=self._seed)[0, self._ll_cols[i]]
             except Exception:  # noqa: BLE001 - Stan's exception at that point; the other points decide
                 continue
         bad = np.isfinite(gq) & ~np.isclose(derived, gq, rtol=1e-9, atol=1e-9)  # NaN/-inf where gq is finite too
@@ -475,7 +475,7 @@ class StanPosterior(PosteriorModel):
         theta = np.asarray(theta, dtype=np.float64)
         x = theta.reshape(-1, self.dim)
         self._check_cancel()
-        out = self.bridge.param_constrain(x, include_tp=True, include_gq=True, seed=self._seed)
+        out = self.bridge.param_constrain(x, include_tp=True, include_gq=True, random_seed=self._seed)
         return np.ascontiguousarray(out[:, self._ll_cols]).reshape(*theta.shape[:-1], self.n_obs)
 
     # ------------------------------------------------------------------ JAX functions
@@ -761,7 +761,8 @@ class StanPosterior(PosteriorModel):
         model, discrete = self._cdf_model()
         dataset = xr.Dataset({name: (("chain", "draw") + tuple(f"{name}_dim_{k}" for k in range(np.ndim(v) - 1)),
                                      np.asarray(v)[None]) for name, v in params.items()})
-        values = model.param_constrain(self.unconstrain(dataset), include_tp=True, include_gq=True, seed=self._seed)
+        values = model.param_constrain(self.unconstrain(dataset), include_tp=True, include_gq=True,
+                                       random_seed=self._seed)
         cols = flat_columns(model, self._log_lik_name)
         if discrete:
             cols.update(flat_columns(model, BELOW))

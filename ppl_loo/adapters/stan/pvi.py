@@ -274,7 +274,7 @@ def _simulator_columns(bridge, simulator, n, n_key):
 def _draw(bridge, idx, x, s):
     """The simulator's draws ``(M, n)`` at ``x`` in the RNG streams of seed ``s``."""
     out = bridge.param_constrain(np.ascontiguousarray(x, dtype=np.float64), include_tp=True, include_gq=True,
-                                 seed=int(np.asarray(s)))
+                                 random_seed=int(np.asarray(s)))
     return np.asarray(out, dtype=np.float64)[:, idx]
 
 
