@@ -135,7 +135,7 @@ def run_model(name, code, draws, cache_entries, n=40):
     work = Path(tempfile.mkdtemp(prefix=f"stan_search_{name}_"))
     (work / f"{name}.stan").write_text(code)
     sm = pl.StanModel(str(work / f"{name}.stan"), d, sampler=True)
-    csv = sample_cmdstan_csv(sm, str(work / "csv"), chains=4, seed=3, num_warmup=500, num_samples=draws // 4)
+    csv = sample_cmdstan_csv(sm, str(work / "csv"), chains=4, random_seed=3, num_warmup=500, num_samples=draws // 4)
     tree = pl.from_cmdstan(sorted(str(p) for p in (work / "csv").glob("*.csv")), log_likelihood="log_lik")
     del csv
     out = {}

@@ -1,4 +1,9 @@
-"""Fit a JAX model (:func:`ppl_loo.adapters.as_model.as_model`) with NumPyro's NUTS and return a DataTree.
+"""Fit a model with NUTS and return a DataTree: the one entry point to the package's samplers.
+
+A Stan program (``pl.StanModel(..., sampler=True)``) runs Stan's own NUTS in-process
+(:mod:`ppl_loo.stan_bridge.sampler`, CmdStan-format CSV read back with :func:`ppl_loo.from_cmdstan`); any other
+model (:func:`ppl_loo.as_model`: PyMC, JAX) runs NumPyro's NUTS (:mod:`ppl_loo.numerics.nuts`). The many-target
+runs of the refits and the mixture use :func:`ppl_loo.numerics.nuts.batched_nuts` behind ``pl.loo``.
 
 The result has the groups the LOO workflow reads: ``posterior`` (named constrained variables,
 dims ``chain, draw, ...``), ``log_likelihood`` (the model's ``var_name`` over its observation
@@ -7,6 +12,7 @@ dims), ``observed_data`` (when the model carries its data) and ``sample_stats``.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -17,9 +23,12 @@ import numpy as np
 import xarray as xr
 
 from ppl_loo.adapters.as_model import as_model
+from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.nuts import default_chain_method
 from ppl_loo.numerics.random import prng_key
+from ppl_loo.stan_bridge.model import StanModel
+from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
 __all__ = ["sample_nuts"]
 
@@ -89,16 +98,17 @@ def _dataset(arrays: Mapping, dims: Mapping, coords: Mapping, sample_dims=("chai
 
 @uses_x64
 def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_samples: int = 500, random_seed,
-                target_accept: float = 0.8, max_tree_depth: int = 10, init=None, progress_bar: bool = False,
+                target_accept: float = 0.8, max_tree_depth: int = 10, init=None, progressbar: bool = False,
                 numpyro_model: Callable | None = None, chain_method: str | None = None,
                 dense_mass: bool = False) -> xr.DataTree:
-    """Sample a model's posterior with NumPyro's NUTS.
+    """Sample a model's posterior with NUTS: Stan's own for a Stan program, NumPyro's for the others.
 
     Parameters
     ----------
-    model : PosteriorModel or Model
-        A JAX-traceable model (``JaxModel``, ``LogisticRegression``, ``ReluNet``, ...), through
-        :func:`ppl_loo.adapters.as_model.as_model`.
+    model : StanModel, PosteriorModel or Model
+        A ``pl.StanModel`` built with ``sampler=True`` (Stan's NUTS, in-process; ``init``, ``numpyro_model``,
+        ``chain_method`` and ``dense_mass`` do not apply), or a JAX-traceable model (``JaxModel``,
+        ``LogisticRegression``, ``ReluNet``, a PyMC model's adapter, ...), through :func:`ppl_loo.as_model`.
     num_chains, num_warmup, num_samples : int
     random_seed : int, numpy.random.Generator or JAX key
         Required: the only source of randomness (initial points and NUTS).
@@ -111,7 +121,7 @@ def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_sample
         ``(num_chains, dim)`` gives ``theta``; a dict / Dataset of constrained values (one row or
         one per chain) is passed through ``model.unconstrain``. With ``numpyro_model``, ``init`` is
         a NumPyro init strategy (default ``init_to_uniform``).
-    progress_bar : bool, default False
+    progressbar : bool, default False
     numpyro_model : callable, optional
         A NumPyro model of the same posterior in a better parameterization (for example
         ``LogisticRegression.numpyro_model()``, non-centered). Its sample or deterministic sites
@@ -132,16 +142,18 @@ def sample_nuts(model, *, num_chains: int = 2, num_warmup: int = 500, num_sample
         ``acceptance_rate``, ``step_size``, ``lp`` = log density of the sampler's
         parameterization). ``posterior.attrs["sampling_time"]`` is the wall time in seconds.
     """
-    model = as_model(model)
     num_chains, num_warmup, num_samples = int(num_chains), int(num_warmup), int(num_samples)
     if num_chains < 1 or num_samples < 1 or num_warmup < 0:
         raise ValueError("num_chains and num_samples must be >= 1 and num_warmup >= 0.")
+    if isinstance(model, StanModel):
+        return _stan_nuts(model, num_chains, num_warmup, num_samples, random_seed, target_accept, max_tree_depth)
+    model = as_model(model)
     key_init, key_run = jax.random.split(prng_key(random_seed))
     names, param_dims = _param_names_and_dims(model)
     kernel, run_kwargs = _nuts_kernel(model, numpyro_model, init, num_chains, key_init, target_accept,
                                       max_tree_depth, dense_mass)
     chain_method = default_chain_method(chain_method)
-    mcmc = _mcmc(kernel, num_chains, num_warmup, num_samples, chain_method, progress_bar)
+    mcmc = _mcmc(kernel, num_chains, num_warmup, num_samples, chain_method, progressbar)
     t0 = time.perf_counter()
     mcmc.run(key_run, extra_fields=_EXTRA_FIELDS, **run_kwargs)
     samples = mcmc.get_samples(group_by_chain=True)
@@ -255,3 +267,18 @@ def _datatree(model, posterior, param_dims, theta, stats, attrs) -> xr.DataTree:
     for ds in groups.values():
         ds.attrs.update(attrs)
     return xr.DataTree.from_dict(groups)
+
+
+def _stan_nuts(model, chains, warmup, draws, random_seed, target_accept, max_tree_depth) -> xr.DataTree:
+    """Stan's NUTS on ``model`` (built with ``sampler=True``), its CSV files read back into a DataTree."""
+    if isinstance(random_seed, np.random.Generator):
+        random_seed = int(random_seed.integers(2**31))
+    if not isinstance(random_seed, (int, np.integer)):
+        raise TypeError(f"random_seed must be an int or a numpy.random.Generator for a Stan program, got "
+                        f"{type(random_seed).__name__}.")
+    with tempfile.TemporaryDirectory(prefix="ppl_loo_nuts_") as tmp:
+        paths, _ = sample_cmdstan_csv(model, tmp, chains=chains, random_seed=int(random_seed), num_warmup=warmup,
+                                      num_samples=draws, adapt_delta=float(target_accept),
+                                      max_depth=int(max_tree_depth))
+        tree = from_cmdstan([str(p) for p in paths], log_likelihood=model.loo_options["log_likelihood"])
+        return tree.load()

@@ -63,8 +63,8 @@ def work(tmp_path_factory):
     (d / "data.json").write_text(json.dumps(DATA))
     (d / "narrow.json").write_text(json.dumps(NARROW))
     sm = pl.StanModel(NORMAL, DATA, sampler=True)
-    sample_cmdstan_csv(sm, d / "csv", chains=2, seed=1, num_warmup=300, num_samples=400)
-    sample_cmdstan_csv(sm, d / "short", chains=2, seed=3, num_warmup=10, num_samples=40)
+    sample_cmdstan_csv(sm, d / "csv", chains=2, random_seed=1, num_warmup=300, num_samples=400)
+    sample_cmdstan_csv(sm, d / "short", chains=2, random_seed=3, num_warmup=10, num_samples=40)
     code, out, err = run_cli("sample", NORMAL, "--data", d / "narrow.json", "--out-dir", d / "narrow", "--chains", "2",
                              "--warmup", "300", "--draws", "400", "--seed", "5", "--quiet")
     assert code == 0 and out.split() == [str(d / "narrow" / f"output_{c}.csv") for c in (1, 2)]
@@ -145,7 +145,7 @@ def test_refuses_to_overwrite(work, fit_json):
 
 def test_sample_subcommand_equals_the_sampler_and_refuses_overwrite(work):
     sm = pl.StanModel(NORMAL, NARROW, sampler=True)
-    paths, _ = sample_cmdstan_csv(sm, work / "narrow_py", chains=2, seed=5, num_warmup=300, num_samples=400)
+    paths, _ = sample_cmdstan_csv(sm, work / "narrow_py", chains=2, random_seed=5, num_warmup=300, num_samples=400)
     a = pl.from_cmdstan(sorted(str(p) for p in (work / "narrow").glob("*.csv")))
     b = pl.from_cmdstan([str(p) for p in paths])
     np.testing.assert_array_equal(a["posterior"]["mu"].values, b["posterior"]["mu"].values)

@@ -25,8 +25,8 @@ def work(tmp_path_factory):
     d = tmp_path_factory.mktemp("guidance")
     (d / "data.json").write_text(json.dumps(DATA))
     sm = pl.StanModel(NORMAL, DATA, sampler=True)
-    sample_cmdstan_csv(sm, d / "csv", chains=2, seed=11, num_warmup=300, num_samples=400)
-    sample_cmdstan_csv(sm, d / "short", chains=2, seed=3, num_warmup=10, num_samples=40)
+    sample_cmdstan_csv(sm, d / "csv", chains=2, random_seed=11, num_warmup=300, num_samples=400)
+    sample_cmdstan_csv(sm, d / "short", chains=2, random_seed=3, num_warmup=10, num_samples=40)
     return d
 
 

@@ -153,7 +153,7 @@ def sampled(tmp_path_factory):
     X = rng.normal(size=(20, 2))
     y = (X[:, 0] * X[:, 1] > 0).astype(int)
     model = pl.StanModel(RELU, relu_data(X, y, hidden=2), sampler=True)
-    paths, logs = sample_cmdstan_csv(model, tmp_path_factory.mktemp("csv"), chains=2, seed=42, num_warmup=150,
+    paths, logs = sample_cmdstan_csv(model, tmp_path_factory.mktemp("csv"), chains=2, random_seed=42, num_warmup=150,
                                      num_samples=100, thin=3, save_warmup=True, max_depth=6, prefix="relu")
     return model, paths, logs
 

@@ -273,7 +273,7 @@ def test_stan_sampler_on_a_worker_thread(client, tmp_path):
     sm = pl.StanModel(NORMAL, data, sampler=True)
 
     def draws(model, out):
-        paths, _ = sample_cmdstan_csv(model, out, chains=1, seed=9, num_warmup=100, num_samples=100)
+        paths, _ = sample_cmdstan_csv(model, out, chains=1, random_seed=9, num_warmup=100, num_samples=100)
         rows = [line for line in paths[0].read_text().splitlines() if line and not line.startswith("#")]
         return np.loadtxt(rows[1:], delimiter=",")  # lp__, ..., mu, log_lik (rows[0]: the names)
 

@@ -181,7 +181,7 @@ def test_stan_refit_matches_closed_form(tmp_path):
     data = {"N": len(Y), "y": Y, "sigma": SIGMA, "mu0": 0.0, "tau0": TAU}
     program = ROOT / "stan_models" / "normal_known_sigma.stan"
     sm = pl.StanModel(program, data, sampler=True)
-    paths, _ = sample_cmdstan_csv(sm, tmp_path, chains=4, seed=11, num_warmup=300, num_samples=500)
+    paths, _ = sample_cmdstan_csv(sm, tmp_path, chains=4, random_seed=11, num_warmup=300, num_samples=500)
     tree = pl.from_cmdstan([str(p) for p in paths])
     assert tree["posterior"].attrs["adapt_delta"] == 0.8 and tree["posterior"].attrs["max_depth"] == 10
     res = _loo(tree, pl.StanModel(program, data), refit=[OUTLIER], random_seed=3)

@@ -32,7 +32,7 @@ SIGMA, MU0, TAU0 = 1.0, 0.0, 10.0
 def test_normal_program_pit_against_scipy_and_the_closed_form():
     data = {"N": len(Y), "y": Y, "sigma": SIGMA, "mu0": MU0, "tau0": TAU0}
     sm = pl.StanModel(str(NORMAL), data, sampler=True)
-    paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=11, num_warmup=300, num_samples=1000)
+    paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, random_seed=11, num_warmup=300, num_samples=1000)
     tree = pl.from_cmdstan([str(p) for p in paths])
     model = pl.StanModel(str(NORMAL), data)
     with warnings.catch_warnings():

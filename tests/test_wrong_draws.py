@@ -72,7 +72,7 @@ def work(tmp_path_factory):
     (d / "edited.json").write_text(json.dumps(EDITED))
     (d / "student.stan").write_text(STUDENT)
     sm = pl.StanModel(NORMAL, DATA, sampler=True)
-    sample_cmdstan_csv(sm, d / "csv", chains=2, seed=7, num_warmup=300, num_samples=300)
+    sample_cmdstan_csv(sm, d / "csv", chains=2, random_seed=7, num_warmup=300, num_samples=300)
     return d
 
 

@@ -733,7 +733,7 @@ class StanProblem:
 
         sm = self.stan_model(data, sampler=True)
         t0 = time.perf_counter()
-        paths, _ = sample_cmdstan_csv(sm, tmpdir, chains=settings["chains"], seed=seed,
+        paths, _ = sample_cmdstan_csv(sm, tmpdir, chains=settings["chains"], random_seed=seed,
                                       num_warmup=settings["warmup"], num_samples=settings["draws"],
                                       adapt_delta=settings.get("target_accept", 0.8),
                                       max_depth=settings.get("max_depth", 10))

@@ -300,7 +300,7 @@ def run_sample(args):
     _say(args, f"sampling {args.stan_file}: {args.chains} chains x ({args.warmup} warmup + {args.draws} draws), "
                f"seed {args.seed}")
     try:
-        paths, _ = sample_cmdstan_csv(model, out_dir, chains=args.chains, seed=args.seed, num_warmup=args.warmup,
+        paths, _ = sample_cmdstan_csv(model, out_dir, chains=args.chains, random_seed=args.seed, num_warmup=args.warmup,
                                       num_samples=args.draws, thin=args.thin, adapt_delta=args.adapt_delta,
                                       max_depth=args.max_depth, prefix=args.prefix, data_file=args.data)
     except StanEvaluationError as err:

@@ -100,7 +100,7 @@ def sample_cmdstan_csv(
     output_dir,
     *,
     chains: int = 4,
-    seed: int,
+    random_seed: int,
     num_warmup: int = 1000,
     num_samples: int = 1000,
     thin: int = 1,
@@ -120,8 +120,8 @@ def sample_cmdstan_csv(
         A :class:`~ppl_loo.StanModel` built with ``sampler=True``.
     output_dir
         Directory of the CSV files (created if needed).
-    chains, seed
-        Chain ``c`` (1-based, CmdStan's ``id``) uses Stan's RNG ``create_rng(seed, c)``.
+    chains, random_seed
+        Chain ``c`` (1-based, CmdStan's ``id``) uses Stan's RNG ``create_rng(random_seed, c)``.
     num_warmup, num_samples, thin, save_warmup, adapt_delta, max_depth, init_radius, stepsize
         CmdStan's arguments of the same names (``adapt delta``, ``nuts max_depth``, ``init``).
     data_file
@@ -142,13 +142,14 @@ def sample_cmdstan_csv(
     paths, logs = [], []
     for chain in range(1, int(chains) + 1):  # chains, not draws: one C++ call runs a whole chain
         path = out_dir / f"{prefix}_{chain}.csv"
-        header = _header(model, path=path, chain=chain, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
+        header = _header(model, path=path, chain=chain, seed=random_seed, num_warmup=num_warmup,
+                         num_samples=num_samples,
                          thin=thin, save_warmup=save_warmup, adapt_delta=adapt_delta, max_depth=max_depth,
                          init_radius=init_radius, stepsize=stepsize, data_file=data_file)
         log, err = ctypes.c_void_p(), ctypes.c_void_p()
         rc = model._lib.plstan_sample_nuts(
             model._handle, os.fspath(path).encode(), header.encode(), int(num_warmup), int(num_samples), int(thin),
-            int(bool(save_warmup)), int(seed) & 0xFFFFFFFF, chain, float(init_radius), float(stepsize),
+            int(bool(save_warmup)), int(random_seed) & 0xFFFFFFFF, chain, float(init_radius), float(stepsize),
             float(adapt_delta), int(max_depth), ctypes.byref(log), ctypes.byref(err),
         )
         text = model._take(log) if log.value else ""

@@ -198,7 +198,7 @@ y[3] = 60
 data = {"N": N, "y": y}
 prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
 sm = pl.StanModel(prog, data, sampler=True)
-paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=3, num_warmup=300, num_samples=250)
+paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, random_seed=3, num_warmup=300, num_samples=250)
 tree = pl.from_cmdstan([str(p) for p in paths])
 stan = pl.StanModel(prog, data)
 warnings.simplefilter("ignore")
@@ -237,7 +237,7 @@ with open(os.path.join(work, "data.json"), "w") as f:
     json.dump(data, f)
 prog = os.path.join(os.environ["ROOT"], "stan_models", "poisson_lognormal.stan")
 sm = pl.StanModel(prog, data, sampler=True)
-sample_cmdstan_csv(sm, os.path.join(work, "csv"), chains=4, seed=3, num_warmup=300, num_samples=500)
+sample_cmdstan_csv(sm, os.path.join(work, "csv"), chains=4, random_seed=3, num_warmup=300, num_samples=500)
 print("CLI", flush=True)
 sys.exit(main(["loo", prog, "--data", os.path.join(work, "data.json"), os.path.join(work, "csv"), "--mixture",
                "off", "--smc", "off"]))
@@ -319,7 +319,7 @@ Y = np.array([0.3, -0.8, 1.1, 0.2, -0.4, 0.9, -1.3, 0.5, 0.1, -0.2, 9.0, 0.7])
 data = {{"N": len(Y), "y": Y, "sigma": 1.0, "mu0": 0.0, "tau0": 10.0}}
 program = "{ROOT / 'stan_models' / 'normal_known_sigma.stan'}"
 sm = pl.StanModel(program, data, sampler=True)
-paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, seed=11, num_warmup=300, num_samples=500)
+paths, _ = sample_cmdstan_csv(sm, tempfile.mkdtemp(), chains=4, random_seed=11, num_warmup=300, num_samples=500)
 tree = pl.from_cmdstan([str(p) for p in paths])
 warnings.simplefilter("ignore")
 res = pl.loo(tree, pl.StanModel(program, data), progressbar=True, refit=list(range(12)), random_seed=3,

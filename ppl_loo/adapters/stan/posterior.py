@@ -618,7 +618,7 @@ class StanPosterior(PosteriorModel):
         program), its CSV output read back with :func:`~ppl_loo.io.from_cmdstan` and unconstrained."""
         seed = int(np.random.default_rng(random_seed).integers(2**31))
         with tempfile.TemporaryDirectory() as tmp:
-            paths, _ = sample_cmdstan_csv(sm, tmp, chains=int(chains), seed=seed, num_warmup=int(warmup),
+            paths, _ = sample_cmdstan_csv(sm, tmp, chains=int(chains), random_seed=seed, num_warmup=int(warmup),
                                           num_samples=int(draws), adapt_delta=float(target_accept),
                                           max_depth=int(max_tree_depth))
             with warnings.catch_warnings():
