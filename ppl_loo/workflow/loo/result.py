@@ -72,8 +72,8 @@ class LooResult(ELPDDataLOO):
       observation its estimate, SE and whether it passed its checks; SMC's particles, tempering steps,
       acceptance), None where they did not run;
     - ``n_params``: the number of parameters (the model's unconstrained dimension; None without a model):
-      ``p_loo`` above it is, by the ``loo`` glossary (Vehtari et al.), likely a sign of a badly misspecified
-      model, and :meth:`trust_lines` says so;
+      ``p_loo`` above it by more than twice its SE (:attr:`p_loo_se`) is, by the ``loo`` glossary (Vehtari et
+      al.), likely a sign of a badly misspecified model, and :meth:`trust_lines` says so;
     - ``stan_labels``: observations are named as Stan names them (``log_lik[8]``, 1-based, the CmdStan CSV column
       ``log_lik.8``) in messages and :meth:`obs_labels`, for draws from Stan; else by their coordinate values;
     - for draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``, or ``log_q=``):
@@ -177,17 +177,29 @@ class LooResult(ELPDDataLOO):
                          "random_seed=...) replaces them by exact refits.")
         return lines
 
+    @property
+    def p_loo_se(self):
+        """The SE of ``p_loo``: ``sqrt(n)`` times the sample SD of ``p_loo_i`` (R ``loo``'s ``se_p_loo``)."""
+        p_loo_i = getattr(self, "p_loo_i", None)
+        if p_loo_i is None:
+            return float("nan")
+        vals = np.asarray(p_loo_i.values, dtype=float).ravel()
+        return float(np.sqrt(vals.size) * np.std(vals, ddof=1)) if vals.size > 1 else float("nan")
+
     def p_loo_lines(self):
-        """A line when ``p_loo`` exceeds the number of parameters ``n_params``: the ``loo`` glossary
-        (Vehtari et al.) reads ``p_loo > p`` as a likely sign of a badly misspecified model."""
+        """A line when ``p_loo`` exceeds the number of parameters ``n_params`` by more than twice its SE: the
+        ``loo`` glossary (Vehtari et al.) reads ``p_loo`` well above ``p`` as a likely sign of a badly misspecified
+        model; an excess within the Monte Carlo and sampling noise of ``p_loo`` says nothing."""
         p = self.n_params
-        if p is None or not np.isfinite(self.p) or not self.p > p:
+        se = self.p_loo_se
+        if p is None or not np.isfinite(self.p) or not self.p - p > 2 * (se if np.isfinite(se) else 0.0):
             return []
         n = self.n_data_points
         hint = (f" With p small relative to n = {n}, posterior predictive checks are likely to show it too; an "
                 "overdispersed model or more structure (nonlinearity, a mixture) may help." if n and p < n / 5 else "")
-        return [f"p_loo {self.p:.1f} is above the model's {p} parameter(s): by the loo glossary (Vehtari et al.), "
-                f"p_loo > p is likely to indicate that the model is badly misspecified.{hint}"]
+        return [f"p_loo {self.p:.1f} (SE {se:.1f}) is above the model's {p} parameter(s) by {self.p - p:.1f}, more "
+                "than twice its SE: by the loo glossary (Vehtari et al.), p_loo well above p is likely to indicate "
+                f"that the model is badly misspecified.{hint}"]
 
     def obs_labels(self, idx=None, limit=None):
         """The user's labels of the flat observation indices ``idx`` (every observation when None):
