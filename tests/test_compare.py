@@ -24,7 +24,7 @@ from gaussian_models import LinearRegressionKnownNoise, leverage_regression, nor
 from report_helpers import hand_categories
 
 import ppl_loo as pl
-from ppl_loo.workflow.downstream.compare import COUNT_COLUMNS, FLAG_COLUMNS, WEIGHT_COLUMNS
+from ppl_loo.workflow.downstream.compare import COUNT_COLUMNS, FLAG_COLUMNS, LEGEND, WEIGHT_COLUMNS
 
 NUMBERS = ["rank", "elpd_diff", "dse", "p_worse", "p", "elpd", "se", "weight"]
 FLOATS = ["elpd_diff", "dse", "p_worse", "p", "elpd", "se", "weight", "diff_flagged"]
@@ -219,6 +219,18 @@ def test_cli_prints_two_decimals_and_round_to(saved):
     for name in table.index:
         for col in ("elpd", "se", "elpd_diff", "dse", "weight", "diff_flagged"):
             assert rows[name][col] == pytest.approx(float(table.loc[name, col]), rel=1e-12, abs=1e-12)
+
+
+def test_cli_prints_the_legend_of_the_added_columns(saved):
+    """Under the table, what elpd_diff and ppl_loo's columns mean (diff_flagged: oriented as elpd_diff, and free to
+    have the other sign); none with --quiet, whose output is the table alone."""
+    code, out, err = run_cli("compare", saved["narrow"], saved["right"])
+    assert code == 0
+    table, legend = out.split("\n\n", 1)
+    assert " ".join(legend.split()) == LEGEND
+    assert "diff_flagged: the part of elpd_diff" in LEGEND and "other sign" in LEGEND
+    code, quiet, err = run_cli("compare", saved["narrow"], saved["right"], "--quiet")
+    assert quiet == table + "\n"
 
 
 @pytest.mark.parametrize("bad", ["-1", "1.5", "x", "", "1e2", "٣"])

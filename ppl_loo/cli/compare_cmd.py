@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,7 @@ import pandas as pd
 import ppl_loo as pl
 from ppl_loo.cli.errors import DOUBTFUL, EXIT_EPILOG, OK, CliError, one_line, warnings_to_stderr
 from ppl_loo.cli.inputs import check_output, load_results
-from ppl_loo.workflow.downstream.compare import DEFAULT_DECIMALS
+from ppl_loo.workflow.downstream.compare import DEFAULT_DECIMALS, LEGEND
 
 __all__ = ["add_compare_parser", "add_report_parser", "compare_records", "run_compare", "run_report"]
 
@@ -140,6 +141,8 @@ def run_compare(args):
         print(json.dumps({"models": compare_records(df)}, indent=1))
     else:
         print(df.to_string())
+        if not args.quiet:
+            print("\n" + textwrap.fill(LEGEND, width=100))
     if html is not None:
         _report(results, html, args)
     return _status(results)

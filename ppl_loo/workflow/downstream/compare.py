@@ -27,6 +27,13 @@ __all__ = ["compare", "CompareTable", "display_decimals", "named_results", "flag
 #: the columns :func:`compare` adds to ``arviz_stats.compare``'s table
 #: (the counts are those of :func:`~ppl_loo.workflow.loo.categories.observation_categories`, the report's too)
 FLAG_COLUMNS = ("n_adapted", "n_second_opinion", "n_doubtful", "n_refit", "diff_flagged")
+
+#: what the columns ppl_loo adds to ``arviz_stats.compare``'s mean, printed under the table by ``ppl-loo compare``
+LEGEND = ("elpd_diff: this model's elpd_loo minus the best's. n_adapted, n_second_opinion, n_doubtful, n_refit: "
+          "observations settled by an adapted proposal, vouched for by a second opinion, that nothing vouches for, "
+          "refit exactly (the rest: plain PSIS). diff_flagged: the part of elpd_diff carried by the observations "
+          "that are not plain PSIS in this model or the best one; it can be larger than elpd_diff, or of the other "
+          "sign, when the other observations favour the other model.")
 #: and then which weights the after-LOO functions use (:func:`~ppl_loo.workflow.loo.categories.after_loo_weights`)
 WEIGHT_COLUMNS = ("n_weights_adapted", "n_weights_fallback")
 #: the integer (``Int64``, NA for a plain ``ELPDData``) columns
