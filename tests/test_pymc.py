@@ -418,3 +418,20 @@ def test_non_factorizing_likelihood():
     np.testing.assert_allclose(float(m.log_density(theta)[0]), f({"mu": 0.3}), rtol=1e-10)
     ll = np.asarray(m.log_lik(theta))[0]
     assert ll.shape == (n,) and np.isfinite(ll).all()
+
+
+def test_simulating_through_pymc_prints_nothing(capfd):
+    """``pm.sample_posterior_predictive`` (the simulator where the observed distribution has no JAX sampler) logs
+    "Sampling: [y]" at every call; ppl_loo calls it once per block of points, so its log is silenced there. The
+    draws: ``y_rep ~ N(mu, 1)`` at ``mu = 0``, mean 0 and variance 1 within Monte Carlo error."""
+    with pm.Model() as m:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        pm.Normal("y", mu, 1.0, observed=np.arange(5.0))
+    adapter = PyMCModel(m)
+    adapter.__dict__["_predictive_fn"] = None  # the cached JAX sampler set aside: PyMC's own path
+    capfd.readouterr()
+    y = adapter.replicated_data(np.zeros((4000, 1)), np.random.default_rng(0))
+    out, err = capfd.readouterr()
+    assert "Sampling" not in out + err
+    assert y.shape == (4000, 5)
+    assert abs(y.mean()) < 4 / np.sqrt(y.size) and abs(y.var() - 1) < 0.05

@@ -18,6 +18,7 @@ models, so a logistic regression written in PyMC runs on the same fast path as
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import warnings
@@ -48,7 +49,7 @@ from ppl_loo.model.protocol import GLMStructure
 from ppl_loo.numerics.glm_lines import blocked_softplus_sum, cache_logits, line_block_rows
 from ppl_loo.numerics.special import softplus
 
-__all__ = ["PyMCModel"]
+__all__ = ["PyMCModel", "quiet_pymc_log"]
 
 
 class PyMCModel(PosteriorModel):
@@ -397,7 +398,7 @@ class PyMCModel(PosteriorModel):
         params = self.constrain(np.asarray(theta, dtype=np.float64))
         trace = xr.Dataset({name: (("chain", "draw") + tuple(f"{name}_dim_{k}" for k in range(np.ndim(v) - 1)),
                                    np.asarray(v)[None]) for name, v in params.items()})
-        with warnings.catch_warnings():  # e.g. "Potentials are ignored": right here, the points are given
+        with warnings.catch_warnings(), quiet_pymc_log():  # "Potentials are ignored": here the points are given
             warnings.simplefilter("ignore", UserWarning)
             pp = pm.sample_posterior_predictive(trace, model=self.model, var_names=[self.var_name], random_seed=rng,
                                                 progressbar=False)
@@ -526,7 +527,7 @@ class PyMCModel(PosteriorModel):
         with clone:
             terms = clone.logp(vars=[clone[self.var_name]], sum=False, jacobian=False)[0]
             pm.Potential("ppl_loo_refit_without_observation", -terms.flatten()[int(i)])
-            with warnings.catch_warnings(), _noticing_sigint() as interrupted:
+            with warnings.catch_warnings(), _noticing_sigint() as interrupted, quiet_pymc_log():
                 warnings.simplefilter("ignore")
                 try:
                     idata = pm.sample(draws=int(draws), tune=int(warmup), chains=int(chains), cores=1,
@@ -623,3 +624,17 @@ def _noticing_sigint():
 def _rebuild_pymc_model(model, var_name, loo_log_density, structure):
     """:class:`PyMCModel` of an unpickled ``pymc.Model`` (:meth:`PyMCModel.__reduce__`)."""
     return PyMCModel(model, var_name, loo_log_density=loo_log_density, structure=structure)
+
+
+@contextlib.contextmanager
+def quiet_pymc_log():
+    """PyMC's informational log lines ("Sampling: [y]", "Auto-assigning NUTS sampler...") silenced for the
+    duration: ppl_loo calls PyMC once per block of points or per refit, hundreds of times in one user call, and
+    each line would say nothing the user asked for. Warnings and errors still show."""
+    logger = logging.getLogger("pymc")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
