@@ -435,3 +435,24 @@ def test_simulating_through_pymc_prints_nothing(capfd):
     assert "Sampling" not in out + err
     assert y.shape == (4000, 5)
     assert abs(y.mean()) < 4 / np.sqrt(y.size) and abs(y.var() - 1) < 0.05
+
+
+def test_draws_of_another_model_are_refused_before_anything_runs():
+    """Draws of a hierarchical model of the same data, given with a flat model: the shared variable ``mu`` would be
+    read and ``tau`` dropped; the check names the variable the model lacks."""
+    y = np.arange(5.0)
+    with pm.Model() as other:
+        tau = pm.HalfNormal("tau", 1.0)
+        mu = pm.Normal("mu", 0.0, tau)
+        pm.Normal("y", mu, 1.0, observed=y)
+        draws = pm.sample_prior_predictive(draws=200, random_seed=1)
+    with pm.Model() as flat:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+    posterior = draws["prior"].to_dataset()[["mu", "tau"]]
+    with pytest.raises(ValueError, match=r"variable\(s\) 'tau' that the PyMC model does not have \(its variables: mu"):
+        pl.as_model(flat).unconstrain(posterior)
+    # the model that was fitted reads them: mu unchanged (an identity transform), tau on the log scale
+    theta = pl.as_model(other).unconstrain(posterior)
+    names = pl.as_model(other).layout.labels
+    np.testing.assert_allclose(np.sort(theta[:, names.index("mu")]), np.sort(np.asarray(posterior["mu"]).ravel()))

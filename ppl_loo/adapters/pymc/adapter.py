@@ -551,6 +551,19 @@ class PyMCModel(PosteriorModel):
         return theta.reshape(int(chains), int(draws), self.dim), {"sampler": "pm.sample without the observation",
                                                                   "divergences": div}
 
+    def _check_variables(self, posterior):
+        """Refuse draws with variables this model does not have: the draws of another model of the same data
+        would otherwise be read for the variables the two share, and the rest silently dropped."""
+        names = getattr(posterior, "data_vars", None)
+        if names is None:
+            return
+        extra = sorted(str(n) for n in names if str(n) not in self.model.named_vars)
+        if extra:
+            own = ", ".join(sorted(str(v.name) for v in self.model.free_RVs + self.model.deterministics))
+            raise ValueError(f"the posterior has variable(s) {', '.join(map(repr, extra))} that the PyMC model "
+                             f"does not have (its variables: {own}): the draws are of another model. Pass the "
+                             "model that was fitted, or drop those variables from the posterior group.")
+
     def unconstrain(self, posterior) -> np.ndarray:
         """Unconstrained draws ``(S, dim)`` from the constrained posterior draws.
 
@@ -559,7 +572,8 @@ class PyMCModel(PosteriorModel):
         posterior : xarray.DataTree, xarray.Dataset or mapping
             The ``posterior`` group as ``pm.sample`` writes it (dims ``(chain, draw, ...)``,
             flattened chain-major), or a mapping ``name -> (S, *shape)`` /
-            ``(chain, draw, *shape)`` arrays. Extra variables are ignored.
+            ``(chain, draw, *shape)`` arrays. Its variables must be the model's (free, deterministic):
+            one the model does not have means draws of another model.
 
         Returns
         -------
@@ -570,8 +584,10 @@ class PyMCModel(PosteriorModel):
         Raises
         ------
         ValueError
-            A free variable is missing, has the wrong shape, or has draws outside its support.
+            A free variable is missing, has the wrong shape, or has draws outside its support; or the
+            posterior has variables the model does not.
         """
+        self._check_variables(posterior)
         draws, n_draws = read_draws(posterior, self.shapes, self.param_dims, convert=_finite_draws)
         arrays = [jnp.asarray(vals) for vals in draws]
         outs = self._jitted["unconstrain"](*arrays)
