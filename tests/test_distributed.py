@@ -258,7 +258,7 @@ def test_stan_program_same_numbers_and_worker_errors(client):
         with pytest.raises(Exception, match="need at least min_n = 8 observations, got N = 7") as info:
             _loo(dt, bad, search={"transforms": ("mm1",), "batch_size": 2}, compute={"client": where})
         errors.append(info.value)
-    assert type(errors[0]) is type(errors[1]) and isinstance(errors[0], pl.stan.StanEvaluationError)
+    assert type(errors[0]) is type(errors[1]) and isinstance(errors[0], pl.stan_bridge.StanEvaluationError)
     assert str(errors[0]) == str(errors[1])
 
 

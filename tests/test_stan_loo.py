@@ -329,7 +329,7 @@ def test_draw_outside_the_support_raises(eight_schools):
     tau[2, 5] = -1.0
     post["tau"] = (post["tau"].dims, tau)
     bad["posterior"] = xr.DataTree(post)
-    with pytest.raises(pl.stan.StanEvaluationError,
+    with pytest.raises(pl.stan_bridge.StanEvaluationError,
                        match=r"(?s)chain index 2, draw index 5.*outside the support.*"
                              r"Lower bounded variable is -1.*real<lower=0> tau;"):
         pl.loo(bad, model.bridge, progressbar=False)
@@ -364,9 +364,9 @@ def test_n_obs_detection_and_errors_inside_stan():
     y = np.array([0.3, -1.2, 0.8, 2.9, 0.1])
     data = {"N": 5, "y": y, "min_n": 5}
     stan = pl.StanModel(CHECKED_CODE, data)
-    with pytest.raises(pl.stan.StanDataError, match=r"ambiguous.*\['N', 'min_n'\].*n_obs="):
+    with pytest.raises(pl.stan_bridge.StanDataError, match=r"ambiguous.*\['N', 'min_n'\].*n_obs="):
         loo_adapter(stan)
-    with pytest.raises(pl.stan.StanDataError, match="n_obs='M' is not a data entry"):
+    with pytest.raises(pl.stan_bridge.StanDataError, match="n_obs='M' is not a data entry"):
         pl.StanModel(CHECKED_CODE, data, n_obs="M")
     stan = pl.StanModel(CHECKED_CODE, data, n_obs="N")
     assert loo_adapter(stan).obs_keys == ("y",)
@@ -378,7 +378,7 @@ def test_n_obs_detection_and_errors_inside_stan():
         {"mu": (("chain", "draw"), mu), "sigma": (("chain", "draw"), sigma)},
         coords={"chain": np.arange(2), "draw": np.arange(100)})})
     # deleting an observation leaves N = 4 < min_n: Stan's fatal_error inside the engine's callback
-    with pytest.raises((pl.stan.StanDataError, pl.stan.StanEvaluationError),
+    with pytest.raises((pl.stan_bridge.StanDataError, pl.stan_bridge.StanEvaluationError),
                        match="need at least min_n = 5 observations, got N = 4"), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")

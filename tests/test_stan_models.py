@@ -193,7 +193,7 @@ def test_relu_loo_matches_jax_model(relu):
     assert cs["labels"] == cj["labels"]
     flagged = np.flatnonzero(np.isfinite(cj["k"]).any(axis=1))
     # the 5 most influential, and those whose plain-PSIS k is above 0.5
-    expected = np.flatnonzero((influence > kw["influence_threshold"]) | (res_j.pareto_k_psis.values > 0.5))
+    expected = np.flatnonzero((influence > kw["search"]["influence_threshold"]) | (res_j.pareto_k_psis.values > 0.5))
     np.testing.assert_array_equal(flagged, expected)
     assert len(flagged) >= 5
     np.testing.assert_array_equal(np.flatnonzero(np.isfinite(cs["k"]).any(axis=1)), flagged)

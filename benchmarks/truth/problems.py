@@ -32,6 +32,7 @@ import numpy as np
 from truth_common import STAN_DIR
 
 from ppl_loo.adapters.as_model import as_model
+from ppl_loo.model.build import Compiled
 
 # ----------------------------------------------------------------------------- MCMC helpers
 
@@ -62,7 +63,7 @@ def _weighted(model, i, beta):
     def logp(theta):
         return m.loo_logp(theta, i) + beta * m.loglik_i(theta, i)
 
-    return m._replace(logp=logp, cache={})
+    return m._replace(logp=logp, compiled=Compiled())  # programs of its own: its logp is not the model's
 
 
 class JaxProblem:

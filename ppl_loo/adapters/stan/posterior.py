@@ -245,7 +245,7 @@ class StanPosterior(PosteriorModel):
         """Pickled (cloudpickle: dask workers) as its :class:`~ppl_loo.stan_bridge.StanModel` (which pickles as
         program, data and library key) and its LOO options; the deleted-data programs are rebuilt on use."""
         opts = {"var_name": self.var_name, "fd_eps": self.fd_eps, "n_obs": self.n_obs_key, "obs_keys": self.obs_keys,
-                "log_lik": self._log_lik_name, "loo_extra": self.loo_extra}
+                "log_likelihood": self._log_lik_name, "loo_extra": self.loo_extra}
         return _rebuild_posterior, (self.bridge, opts)
 
     # ------------------------------------------------------------------ deleted models

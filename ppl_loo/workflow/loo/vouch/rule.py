@@ -161,7 +161,7 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
     one of the engine's estimates with a second opinion, or two second opinions; else a passing mixture estimate
     alone where nothing else has an estimate (or only the unconverged draws do) and it is not above plain PSIS's
     (:func:`mixture_alone_ok`); else, still doubtful, the engine's estimate that passes every check where the draws
-    converged, or the first passing second opinion's value."""
+    converged or where the mixture estimate alone is the one in doubt, or the first passing second opinion's value."""
     cands = list(engine)
     best = None  # the agreeing pair whose pooled estimate is the most precise (the first such pair on a tie)
     for op in opinions:
@@ -196,6 +196,10 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
                    if mix.alone else "the mixture run's parameters have not all converged (R-hat), so it vouches "
                    "only where a second estimate agrees")
             notes[i] = "; ".join([f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: {why}"] + _said(engine))
+            if engine:  # the value shown is not the one this note doubts: the engine's, even from unconverged draws
+                name, e, s, label, k = engine[0]
+                pw.elpd[i], pw.mcse[i], (pw.transform[i], pw.hbar[i]), pw.k[i] = e, s, label, k
+                pw.use_adapted[i] = name == "adapted"
             return
     if engine and converged:  # still doubtful: the value shown is the engine's estimate that passes every check
         name, e, s, label, k = engine[0]
