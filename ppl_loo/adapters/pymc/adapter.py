@@ -587,8 +587,8 @@ class PyMCModel(PosteriorModel):
             A free variable is missing, has the wrong shape, or has draws outside its support; or the
             posterior has variables the model does not.
         """
-        self._check_variables(posterior)
         draws, n_draws = read_draws(posterior, self.shapes, self.param_dims, convert=_finite_draws)
+        self._check_variables(posterior)
         arrays = [jnp.asarray(vals) for vals in draws]
         outs = self._jitted["unconstrain"](*arrays)
         blocks = []
