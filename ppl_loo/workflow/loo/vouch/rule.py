@@ -197,16 +197,19 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
                    "only where a second estimate agrees")
             notes[i] = "; ".join([f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: {why}"] + _said(engine))
             if engine:  # the value shown is not the one this note doubts: the engine's, even from unconverged draws
-                name, e, s, label, k = engine[0]
-                pw.elpd[i], pw.mcse[i], (pw.transform[i], pw.hbar[i]), pw.k[i] = e, s, label, k
-                pw.use_adapted[i] = name == "adapted"
+                _show_engine(pw, i, engine[0])
             return
     if engine and converged:  # still doubtful: the value shown is the engine's estimate that passes every check
-        name, e, s, label, k = engine[0]
-        pw.elpd[i], pw.mcse[i], (pw.transform[i], pw.hbar[i]), pw.k[i] = e, s, label, k
-        pw.use_adapted[i] = name == "adapted"
+        _show_engine(pw, i, engine[0])
     said = "; ".join([f"{op.name} {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}" for op in passing] + _said(engine))
     notes[i] = f"no two independent estimates agree ({said})"
+
+
+def _show_engine(pw, i, candidate):
+    """Show the engine's estimate ``candidate`` (``(name, elpd, se, (transform, hbar), k)``) for observation ``i``."""
+    name, e, s, label, k = candidate
+    pw.elpd[i], pw.mcse[i], (pw.transform[i], pw.hbar[i]), pw.k[i] = e, s, label, k
+    pw.use_adapted[i] = name == "adapted"
 
 
 def _said(engine):
