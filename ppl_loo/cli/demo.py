@@ -90,7 +90,7 @@ def _fit(prior, chains, warmup, draws, random_seed, max_tree_depth, progressbar,
     print(f"[1/{steps}] NUTS: {chains} chains x ({warmup} warmup + {draws} draws), seed {random_seed} "
           f"(JAX on {jax.default_backend()})", file=out, flush=True)
     data = sample_nuts(model, num_chains=chains, num_warmup=warmup, num_samples=draws, random_seed=random_seed,
-                       progress_bar=progressbar, **kw)
+                       progressbar=progressbar, **kw)
     t_fit = time.perf_counter() - t0
     div = int(np.asarray(data["sample_stats"]["diverging"]).sum()) if "sample_stats" in data.children else -1
     post = data["posterior"].to_dataset()
