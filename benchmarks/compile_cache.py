@@ -1,10 +1,10 @@
-"""What XLA's persistent compilation cache (``PPL_LOO_CACHE_DIR``, opt-in) saves on the first call of the search.
+"""What XLA's persistent compilation cache (``PPL_LOO_CACHE_DIR``, on by default) saves on the first call of the search.
 
 Runs ``benchmarks/engine.py --set all`` (the ovarian logistic regression, d = 1537, 54 observations, every
 transformation over the full grid) in fresh Python processes, each printing its first call (compilation included)
 and its second call (compiled) of ``pl.loo``'s search:
 
-1. ``PPL_LOO_CACHE_DIR=off``: no cache (the default);
+1. ``PPL_LOO_CACHE_DIR=off``: no cache;
 2. ``PPL_LOO_CACHE_DIR=<empty folder>``: the cache is written (cold);
 3. the same folder again: the cache is read (warm), what a user's second session pays.
 

@@ -10,10 +10,13 @@
   user's value is restored when the outermost call returns.
   Arrays the user builds with ``jax.numpy`` outside such a call follow the user's setting
   (float32 by default); pass NumPy arrays, or enable x64 yourself, for float64 data.
-- **Persistent XLA compilation cache** (opt-in): with ``PPL_LOO_CACHE_DIR=<dir>`` in the
-  environment, the first entry point called points JAX's ``jax_compilation_cache_dir`` there, so
-  that the adaptive search is compiled once per machine rather than once per Python session.
-  A cache directory the user configured is never replaced.
+- **Persistent XLA compilation cache** (on by default): the first entry point called points JAX's
+  ``jax_compilation_cache_dir`` at ``$PPL_LOO_CACHE_DIR``, by default ``$XDG_CACHE_HOME/ppl_loo/xla``
+  (``~/.cache/ppl_loo/xla``), so that the adaptive search, the mixture run and the other compiled
+  programs are compiled once per machine rather than once per Python session. The folder is bounded
+  (:data:`CACHE_MAX_BYTES`, least recently used entries evicted) and shared safely by concurrent
+  processes (JAX locks it while it writes or evicts). ``PPL_LOO_CACHE_DIR=off`` turns it off; a
+  cache directory the user configured in JAX is never replaced.
 """
 
 from __future__ import annotations
@@ -25,10 +28,14 @@ import threading
 
 import jax
 
-__all__ = ["x64", "uses_x64", "CACHE_ENV"]
+__all__ = ["x64", "uses_x64", "CACHE_ENV", "CACHE_MAX_BYTES", "cache_folder"]
 
-#: environment variable naming the persistent compilation cache directory (unset or "off": none)
+#: environment variable naming the persistent compilation cache directory ("off": none; unset: the default folder)
 CACHE_ENV = "PPL_LOO_CACHE_DIR"
+#: the most the compilation cache holds on disk; beyond it JAX evicts the least recently used programs
+CACHE_MAX_BYTES = 2 * 1024**3
+#: programs that compile faster than this are not written to the cache (reading them back would save nothing)
+CACHE_MIN_COMPILE_SECONDS = 0.5
 
 _LOCK = threading.Lock()
 _GLOBAL = {"depth": 0, "saved": False}  # nesting depth of x64() blocks and the user's process-wide value
@@ -39,10 +46,10 @@ def x64():
     """Enable float64 in JAX inside the block (``jax.enable_x64``), restoring the caller's setting.
 
     The process-wide flag is on too while the outermost block runs (for JAX's callback threads),
-    then set back to the user's value. Also applies the opt-in compilation cache
-    (:data:`CACHE_ENV`) the first time it is entered.
+    then set back to the user's value. Also applies the persistent compilation cache
+    (:func:`cache_folder`) the first time it is entered.
     """
-    _opt_in_cache()
+    _use_cache()
     with _LOCK:
         if _GLOBAL["depth"] == 0:
             _GLOBAL["saved"] = _process_x64()
@@ -79,16 +86,31 @@ def uses_x64(fn):
     return wrapper
 
 
-@functools.cache
-def _opt_in_cache():
-    """Point JAX's persistent compilation cache at ``$PPL_LOO_CACHE_DIR`` (once per process), unless
-    the variable is unset or ``off`` or the user configured a cache directory of their own."""
+def cache_folder():
+    """The persistent compilation cache folder ppl_loo uses: ``$PPL_LOO_CACHE_DIR``, by default
+    ``$XDG_CACHE_HOME/ppl_loo/xla`` (``~/.cache/ppl_loo/xla``); None where the variable is ``off``."""
     path = os.environ.get(CACHE_ENV, "")
-    if not path or path.lower() == "off" or jax.config.jax_compilation_cache_dir:
+    if path.lower() == "off":
+        return None
+    if path:
+        return os.path.expanduser(path)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ppl_loo", "xla")
+
+
+@functools.cache
+def _use_cache():
+    """Point JAX's persistent compilation cache at :func:`cache_folder` (once per process), unless it is
+    off or the user configured a cache directory of their own."""
+    path = cache_folder()
+    if path is None or jax.config.jax_compilation_cache_dir:
         return
     try:
         os.makedirs(path, exist_ok=True)
     except OSError:  # read-only location: run without the cache
         return
+    if not os.access(path, os.W_OK):
+        return
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)

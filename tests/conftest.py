@@ -1,7 +1,7 @@
 """Test configuration.
 
-- The persistent XLA compilation cache is opt-in for users (``PPL_LOO_CACHE_DIR``); the tests opt in
-  (unless the variable is already set), so that the adaptive search compiles once per machine.
+- The persistent XLA compilation cache is on by default (``ppl_loo.jax_settings.cache_folder``): the tests' workers
+  share it, so that a program one worker compiled is read back by the others and by the next run.
 - ppl_loo enables float64 around its own entry points only. Test modules that call its low-level
   numerics or model methods directly on JAX arrays are the user's own JAX code: they carry
   ``pytestmark = pytest.mark.x64``, which runs the module (its module-scoped fixtures included) with
@@ -17,12 +17,6 @@ import time
 
 import jax
 import pytest
-
-#: one cache folder per pytest-xdist worker: JAX writes cache entries in place (no rename), and a worker must never
-#: read an entry another is still writing
-os.environ.setdefault("PPL_LOO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "ppl_loo", "xla",
-                                                        os.environ.get("PYTEST_XDIST_WORKER", "main")))
-
 
 #: with PPL_LOO_TEST_TRACE=<file> (set by .ci/run), each test's start (node id and the process' resident memory)
 #: is appended to <file>, and a fatal signal's traceback (every thread) goes to <file>.crash, so that a crash of
