@@ -1,5 +1,6 @@
-"""``ppl-loo sample``: the CmdStan-style header names the data file and the program, and the library compiled
-with the sampler serves ``ppl-loo loo`` of the same program (one compilation, not two).
+"""``ppl-loo sample``: the CmdStan-style header names the data file and the program, the library compiled
+with the sampler serves ``ppl-loo loo`` of the same program (one compilation, not two), and the derived mixture
+program that ``ppl-loo loo`` samples is compiled beside the sampler.
 
 A real run of ``python -m ppl_loo.cli sample`` on ``stan_models/normal_known_sigma.stan`` (1 chain, 50 draws).
 """
@@ -21,8 +22,10 @@ if shutil.which("g++") is None:  # pragma: no cover
     pytest.skip("no C++ compiler", allow_module_level=True)
 
 import ppl_loo as pl
+from ppl_loo.adapters.stan.posterior import loo_adapter
 from ppl_loo.io.cmdstan import read_cmdstan_csv
-from ppl_loo.stan_bridge.compile import SAMPLER_FLAG, cache_key
+from ppl_loo.stan_bridge.compile import SAMPLER_FLAG, cache_key, cached_build
+from ppl_loo.stan_bridge.derived import mixture_program
 
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
@@ -92,3 +95,11 @@ def test_loo_reuses_the_library_compiled_for_sample(sampled, tmp_path, monkeypat
     np.testing.assert_array_equal(plain.log_density(x), sampler_model.log_density(x))
     deleted = plain.with_data({**DATA, "N": 4, "y": DATA["y"][:4]})  # data deletion, as the LOO densities do
     assert deleted.compiled is False and deleted.build.library == plain.build.library
+
+
+def test_sample_compiles_the_mixture_program_that_loo_runs(sampled):
+    """After ``ppl-loo sample`` the derived mixture program is in the cache, under the key ``pl.loo``'s mixture run
+    looks up: building it there compiles nothing."""
+    model = pl.StanModel(NORMAL, DATA, sampler=True)
+    assert cached_build(mixture_program(model.code, "log_lik"), (SAMPLER_FLAG,)) is not None
+    assert loo_adapter(model)._mixture_program().compiled is False

@@ -6,12 +6,14 @@ import argparse
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 import ppl_loo as pl
+from ppl_loo.adapters.stan.posterior import compile_mixture_program
 from ppl_loo.cli.errors import (
     BAD_INPUT,
     DOUBTFUL,
@@ -60,7 +62,8 @@ example:
 
 Runs Stan's own NUTS in-process (CmdStan's default method=sample: diagonal metric, windowed adaptation)
 and writes CmdStan-format CSV files <out-dir>/<prefix>_<chain>.csv: a way to get CmdStan output without
-installing CmdStan. The program is compiled once with the sampler (cached).
+installing CmdStan. The program is compiled once with the sampler (cached), and beside the sampler the
+derived mixture program that loo runs where plain PSIS leaves an observation unsettled (cached too).
 """
 
 
@@ -297,6 +300,9 @@ def run_sample(args):
     check_program_file(args.stan_file)
     data = load_data(args.data)
     model = _compile(args, data, sampler=True)
+    ahead = threading.Thread(target=compile_mixture_program, args=(model, getattr(args, "log_lik", "log_lik")),
+                             name="ppl_loo-compile-mixture", daemon=True)
+    ahead.start()  # beside the sampler: the derived program ppl-loo loo samples where plain PSIS does not settle
     _say(args, f"sampling {args.stan_file}: {args.chains} chains x ({args.warmup} warmup + {args.draws} draws), "
                f"seed {args.seed}")
     try:
@@ -305,6 +311,9 @@ def run_sample(args):
                                       max_depth=args.max_depth, prefix=args.prefix, data_file=args.data)
     except StanEvaluationError as err:
         raise CliError(args.stan_file, one_line(err), "check the program and its data", STAN_ERROR) from err
+    if ahead.is_alive():
+        _say(args, "compiling the derived mixture program that ppl-loo loo runs on hard observations (once: cached)")
+        ahead.join()
     for p in paths:
         print(p)
     _say(args, f"next: ppl-loo loo {args.stan_file} --data {args.data or 'DATA'} '{out_dir}/{args.prefix}_*.csv'")

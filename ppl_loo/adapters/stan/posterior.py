@@ -62,12 +62,12 @@ from ppl_loo.adapters.stan.data import (
 from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.nuts import BatchedTarget
-from ppl_loo.stan_bridge.compile import StanCompileError
+from ppl_loo.stan_bridge.compile import SAMPLER_FLAG, StanCompileError, build_library
 from ppl_loo.stan_bridge.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, mixture_program
 from ppl_loo.stan_bridge.model import StanDataError, StanModel, merge_loo_options
 from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
-__all__ = ["StanPosterior", "detect_n_obs", "loo_adapter", "resolve_var_name"]
+__all__ = ["StanPosterior", "compile_mixture_program", "detect_n_obs", "loo_adapter", "resolve_var_name"]
 
 #: keywords of :class:`StanPosterior` besides the LOO options that only matter when it builds the StanModel
 _BUILD_OPTIONS = ("random_seed", "n_threads")
@@ -809,6 +809,19 @@ def _int_data_names(code: str) -> set:
 def _rebuild_posterior(bridge: StanModel, opts: dict) -> StanPosterior:
     """The :class:`StanPosterior` of a pickled one (:meth:`StanPosterior.__reduce__`)."""
     return StanPosterior(bridge, **opts)
+
+
+def compile_mixture_program(stan_model: StanModel, log_lik: str = "log_lik") -> bool:
+    """Compile the derived mixture program of ``stan_model`` into the cache of compiled programs, loading nothing:
+    ``pl.loo`` samples it where plain PSIS leaves an observation unsettled (:meth:`StanPosterior.mixture_draws`), and
+    a later process then finds it built (``ppl-loo sample`` runs this beside the sampler). Returns whether it is now
+    cached: False where the program has no ``log_lik`` generated quantity or the derived program does not compile
+    (``pl.loo`` says why when it needs it)."""
+    try:
+        build_library(mixture_program(stan_model.code, log_lik), extra_cxxflags=(SAMPLER_FLAG,))
+    except (ValueError, StanCompileError):
+        return False
+    return True
 
 
 def loo_adapter(stan_model: StanModel, var_name: str | None = None, data=None) -> StanPosterior:

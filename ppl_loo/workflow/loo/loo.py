@@ -174,8 +174,6 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
         check_posterior_draws(data)
     names = _check_transform_names(opts.transforms)
     hbar = check_hbar(opts.hbar)
-    if opts.adapt not in ("auto", "all", "flagged"):
-        raise ValueError(f"search: adapt={opts.adapt!r}: use 'auto', 'all' or 'flagged'.")
     random_seed = posterior_seed(random_seed, data)
     model = as_model(model, var_name=var_name, data=data)
     stored = stored_for_chunks(data, var_name, model, chunk_size, refit)  # None: in memory
@@ -221,8 +219,11 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
 def _options(search, second_opinions, compute, random_seed):
     """The three groups of options as their dataclasses (:mod:`.options`), and ``random_seed`` checked."""
     check_random_seed(random_seed)
-    return (as_options(search, SearchOptions, "search"), as_options(second_opinions, SecondOpinions, "second_opinions"),
-            as_options(compute, ComputeOptions, "compute"))
+    opts = as_options(search, SearchOptions, "search")
+    if opts.adapt not in ("auto", "all", "flagged"):
+        raise ValueError(f"search: adapt={opts.adapt!r}: use 'auto', 'all' or 'flagged'.")
+    return opts, as_options(second_opinions, SecondOpinions, "second_opinions"), as_options(compute, ComputeOptions,
+                                                                                            "compute")
 
 
 def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
