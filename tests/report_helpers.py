@@ -238,10 +238,10 @@ def hand_categories(res):
             out.append("doubtful")
         elif rft[i] or tr[i] == "refit":
             out.append("refit")
+        elif tr[i] not in ("psis", "failed", "mixture", "smc"):  # elpd_i from an adapted proposal
+            out.append("adapted")
         elif "mixture" in ev[i] or "smc" in ev[i] or tr[i] in ("mixture", "smc"):
             out.append("second_opinion")
-        elif tr[i] not in ("psis", "failed"):
-            out.append("adapted")
         else:
             out.append("psis")
     return out

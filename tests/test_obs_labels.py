@@ -38,8 +38,9 @@ def test_stan_draws_are_labelled_from_one(eight):
     ids = res.pareto_k_ids()
     assert ids.size >= 1
     i = int(ids[0])
-    line = "\n".join(res.problem_lines())
-    assert f"{ids.size} observation(s): log_lik[{i + 1}] k {k[i]:.2f} -> " in line
+    line = "\n".join(res.problem_lines(limit=res.n_data_points))
+    assert line.startswith(f"{int(res.flagged().sum())} observation(s) not settled by plain PSIS alone")
+    assert f"log_lik[{i + 1}] (k {k[i]:.2f} -> " in line
     assert any(f"(log_lik[{i + 1}])" in s for s in said)  # the warning names it the same way
     again = pl.LooResult.from_datatree(res.to_datatree())
     assert again.stan_labels is True and again.obs_labels([i]) == [f"log_lik[{i + 1}]"]
@@ -57,7 +58,7 @@ def test_other_draws_are_labelled_by_their_coordinates():
     assert res.stan_labels is False
     assert res.obs_labels([2]) == ["y[school='c']"]
     assert 2 in res.pareto_k_ids()
-    assert "y[school='c'] k " in res.problem_lines()[0]
+    assert "y[school='c'] (k " in res.problem_lines()[0]
     plain = xr.DataTree.from_dict({"posterior": tree["posterior"].to_dataset(),
                                    "log_likelihood": xr.Dataset({"y": (("chain", "draw", "y_dim_0"), ll)})})
     with warnings.catch_warnings():

@@ -344,12 +344,14 @@ def test_categories_are_counted_once_everywhere(outlier_report):
     page = ReportReader(text)
     res = {name: pl.LooResult.from_datatree(tree) for name, tree in fits.items()}
     hand = {name: hand_categories(r) for name, r in res.items()}
-    # known cases: the search alone leaves the 9.0 doubtful and the 6.5 is refit; the defaults' second opinion
-    # vouches for the 9.0
+    # known cases: the search alone leaves the 9.0 doubtful and the 6.5 is refit; with the defaults the mixture
+    # confirms the search's adapted estimate of the 9.0 (evidence "adapted+mixture": adapted, its elpd_i the
+    # adapted proposal's)
     assert hand["normal"][DOUBTFUL] == "doubtful" and hand["normal"][REFIT] == "refit"
     assert [hand["normal"].count(k) for k in ("doubtful", "refit", "second_opinion")] == [1, 1, 0]
     assert hand["normal"].count("adapted") >= 1 and np.isnan(res["normal"].pareto_k.values[REFIT])
-    assert hand["normal_default"][DOUBTFUL] == "second_opinion" and hand["normal_default"].count("doubtful") == 0
+    assert hand["normal_default"][DOUBTFUL] == "adapted" and hand["normal_default"].count("doubtful") == 0
+    assert str(res["normal_default"].evidence.values[DOUBTFUL]) == "adapted+mixture"
     counts = {a["data-model"]: (a, t) for tag, a, t in page.paragraphs if a.get("class") == "counts"}
     cells = page.tables["compare-table"]
     for name, cats in hand.items():

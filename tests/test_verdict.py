@@ -173,3 +173,29 @@ def test_fit_seconds_reads_pymc_and_stan_timings():
     assert _refit_seconds(pymc_like, None) is None and _refit_seconds(pymc_like, "flagged") is None
     assert _refit_budget(np.float64(30.0)) == 30.0
     assert _refit_budget("doubtful") == np.inf and _refit_budget(True) == np.inf
+
+
+def test_negligible_disagreements_near_zero_are_not_doubtful():
+    """Estimates both within NEGLIGIBLE_NATS (0.01) of 0 never contradict each other (nearly separable data: many
+    elpd_i about 1e-8, SEs smaller still); beyond it the SEs judge as before; messages print small values with
+    significant digits, never as 0.00."""
+    from ppl_loo.workflow.loo.messages import nats
+    from ppl_loo.workflow.loo.vouch.rule import NEGLIGIBLE_NATS
+
+    assert NEGLIGIBLE_NATS == 0.01
+    #        mix alone above plain   psis vs mix   far apart   one near 0
+    elpd = [-3.4e-8, -0.002, -0.50, -0.004]
+    k = [0.90, 0.30, 0.30, 0.30]
+    mcse = [1e-9, 1e-5, 0.001, 0.0001]
+    plain = _plain(elpd, k, mcse)
+    examine = np.array([True, False, False, False])
+    mix = _mixture([-1.2e-8, -0.005, -0.55, -0.02], [1e-9, 1e-5, 0.001, 0.0001], [True] * 4)
+    v = verdict(Evidence(plain, _conv([True] * 4), examine).with_opinion(mix), RULES)
+    # 22 SEs above plain PSIS, 300 SEs apart: both within 0.01 of 0, so vouched for
+    assert v.evidence.tolist() == ["mixture", "psis", "", ""]
+    assert v.doubtful.tolist() == [False, False, True, True]
+    assert v.elpd[0] == -1.2e-8 and v.elpd[1] == -0.002
+    assert v.reason[2].endswith("no two independent estimates agree (mixture -0.55 ± 0.001; psis -0.50 ± 0.001)")
+    assert v.reason[3].endswith("no two independent estimates agree (mixture -0.02 ± 0.0001; psis -0.004 ± 0.0001)")
+    assert [nats(x) for x in (-1.234e-8, 3.4e-9, 0.0, -0.00412, 0.01, -2.345, np.nan)] == [
+        "-1.23e-08", "3.4e-09", "0.00", "-0.00412", "0.01", "-2.35", "nan"]

@@ -83,7 +83,7 @@ def _classify(err):
         return STAN_ERROR, (f"Stan program: Stan failed on the draws: {one_line(err)}; check that the program and "
                             "data are the ones the CSV files came from")
     if isinstance(err, StanDataError):
-        return BAD_INPUT, f"data: {one_line(err)}; give the data file the program was run with"
+        return BAD_INPUT, f"data: {for_the_command_line(one_line(err))}; give the data file the program was run with"
     return INTERNAL, f"internal error: {type(err).__name__}: {one_line(err)}; rerun with --debug and report it"
 
 
@@ -146,14 +146,27 @@ _CLI_ADVICE = (("pl.loo(data, model, refit='doubtful', random_seed=...)", "--ref
                ("call pl.loo again", "run ppl-loo loo again"),
                ("res.reason", "--json: reason"), ("res.doubtful", "--json: doubtful"),
                ("res.evidence", "--json: evidence"), ("res.pareto_k_ids()", "--json: pareto_k_psis"),
+               ("res.summary_table(flagged_only=True)", "--json: elpd_i, evidence, reason"),
                ("compute={'check_log_lik': False}", "--no-check-log-lik"))
 
 
+#: the same for the advice on which data entry is the number of observations (``pl.StanModel(..., n_obs=...)``)
+_CLI_PATTERNS = ((re.compile(r"Pass n_obs='N' \(the name of that entry\) to pl\.StanModel"),
+                  "Pass --n-obs NAME (the name of that entry), e.g. --n-obs N"),
+                 (re.compile(r"Pass n_obs=\.\.\. to pl\.StanModel, for example n_obs='([^']*)', and "
+                             r"obs_keys=\[\.\.\.\] if not every such array is indexed by observation"),
+                  r"Pass --n-obs NAME, for example --n-obs \1"),
+                 (re.compile(r"\bn_obs='([^']*)'"), r"--n-obs \1"))
+
+
 def for_the_command_line(text):
-    """``text`` with the Python API's advice (``pl.loo(..., refit='doubtful', ...)``, ``res.reason``) replaced
-    by the command line's (``--refit doubtful --seed N``, ``--json``)."""
+    """``text`` with the Python API's advice (``pl.loo(..., refit='doubtful', ...)``, ``res.reason``,
+    ``n_obs='N'`` of ``pl.StanModel``) replaced by the command line's (``--refit doubtful --seed N``, ``--json``,
+    ``--n-obs N``)."""
     for api, cli in _CLI_ADVICE:
         text = text.replace(api, cli)
+    for pattern, cli in _CLI_PATTERNS:
+        text = pattern.sub(cli, text)
     return text
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 import ppl_loo as pl
-from ppl_loo.cli.errors import COMPILE_ERROR, CliError, compile_summary, one_line
+from ppl_loo.cli.errors import COMPILE_ERROR, CliError, compile_summary, for_the_command_line, one_line
 from ppl_loo.io import read_cmdstan_csv
 from ppl_loo.stan_bridge import StanCompileError, StanDataError, as_data_dict
 
@@ -70,7 +70,8 @@ def load_program(stan_file, data, data_path, *, n_obs=None, log_likelihood="log_
             raise CliError(stan_file, f"no --data given, and the program's data block needs its data "
                            f"({one_line(err)})", f"pass --data FILE (.json or .R) with the data "
                            f"{Path(stan_file).name} was run with") from err
-        raise CliError(data_path, f"the data do not match the program's data block: {one_line(err)}",
+        raise CliError(data_path, f"the data do not match the program's data block: "
+                       f"{for_the_command_line(one_line(err))}",
                        f"give the data file {Path(stan_file).name} was run with") from err
 
 

@@ -180,7 +180,8 @@ def _run_loo(args, tree, model):
                        "check that the program and the data are the ones the CSV files came from",
                        STAN_ERROR) from err
     except StanDataError as err:
-        raise CliError(args.data or args.stan_file, one_line(err), "check the data file against the program") from err
+        raise CliError(args.data or args.stan_file, for_the_command_line(one_line(err)),
+                       "check the data file against the program") from err
     except (ValueError, KeyError, TypeError) as err:
         raise CliError(args.stan_file, one_line(err.args[0] if err.args else err),
                        "check that the program, the data file and the CSV files belong together "

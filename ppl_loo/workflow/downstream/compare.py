@@ -30,10 +30,11 @@ FLAG_COLUMNS = ("n_adapted", "n_second_opinion", "n_doubtful", "n_refit", "diff_
 
 #: what the columns ppl_loo adds to ``arviz_stats.compare``'s mean, printed under the table by ``ppl-loo compare``
 LEGEND = ("elpd_diff: this model's elpd_loo minus the best's. n_adapted, n_second_opinion, n_doubtful, n_refit: "
-          "observations settled by an adapted proposal, vouched for by a second opinion, that nothing vouches for, "
-          "refit exactly (the rest: plain PSIS). diff_flagged: the part of elpd_diff carried by the observations "
-          "that are not plain PSIS in this model or the best one; it can be larger than elpd_diff, or of the other "
-          "sign, when the other observations favour the other model.")
+          "observations whose elpd_i came from an adapted proposal (confirmed by a second opinion or not), vouched "
+          "for by a second opinion without one, that nothing vouches for, refit exactly (the rest: plain PSIS; "
+          "print(res) and ppl-loo loo count the same way). diff_flagged: the part of elpd_diff carried by the "
+          "observations that are not plain PSIS in this model or the best one; it can be larger than elpd_diff, or of "
+          "the other sign, when the other observations favour the other model.")
 #: and then which weights the after-LOO functions use (:func:`~ppl_loo.workflow.loo.categories.after_loo_weights`)
 WEIGHT_COLUMNS = ("n_weights_adapted", "n_weights_fallback")
 #: the integer (``Int64``, NA for a plain ``ELPDData``) columns
@@ -133,9 +134,10 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
 
         - ``n_adapted``, ``n_second_opinion``, ``n_doubtful``, ``n_refit``: the observations in each
           category of :func:`~ppl_loo.workflow.loo.categories.observation_categories` (each observation
-          in one; the rest are plain PSIS): an adapted proposal of the search, vouched for by mixture
-          importance sampling or tempered SMC, nothing vouches for it, exact LOO by refitting; the HTML
-          report counts the same way;
+          in one; the rest are plain PSIS): ``elpd_i`` from an adapted proposal of the search (confirmed by a
+          second opinion or not), vouched for by mixture importance sampling or tempered SMC without one, nothing
+          vouches for it, exact LOO by refitting; ``print(res)``, ``res.counts``, ``ppl-loo loo --json`` and the
+          HTML report count the same way;
         - ``diff_flagged``: the part of ``elpd_diff`` (this model minus the top-ranked one, the sign
           of ``elpd_diff``) carried by the observations not plain PSIS in either model:
           ``sum_i (elpd_i[model] - elpd_i[best])`` over those ``i``; 0 for the best model.

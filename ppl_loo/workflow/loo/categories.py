@@ -3,9 +3,11 @@ count ``ppl_loo`` prints about a result (``pl.compare``'s count columns, the HTM
 legends, ``ppl-loo loo --json``).
 
 The categories, in order of precedence: ``"doubtful"`` (nothing vouches for ``elpd_i``), ``"refit"`` (exact
-LOO by refitting), ``"second_opinion"`` (vouched for by mixture importance sampling or tempered SMC),
-``"adapted"`` (an adapted proposal of the search), ``"psis"`` (plain PSIS). Each observation is in exactly one,
-so the counts add up to the number of observations.
+LOO by refitting), ``"adapted"`` (the ``elpd_i`` shown came from an adapted proposal of the search: ``evidence``
+``"adapted"``, ``"adapted+mixture"`` or ``"adapted+smc"``, whether or not a second opinion confirmed it),
+``"second_opinion"`` (vouched for by mixture importance sampling or tempered SMC, without an adapted proposal:
+``"psis+mixture"``, ``"mixture"``, ``"mixture+smc"``, ``"psis+smc"``), ``"psis"`` (plain PSIS alone). Each
+observation is in exactly one, so the counts add up to the number of observations.
 """
 
 from __future__ import annotations
@@ -34,18 +36,20 @@ def observation_categories(res):
     ``res.elpd_i.values.ravel()``).
 
     ``"doubtful"``: ``res.doubtful`` (a refit that did not converge included; for a result without that field, a
-    ``"failed"`` transform); ``"refit"``: ``res.refit`` or a ``"refit"`` transform; ``"second_opinion"``:
-    ``res.evidence`` names mixture importance sampling or tempered SMC, or the transform is one of them;
-    ``"adapted"``: any other transform than :data:`NOT_ADAPTED`; else ``"psis"``. A plain ``arviz_stats``
-    ``ELPDData`` is all ``"psis"``.
+    ``"failed"`` transform); ``"refit"``: ``res.refit`` or a ``"refit"`` transform; ``"adapted"``: ``elpd_i``
+    came from an adapted proposal (any other transform than :data:`NOT_ADAPTED`; for a vouched observation, its
+    ``res.evidence`` names ``"adapted"``); ``"second_opinion"``: ``res.evidence`` names mixture importance sampling
+    or tempered SMC, or the transform is one of them; else ``"psis"``. A plain ``arviz_stats`` ``ELPDData`` is all
+    ``"psis"``. ``LooResult.categories`` and ``LooResult.counts`` are this function and :func:`category_counts` of
+    the result.
     """
     n = int(np.asarray(res.elpd_i.values).size)
     tr, ev = transforms(res), evidence(res)
     doubtful = (tr == "failed") if getattr(res, "doubtful", None) is None else _bools(res.doubtful, n)
     refit = _bools(getattr(res, "refit", None), n) | (tr == "refit")
     second = (np.char.find(ev, "mixture") >= 0) | (np.char.find(ev, "smc") >= 0) | np.isin(tr, ("mixture", "smc"))
-    out = np.where(np.isin(tr, NOT_ADAPTED), "psis", "adapted").astype("<U16")
-    out[second] = "second_opinion"
+    out = np.where(second, "second_opinion", "psis").astype("<U16")
+    out[~np.isin(tr, NOT_ADAPTED)] = "adapted"
     out[refit] = "refit"
     out[doubtful] = "doubtful"
     return out

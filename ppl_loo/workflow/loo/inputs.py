@@ -136,10 +136,11 @@ def fit_seconds(data):
     return None
 
 
-def max_rhat_of(data):
+def max_rhat_of(data, stan=False):
     """The largest rank-normalized split R-hat (Vehtari et al. 2021, ``arviz_stats``' default) over every
-    element of every posterior variable, with where it is: ``(rhat, "name[index]")``, or
-    ``(nan, None)`` where it cannot be computed (one chain, fewer than 4 draws, constant variables)."""
+    element of every posterior variable, with where it is: ``(rhat, "name[index]")`` (the index 1-based, as Stan
+    names it, with ``stan``: ``beta[1]`` for the first entry of a Stan vector), or ``(nan, None)`` where it cannot
+    be computed (one chain, fewer than 4 draws, constant variables)."""
     post = data["posterior"].to_dataset()
     worst, where = float("nan"), None
     for name, da in post.data_vars.items():
@@ -153,7 +154,7 @@ def max_rhat_of(data):
         if not worst >= rh.flat[j]:
             worst = float(rh.flat[j])
             idx = np.unravel_index(j, rh.shape) if rh.ndim else ()
-            where = str(name) + (f"[{', '.join(str(int(x)) for x in idx)}]" if idx else "")
+            where = str(name) + (f"[{', '.join(str(int(x) + int(stan)) for x in idx)}]" if idx else "")
     return worst, where
 
 

@@ -198,7 +198,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
         flagged |= ~(plain.mcse <= VOUCH_MAX_SE)
     draws = draws if stored is None else draws._replace(ll=flagged_log_lik(data, model, draws, stored,
                                                                            np.flatnonzero(flagged), check_log_lik))
-    max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data)
+    max_rhat, rhat_where = (float("nan"), None) if draws.approx else max_rhat_of(data, stan_labelled(data, model))
     conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
     rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)
     kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions

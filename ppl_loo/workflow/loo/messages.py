@@ -8,11 +8,23 @@ import numpy as np
 
 from ppl_loo.workflow.loo.inputs import RHAT_VOUCH, obs_labels
 
-__all__ = ["warn_unconverged", "warn_doubtful", "warn_identity", "warn_refits_not_converged", "warn_refit_budget",
+__all__ = ["nats", "warn_unconverged", "warn_doubtful", "warn_identity", "warn_refits_not_converged",
+           "warn_refit_budget",
            "warn_plain",
            "warn_identical_chains"]
 
 _REFIT = "pl.loo(data, model, refit='doubtful', random_seed=...)"
+#: below this magnitude a value in nats is printed with :data:`SIGNIFICANT` significant digits, not two decimals
+SMALL = 0.01
+SIGNIFICANT = 3
+
+
+def nats(x):
+    """A value in nats (an ``elpd_i``, its SE, a part of ``elpd_loo``) for a message: two decimals, or
+    :data:`SIGNIFICANT` significant digits where its magnitude is below :data:`SMALL` (``-1.23e-08``, ``0.00412``),
+    so that no nonzero value prints as ``0.00``."""
+    x = float(x)
+    return f"{x:.2f}" if not np.isfinite(x) or abs(x) >= SMALL or x == 0 else f"{x:.{SIGNIFICANT}g}"
 
 
 def _warn(message, stacklevel=4):
@@ -48,7 +60,7 @@ def warn_doubtful(pw, k_threshold, which=""):
         parts.append(f"{rest} where no two independent estimates agree")
     _warn(f"{int(np.sum(doubtful))} observation(s) are doubtful (res.doubtful; why, per observation: res.reason): "
           f"{'; '.join(parts)}. Their elpd_i can be off by more than its Monte Carlo error. Together they carry "
-          f"{float(np.sum(pw.elpd[doubtful])):.2f} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: "
+          f"{nats(np.sum(pw.elpd[doubtful]))} of elpd_loo{' (' + which + ')' if which else ''}. Exact LOO: "
           f"{_REFIT} "
           "refits the model without each of them.")
 

@@ -11,7 +11,9 @@ import xarray as xr
 from arviz_stats.utils import ELPDDataLOO
 from xarray import DataArray
 
+from ppl_loo.workflow.loo.categories import CATEGORIES, SHORT, category_counts, observation_categories
 from ppl_loo.workflow.loo.inputs import RHAT_NOT_MIXED, RHAT_VOUCH, obs_label_list, with_stan_labels
+from ppl_loo.workflow.loo.messages import nats
 
 __all__ = ["LooResult", "loo_datatree"]
 
@@ -74,6 +76,12 @@ class LooResult(ELPDDataLOO):
     - ``n_params``: the number of parameters (the model's unconstrained dimension; None without a model):
       ``p_loo`` above it by more than twice its SE (:attr:`p_loo_se`) is, by the ``loo`` glossary (Vehtari et
       al.), likely a sign of a badly misspecified model, and :meth:`trust_lines` says so;
+    - :attr:`categories` and :attr:`counts`: what happened to each observation, one category each (``"psis"``:
+      plain PSIS alone; ``"adapted"``: the ``elpd_i`` shown came from an adapted proposal of the search, confirmed
+      by a second opinion or not, i.e. ``evidence`` names ``"adapted"``; ``"second_opinion"``: mixture importance
+      sampling or SMC vouched for it without an adapted proposal; ``"refit"``; ``"doubtful"``), the one definition
+      of every count ``print(res)``, :func:`ppl_loo.compare` (``n_adapted``, ``n_second_opinion``, ``n_doubtful``,
+      ``n_refit``), the HTML report and ``ppl-loo loo --json`` show;
     - ``stan_labels``: observations are named as Stan names them (``log_lik[8]``, 1-based, the CmdStan CSV column
       ``log_lik.8``) in messages and :meth:`obs_labels`, for draws from Stan; else by their coordinate values;
     - for draws of an approximation (``pl.laplace``, ``pl.qnvb``, ``pl.pvi``, or ``log_q=``):
@@ -143,20 +151,42 @@ class LooResult(ELPDDataLOO):
                        "not importance sampling); the counts above are of the others")
         return footer
 
+    @property
+    def categories(self):
+        """What happened to each observation (flat, in the order of ``res.elpd_i.values.ravel()``), one of
+        ``"psis"`` (plain PSIS alone), ``"adapted"`` (``elpd_i`` from an adapted proposal of the search: ``evidence``
+        ``"adapted"``, ``"adapted+mixture"``, ``"adapted+smc"``), ``"second_opinion"`` (vouched for by mixture
+        importance sampling or SMC without an adapted proposal), ``"refit"``, ``"doubtful"``
+        (:func:`~ppl_loo.workflow.loo.categories.observation_categories`, the one rule behind every count that
+        ``print(res)``, :func:`ppl_loo.compare`, the HTML report and ``ppl-loo loo --json`` show)."""
+        return observation_categories(self)
+
+    @property
+    def counts(self):
+        """``{category: number of observations}`` of :attr:`categories`, every category (zeros included): the
+        counts ``print(res)``, :func:`ppl_loo.compare` (``n_adapted``, ...), the report and ``--json`` show."""
+        return category_counts(self.categories)
+
+    def counts_line(self):
+        """The first line of :meth:`trust_lines`: the observations counted by :attr:`categories`."""
+        counts = self.counts
+        return (f"Adaptive importance sampling (ppl_loo), {sum(counts.values())} observations: "
+                + ", ".join(f"{counts[k]} {CATEGORIES[k]}" for k in CATEGORIES))
+
     def trust_lines(self):
-        """What was adapted, refit and doubtful, and how much of ``elpd_loo`` those observations carry."""
-        tr = np.asarray(self.transform.values).ravel()
+        """What was adapted, refit and doubtful (:meth:`counts_line`), which observations (:meth:`problem_lines`),
+        and how much of ``elpd_loo`` the refit and doubtful ones carry."""
         elpd_i = np.asarray(self.elpd_i.values, dtype=float).ravel()
-        n_adapt = int(np.sum((tr != "psis") & (tr != "failed") & (tr != "refit")))
-        lines = [f"Adaptive importance sampling (ppl_loo): {n_adapt} observations adapted"]
+        cats = self.categories
+        lines = [self.counts_line()]
         lines += self.problem_lines()
         lines += self.evidence_lines()
-        for label, mask in (("refit (exact LOO)", tr == "refit"), ("doubtful", self._flag("doubtful"))):
-            k = int(mask.sum())
-            if k:
+        for cat in ("refit", "doubtful"):
+            mask = cats == cat
+            if mask.any():
                 part = float(elpd_i[mask].sum())
-                lines.append(f"{k} {label}: they carry {part:.2f} of elpd_loo {self.elpd:.2f} "
-                             f"({100 * part / self.elpd if self.elpd else float('nan'):.0f}%)")
+                lines.append(f"{int(mask.sum())} {CATEGORIES[cat]}: they carry {nats(part)} of elpd_loo "
+                             f"{self.elpd:.2f} ({100 * part / self.elpd if self.elpd else float('nan'):.0f}%)")
         if self.approximation:
             ok = self._flag("approx_ok")
             lines.append(f"Draws from a {self.approximation} approximation q: k-hat of p/q {self.pareto_k_q:.2f}; "
@@ -245,28 +275,34 @@ class LooResult(ELPDDataLOO):
         table["pct"] = 100.0 * table["count"] / max(kv.size, 1)
         return table
 
-    def problem_lines(self, limit=10):
-        """Which observations had a Pareto k-hat above the threshold before (plain PSIS), named as the user
-        names them, and what became of each (the estimate reported, its SE and what vouches for it)."""
-        if self.pareto_k_psis is None or self.transform is None:
+    def problem_lines(self, limit=5):
+        """The observations :meth:`flagged` (not plain PSIS alone: adapted, vouched by a second opinion, refit or
+        doubtful; or plain PSIS's k-hat above the threshold), counted and the first ``limit`` named as the user
+        names them, worst first (doubtful, refit, second opinion, adapted; by plain k-hat), with what became of
+        each (the estimate reported, its SE, what vouches for it), then where to find the rest."""
+        if self.transform is None:
             return []
-        ids = self.pareto_k_ids()
-        if not ids.size:
+        mask = self.flagged()
+        if not mask.any():
             return []
-        k0 = np.asarray(self.pareto_k_psis.values, dtype=float).ravel()
+        cats = self.categories
+        k0 = np.asarray((self.pareto_k_psis if self.pareto_k_psis is not None else self.pareto_k).values,
+                        dtype=float).ravel()
+        order = [int(i) for cat in ("doubtful", "refit", "second_opinion", "adapted", "psis")
+                 for i in sorted(np.flatnonzero(mask & (cats == cat)), key=lambda j: -np.nan_to_num(k0[j], nan=9.0))]
         elpd = np.asarray(self.elpd_i.values, dtype=float).ravel()
         se = np.asarray(self.mcse_elpd_i.values, dtype=float).ravel() if self.mcse_elpd_i is not None else None
         tr = np.asarray(self.transform.values).astype(str).ravel()
         ev = (np.asarray(self.evidence.values).astype(str).ravel() if self.evidence is not None else None)
-        doubtful = self._flag("doubtful")
         parts = []
-        for i, label in zip(ids[:limit], self.obs_labels(ids, limit)):
-            fate = "doubtful" if doubtful[i] else (f"vouched: {ev[i]}" if ev is not None and ev[i] else tr[i])
-            value = f"{elpd[i]:.2f}" + (f" ± {se[i]:.2f}" if se is not None and np.isfinite(se[i]) else "")
-            parts.append(f"{label} k {k0[i]:.2f} -> {tr[i]}, elpd_i {value} ({fate})")
-        more = f"; and {ids.size - limit} more (res.pareto_k_ids())" if ids.size > limit else ""
-        return [f"Pareto k above {self.good_k:.2f} with plain PSIS: {ids.size} observation(s): " + "; ".join(parts)
-                + more]
+        for i, label in zip(order[:limit], self.obs_labels(order, limit)):
+            fate = SHORT[cats[i]] + (f": {ev[i]}" if ev is not None and ev[i] and cats[i] != "psis" else "")
+            value = nats(elpd[i]) + (f" ± {nats(se[i])}" if se is not None and np.isfinite(se[i]) else "")
+            parts.append(f"{label} (k {k0[i]:.2f} -> {tr[i]}, elpd_i {value}, {fate})")
+        more = f"; and {len(order) - limit} more" if len(order) > limit else ""
+        return [f"{len(order)} observation(s) not settled by plain PSIS alone or with plain Pareto k above "
+                f"{self.good_k:.2f}: "
+                + "; ".join(parts) + more + " (every one: res.summary_table(flagged_only=True))"]
 
     def evidence_lines(self):
         """How many observations each kind of evidence vouches for (``res.evidence``), and the mixture run."""
@@ -300,11 +336,12 @@ class LooResult(ELPDDataLOO):
         return np.zeros(n, bool) if v is None else np.asarray(v.values, bool).ravel()
 
     def flagged(self):
-        """Flat mask of the observations :meth:`summary_table` keeps with ``flagged_only=True``: plain PSIS's
-        k-hat above ``good_k``, or ``elpd_i`` not plain PSIS's (adapted, failed, mixture, SMC, refit), or
-        doubtful, or refit."""
+        """Flat mask of the observations :meth:`summary_table` keeps with ``flagged_only=True`` and
+        :meth:`problem_lines` names: plain PSIS's k-hat above ``good_k``, or ``elpd_i`` not plain PSIS's alone
+        (:attr:`categories` other than ``"psis"``: adapted, vouched by a second opinion, refit, doubtful; a
+        ``transform`` other than ``"psis"``)."""
         n = int(np.asarray(self.elpd_i.values).size)
-        mask = self._flag("doubtful") | self._flag("refit")
+        mask = self._flag("doubtful") | self._flag("refit") | (self.categories != "psis")
         k = self.pareto_k_psis if self.pareto_k_psis is not None else self.pareto_k
         if k is not None and self.good_k is not None:
             with np.errstate(invalid="ignore"):
@@ -327,7 +364,7 @@ class LooResult(ELPDDataLOO):
         ----------
         flagged_only : bool
             Keep only the flagged observations (:meth:`flagged`): plain PSIS's k-hat above ``good_k``,
-            adapted (``transform`` not ``"psis"``), doubtful or refit.
+            adapted, vouched by a second opinion, doubtful or refit.
         """
         import pandas as pd
 

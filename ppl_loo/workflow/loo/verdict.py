@@ -15,7 +15,8 @@ The rules, in order:
    contradicts it (its k-hat at most 0.5, its ESS fine: :func:`search_decision`).
 2. The search vouches alone where two independently built transformations agree (``"adapted"``).
 3. Estimates from independent draws that agree vouch together (:mod:`ppl_loo.workflow.loo.vouch.rule`), and a
-   passing mixture estimate vouches alone where nothing credible contradicts it.
+   passing mixture estimate vouches alone where nothing credible contradicts it. Estimates both within
+   :data:`~ppl_loo.workflow.loo.vouch.rule.NEGLIGIBLE_NATS` of 0 never contradict each other.
 4. Convergence is judged per estimate: the draws vouch for observation ``i`` only where the rank-normalized R-hat of
    ``log p(y_i | theta)`` is at most :data:`~ppl_loo.workflow.loo.inputs.RHAT_VOUCH` and its bulk ESS at least
    :data:`MIN_LL_ESS` (:func:`convergence`); a fit whose parameters have not mixed at all (largest R-hat above
@@ -36,8 +37,9 @@ import numpy as np
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_LIKE_TV, PLAIN_VOUCH_K
 from ppl_loo.workflow.exact.refit import refit_converged
 from ppl_loo.workflow.loo.inputs import RHAT_NOT_MIXED, RHAT_VOUCH, rank_rhat
+from ppl_loo.workflow.loo.messages import nats
 from ppl_loo.workflow.loo.plain import pointwise_reasons
-from ppl_loo.workflow.loo.vouch.rule import settle
+from ppl_loo.workflow.loo.vouch.rule import negligible, settle
 
 __all__ = ["Pointwise", "Convergence", "Evidence", "Rules", "Verdict", "verdict", "convergence", "search_decision",
            "VOUCH_MAX_SE", "MIN_LL_ESS"]
@@ -202,7 +204,8 @@ def search_decision(pw, i, r, plain, rules, labels):
     else:  # no corroborated adapted candidate: the plain PSIS values stay
         pw.transform[i] = "psis" if good else "failed"
     moved_ok = r["usable"] & r["checks_ok"] & (r["k"] <= rules.k_threshold) & ~(r["tv"] < PLAIN_LIKE_TV)
-    contradicts = np.abs(r["elpd"] - plain.elpd[i]) > AGREE_Z * np.hypot(r["se"], pw.mcse[i])
+    contradicts = ((np.abs(r["elpd"] - plain.elpd[i]) > AGREE_Z * np.hypot(r["se"], pw.mcse[i]))
+                   & ~negligible(r["elpd"], plain.elpd[i]))
     plain_ok = bool(plain.k[i] <= min(rules.k_threshold, PLAIN_VOUCH_K) and pw.n_eff[i] >= rules.min_ess
                     and pw.identity_failed[i] == 0 and not np.any(moved_ok & contradicts))
     if not trusted and plain_ok:
@@ -227,7 +230,7 @@ def verdict(ev: Evidence, rules: Rules) -> Verdict:
     notes = np.asarray(notes, dtype=object)
     imprecise = ~pw.doubtful & ~(pw.mcse <= rules.max_se)
     for i in np.flatnonzero(imprecise):
-        notes[i] = (f"{evidence[i]} gives {_num(pw.elpd[i])} ± {_num(pw.mcse[i])}, an SE above the "
+        notes[i] = (f"{evidence[i]} gives {nats(pw.elpd[i])} ± {nats(pw.mcse[i])}, an SE above the "
                     f"{rules.max_se:g} nats at which one estimate settles an observation")
     pw.doubtful |= imprecise
     evidence[imprecise] = ""
@@ -241,12 +244,6 @@ def verdict(ev: Evidence, rules: Rules) -> Verdict:
     reason = _reasons(pw, ev, rules, waiting, notes)
     return Verdict(pw.elpd, pw.mcse, pw.k, pw.n_eff, pw.transform.astype(str), pw.hbar, pw.use_adapted,
                    pw.identity_failed, pw.refit, pw.doubtful, evidence.astype(str), reason)
-
-
-def _num(x):
-    """A value for a message: two decimals, or three significant digits where that would print 0.00."""
-    x = float(x)
-    return f"{x:.2f}" if not np.isfinite(x) or abs(x) >= 0.005 or x == 0 else f"{x:.3g}"
 
 
 def _reasons(pw, ev, rules, waiting, notes):

@@ -30,13 +30,14 @@ ANNOTATED = 8  # doubtful observations named next to their point, at most
 
 
 class Drawn(NamedTuple):
-    """A figure as drawn: the URI, its legend's entries in order, the y-limits of each panel, and whether the
-    legend lies outside every panel (clear of the data)."""
+    """A figure as drawn: the URI, its legend's entries in order, the y-limits of each panel, whether the
+    legend lies outside every panel (clear of the data), and the x ticks each panel shows (within its limits)."""
 
     uri: str
     legend: tuple
     ylim: tuple
     legend_outside: bool
+    xticks: tuple = ()
 
 
 def _figure(ncols=1, width=5.0, height=3.2, sharey=False):
@@ -70,7 +71,9 @@ def _drawn(fig, axes, legend, labels):
     fig.draw_without_rendering()
     box = legend.get_window_extent()
     outside = not any(box.overlaps(ax.get_window_extent()) for ax in axes)
-    return Drawn(uri, labels, tuple(tuple(float(v) for v in ax.get_ylim()) for ax in axes), outside)
+    xticks = tuple(tuple(float(t) for t in ax.get_xticks() if min(ax.get_xlim()) <= t <= max(ax.get_xlim()))
+                   for ax in axes)
+    return Drawn(uri, labels, tuple(tuple(float(v) for v in ax.get_ylim()) for ax in axes), outside, xticks)
 
 
 def _thresholds(ax, good_k):
@@ -80,11 +83,19 @@ def _thresholds(ax, good_k):
         ax.axhline(0.7, color="0.4", ls=":", lw=1, alpha=0.7, label="k 0.7 (unreliable above, any sample size)")
 
 
-def _khat_panel(ax, k, k_plain, categories, labels):
-    """One panel: each category with its marker. A point without a k-hat in this panel (refit, mixture, SMC: no
-    importance sampling) is a hollow marker (a line's marker, not a scatter point) at its plain-PSIS k, never at
-    0; one whose plain k-hat is missing too sits on the top edge, outside the k scale."""
-    idx = np.arange(k.size)
+def _observation_axis(ax, xlabel):
+    """The x axis of a figure over the observations: its label, integer ticks only (observations are numbered)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel(xlabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _khat_panel(ax, k, k_plain, categories, labels, idx):
+    """One panel: each category with its marker, at the observations' numbers ``idx``. A point without a k-hat in
+    this panel (refit, mixture, SMC: no importance sampling) is a hollow marker (a line's marker, not a scatter
+    point) at its plain-PSIS k, never at 0; one whose plain k-hat is missing too sits on the top edge, outside the
+    k scale."""
     for cat, (color, marker, size, z) in STYLE.items():
         sel = categories == cat
         full, hollow, edge = sel & np.isfinite(k), sel & ~np.isfinite(k) & np.isfinite(k_plain), sel & np.isnan(k_plain)
@@ -100,9 +111,11 @@ def _khat_panel(ax, k, k_plain, categories, labels):
                     transform=ax.get_xaxis_transform(), label=f"k-hat not estimated: {labels[cat]} (top edge)")
 
 
-def khat_figure(k_before, k_after, categories, labels, good_k, title, obs_labels=()):
-    """Pareto k of plain PSIS and of the estimate reported, against the observation index, one marker per
-    observation category (``categories``: a category key per observation; ``labels``: key -> legend text).
+def khat_figure(k_before, k_after, categories, labels, good_k, title, obs_labels=(), x=None, xlabel="Data Point"):
+    """Pareto k of plain PSIS and of the estimate reported, against the observation's number ``x`` (default its
+    0-based position; the report passes the user's numbering: 1-based for Stan, the coordinate values of a DataTree
+    with one numeric observation dim) on integer ticks, one marker per observation category (``categories``: a
+    category key per observation; ``labels``: key -> legend text).
 
     Both panels share the y-scale. An observation without a k-hat after (refit, mixture or SMC) is drawn hollow
     at its plain-PSIS k; doubtful observations are named next to their point (``obs_labels``, at most
@@ -113,34 +126,38 @@ def khat_figure(k_before, k_after, categories, labels, good_k, title, obs_labels
     k_plain = k_after if k_before is None else np.asarray(k_before, dtype=float)
     panels = (("plain PSIS" if k_before is not None else "plain PSIS (not stored: the k-hat reported)", k_plain),
               ("after adaptation (estimate reported)", k_after))
+    idx = np.arange(k_after.size) if x is None else np.asarray(x)
     for ax, (panel, k) in zip(axes, panels):
-        _khat_panel(ax, k, k_plain, categories, labels)
+        _khat_panel(ax, k, k_plain, categories, labels, idx)
         _thresholds(ax, good_k)
-        ax.set(xlabel="Data Point", title=panel)
+        ax.set(title=panel)
+        _observation_axis(ax, xlabel)
     axes[0].set_ylabel("Shape parameter k")
     axes[0].margins(y=0.12)  # room above the highest point for its name
     for i in np.flatnonzero(categories == "doubtful")[:ANNOTATED] if len(obs_labels) else ():
         y = k_after[i] if np.isfinite(k_after[i]) else k_plain[i]
         if np.isfinite(y):
-            axes[1].annotate(str(obs_labels[i]), (i, y), xytext=(5, 4), textcoords="offset points", fontsize=7,
+            axes[1].annotate(str(obs_labels[i]), (idx[i], y), xytext=(5, 4), textcoords="offset points", fontsize=7,
                              color="C3")
     fig.suptitle(title, fontsize=10)
     legend, entries = _legend_below(fig, axes)
     return _drawn(fig, axes, legend, entries)
 
 
-def elpd_diff_figure(diff, flagged, title):
-    """Pointwise ``elpd_i[model] - elpd_i[best]`` against the observation index; in orange the observations
-    not plain PSIS (adapted, second opinion, refit or doubtful) in either model. Legend below the panel."""
+def elpd_diff_figure(diff, flagged, title, x=None, xlabel="Data Point"):
+    """Pointwise ``elpd_i[model] - elpd_i[best]`` against the observation's number ``x`` (as :func:`khat_figure`);
+    in orange the observations not plain PSIS (adapted, second opinion, refit or doubtful) in either model. Legend
+    below the panel."""
     fig, (ax,) = _figure(1, width=7.0, height=3.4)
-    idx = np.arange(diff.size)
+    idx = np.arange(diff.size) if x is None else np.asarray(x)
     ax.axhline(0.0, color="0.5", lw=1)
     for sel, style, label in ((~flagged, {"s": 14, "color": "C0"}, "plain PSIS in both"),
                               (flagged, {"s": 20, "color": "C1", "marker": "D"},
                                "adapted, second opinion, refit or doubtful in either")):
         if sel.any():  # no legend entry for no point
             ax.scatter(idx[sel], diff[sel], label=f"{label} ({int(sel.sum())})", **style)
-    ax.set(xlabel="Data Point", ylabel="elpd_i difference", title=title)
+    ax.set(ylabel="elpd_i difference", title=title)
+    _observation_axis(ax, xlabel)
     legend, entries = _legend_below(fig, [ax], ncols=2)
     return _drawn(fig, [ax], legend, entries)
 

@@ -34,6 +34,7 @@ from ppl_loo.workflow.downstream.loo_roc import loo_roc
 from ppl_loo.workflow.loo.categories import CATEGORIES, SHORT, category_counts, observation_categories
 from ppl_loo.workflow.loo.categories import evidence as _evidence
 from ppl_loo.workflow.loo.categories import transforms as _transforms
+from ppl_loo.workflow.loo.messages import nats
 from ppl_loo.workflow.report.figures import elpd_diff_figure, khat_figure, loo_pit_figure, pit_values_figure, roc_figure
 
 __all__ = ["report", "observation_categories", "category_counts", "CATEGORIES", "PROVENANCE", "SECTIONS",
@@ -56,8 +57,8 @@ VERSIONED = ("ppl_loo", "arviz_stats", "arviz_base", "arviz_plots", "numpy", "ja
 TOP = 10  # observations listed per model in the elpd differences
 TOP_OBS = 50  # observations listed per model in the Pareto k section
 #: lines of LooResult.trust_lines() that count observations their own way: the report counts by category
-COUNTED = re.compile(r"^(Adaptive importance sampling \(ppl_loo\): |Vouched for: |\d+ (refit \(exact LOO\)|doubtful): "
-                     r"they carry )")
+COUNTED = re.compile(r"^(Adaptive importance sampling \(ppl_loo\)[,:] |Vouched for: "
+                     r"|\d+ (refit \(exact LOO\)|doubtful): they carry )")
 STACKING = ("Stacking weights (column weight): the weights of the combination of the models' predictive "
             "distributions that maximises the LOO log score (the elpd of the combined prediction). They are not "
             "posterior model probabilities: a model whose predictions the others already cover can get weight 0 with "
@@ -284,7 +285,8 @@ def _khat_model(name, res, cats):
     after = _flat(res.pareto_k)
     before = None if res.pareto_k_psis is None else _flat(res.pareto_k_psis)
     good_k = float(res.good_k) if res.good_k is not None else 0.7
-    drawn = khat_figure(before, after, cats, CATEGORIES, good_k, name, res.obs_labels())
+    x, xlabel = _numbering(res)
+    drawn = khat_figure(before, after, cats, CATEGORIES, good_k, name, res.obs_labels(), x=x, xlabel=xlabel)
     counts = category_counts(cats)
     data = " ".join(f'data-{k.replace("_", "-")}="{v}"' for k, v in counts.items())
     line = (f"{name}: {after.size} observations: " + ", ".join(f"{counts[k]} {CATEGORIES[k]}" for k in CATEGORIES)
@@ -297,7 +299,8 @@ def _khat_model(name, res, cats):
                            if n_nan else "") + ".")
     trust = "".join(f"<li>{escape(t)}</li>" for t in _trust_lines(res, cats))
     img = (f'<img src="{drawn.uri}" alt="{escape(f"Pareto k of {name}")}" data-legend="{_attr_json(drawn.legend)}" '
-           f'data-ylim="{_attr_json(drawn.ylim)}" data-legend-outside="{str(drawn.legend_outside).lower()}">')
+           f'data-ylim="{_attr_json(drawn.ylim)}" data-xticks="{_attr_json(drawn.xticks)}" '
+           f'data-legend-outside="{str(drawn.legend_outside).lower()}">')
     return (f"<h3>{escape(name)}</h3>\n"
             f'<p class="counts" data-model="{escape(name)}" {data}>{escape(line)}</p>\n<p>{escape(kline)}</p>\n'
             f"{img}\n" + (f"<ul>{trust}</ul>\n" if trust else "") + _obs_table(name, res, cats))
@@ -315,7 +318,7 @@ def _trust_lines(res, cats):
             part = float(elpd_i[mask].sum())
             kinds = ", ".join(f"{k} {int(np.sum(ev[mask] == k))}" for k in sorted(set(ev[mask])) if k)
             lines.append(f"{int(mask.sum())} {CATEGORIES[cat]}" + (f" ({kinds})" if cat == "second_opinion" else "")
-                         + f": they carry {part:.2f} of elpd_loo {res.elpd:.2f}"
+                         + f": they carry {nats(part)} of elpd_loo {res.elpd:.2f}"
                          + (f" ({100 * part / res.elpd:.0f}%)" if res.elpd else ""))
     return lines + [line for line in res.trust_lines() if not COUNTED.match(line)]
 
@@ -334,11 +337,11 @@ def _obs_table(name, res, cats):
     elpd, rows = _flat(res.elpd_i), []
     for i, label in zip(order[:TOP_OBS], labels):
         cat = cats[i]
-        rows.append((cat, [_cell("obs", int(i)), _text(label), f'<td class="text cat-{cat}" data-col="category" '
+        rows.append((cat, [_label_cell(label, i), f'<td class="text cat-{cat}" data-col="category" '
                            f'data-value="{cat}">{escape(SHORT[cat])}</td>', _text(tr[i]), _text(ev[i]),
                            _cell("k_psis", k0[i]), _cell("k", k1[i]), _cell("elpd_i", elpd[i]),
                            _cell("mcse_elpd_i", se[i]), _text(reason[i])]))
-    header = ["index", "observation", "what happened", "transform", "evidence", "k plain PSIS", "k reported",
+    header = ["observation", "what happened", "transform", "evidence", "k plain PSIS", "k reported",
               "elpd_i", "mcse", "why doubtful"]
     more = (f" The first {TOP_OBS} of {len(order)} are listed." if len(order) > TOP_OBS else "")
     body = "\n".join(f'<tr class="cat-{cat}" data-category="{cat}">' + "".join(r) + "</tr>" for cat, r in rows)
@@ -349,6 +352,26 @@ def _obs_table(name, res, cats):
 
 def _text(value):
     return f'<td class="text">{escape(str(value))}</td>'
+
+
+def _label_cell(label, i):
+    """An observation's cell: its label as the user names it (:meth:`LooResult.obs_labels`), its flat position
+    (0-based, in the order of ``res.elpd_i.values.ravel()``) only as the ``data-index`` attribute."""
+    return f'<td class="text" data-col="observation" data-index="{int(i)}">{escape(str(label))}</td>'
+
+
+def _numbering(res):
+    """``(x, xlabel)``: each observation's number on the figures' x axes, as the user numbers it: 1-based for
+    Stan draws (``log_lik[1]`` at 1), the coordinate values of a single numeric observation dim, else the 0-based
+    position."""
+    n = int(np.asarray(res.elpd_i.values).size)
+    da = res.elpd_i
+    if getattr(res, "stan_labels", False):
+        name = res.var_name or "log_lik"
+        return np.arange(1, n + 1), f"Data Point (as {name}[n], 1-based)"
+    if da.ndim == 1 and da.dims[0] in da.coords and np.issubdtype(da.coords[da.dims[0]].dtype, np.number):
+        return np.asarray(da.coords[da.dims[0]].values), f"Data Point ({da.dims[0]})"
+    return np.arange(n), "Data Point (position, 0-based)"
 
 
 def _flag_text(cat, tr, ev):
@@ -372,16 +395,16 @@ def _diff_html(named, best, cats):
         elpd, tr, ev = _flat(res.elpd_i), _transforms(res), _evidence(res)
         diff = elpd - ref_elpd
         flagged = (cats[name] != "psis") | (cats[best] != "psis")
-        drawn = elpd_diff_figure(diff, flagged, f"{name} - {best}")
+        drawn = elpd_diff_figure(diff, flagged, f"{name} - {best}", *_numbering(ref))
         rows = []
         for i in np.argsort(-np.abs(diff), kind="stable")[:TOP]:
-            rows.append([_cell("obs", int(i)), _text(labels[i]), _cell("diff", diff[i]),
+            rows.append([_label_cell(labels[i], i), _cell("diff", diff[i]),
                          _cell("elpd_best", ref_elpd[i]), _cell("elpd_model", elpd[i]),
                          _text(_flag_text(cats[best][i], ref_tr[i], ref_ev[i])),
                          _text(_flag_text(cats[name][i], tr[i], ev[i]))])
         line = (f"{name} - {best}: total {diff.sum():.2f}, of which {diff[flagged].sum():.2f} from "
                 f"{int(flagged.sum())} observations not plain PSIS in either model.")
-        header = ["index", "observation", "difference", f"elpd_i {best}", f"elpd_i {name}", f"what happened in {best}",
+        header = ["observation", "difference", f"elpd_i {best}", f"elpd_i {name}", f"what happened in {best}",
                   f"what happened in {name}"]
         parts.append(f"<h3>{escape(name)} vs {escape(best)}</h3>\n<p>{escape(line)}</p>\n"
                      f'<img src="{drawn.uri}" alt="{escape(f"elpd differences of {name}")}" '

@@ -1,7 +1,8 @@
 """The vouching rule of ``pl.loo``: which evidence vouches for each ``elpd_i`` (``docs/method.md``, section 8).
 
 An observation is vouched for when estimates from independent draws agree within :data:`AGREE_Z` combined Monte
-Carlo SEs. The estimates are
+Carlo SEs, or when both are within :data:`NEGLIGIBLE_NATS` of 0 (:func:`negligible`: a disagreement no total can
+see). The estimates are
 
 - the engine's, from the posterior draws: plain PSIS (its k-hat at most the threshold) or the adapted proposal the
   search selected (:mod:`ppl_loo.workflow.loo.adapt`); the search already vouches on its own where its k-hat is at most
@@ -37,13 +38,20 @@ from typing import NamedTuple
 import numpy as np
 
 from ppl_loo.numerics.loo import AGREE_Z, PLAIN_VOUCH_K
+from ppl_loo.workflow.loo.messages import nats
 
-__all__ = ["Opinion", "settle", "engine_candidates", "agree", "mixture_alone_ok", "JENSEN_Z"]
+__all__ = ["Opinion", "settle", "engine_candidates", "agree", "negligible", "mixture_alone_ok", "JENSEN_Z",
+           "NEGLIGIBLE_NATS"]
 
 #: a mixture estimate that vouches alone may be at most this many of its SEs above plain PSIS's (one-sided: 2.3%
 #: of unbiased estimates are above an exact plain estimate; plain PSIS is biased upward, so fewer):
 #: :func:`mixture_alone_ok`
 JENSEN_Z = 2.0
+#: two estimates of one ``elpd_i`` that are both within this many nats of 0 (a LOO predictive probability above
+#: 0.99) never contradict each other, whatever their SEs: whichever is right, the observation moves ``elpd_loo`` by
+#: less than this, a hundredth of the nat at which one ``elpd_i`` changes a comparison (``VOUCH_MAX_SE``), while the
+#: SEs of estimates so close to 0 are often far smaller still and would call such a difference many SEs
+NEGLIGIBLE_NATS = 0.01
 
 
 class Opinion(NamedTuple):
@@ -59,9 +67,18 @@ class Opinion(NamedTuple):
 
 
 def agree(a, sa, b, sb, z=AGREE_Z):
-    """``|a - b| <= z * sqrt(sa^2 + sb^2)`` (False where anything is NaN)."""
+    """``|a - b| <= z * sqrt(sa^2 + sb^2)``, or both negligible (:func:`negligible`); False where anything is
+    NaN."""
     with np.errstate(invalid="ignore"):
-        return np.abs(np.asarray(a) - np.asarray(b)) <= z * np.hypot(sa, sb)
+        return (np.abs(np.asarray(a) - np.asarray(b)) <= z * np.hypot(sa, sb)) | negligible(a, b)
+
+
+def negligible(a, b):
+    """Whether the estimates ``a`` and ``b`` of one ``elpd_i`` are both within :data:`NEGLIGIBLE_NATS` of 0, so
+    that their disagreement cannot change any total (False where either is NaN)."""
+    with np.errstate(invalid="ignore"):
+        return (np.abs(np.asarray(a, dtype=float)) <= NEGLIGIBLE_NATS) & (np.abs(np.asarray(b, dtype=float))
+                                                                           <= NEGLIGIBLE_NATS)
 
 
 def _pooled(a, sa, b, sb):
@@ -82,7 +99,8 @@ def _pooled(a, sa, b, sb):
 
 def mixture_alone_ok(elpd, se, plain_elpd, z=JENSEN_Z):
     """Whether a passing mixture estimate may vouch alone: not above plain PSIS's estimate from the posterior
-    draws by more than :data:`JENSEN_Z` of its SEs (a NaN plain estimate does not object).
+    draws by more than :data:`JENSEN_Z` of its SEs (a NaN plain estimate does not object, nor one that with the
+    mixture estimate is :func:`negligible`).
 
     Plain importance sampling from the posterior estimates ``exp(-elpd_i) = E_post[1 / p(y_i | theta)]`` by a
     sample mean, unbiased, so by Jensen's inequality its ``-log`` is biased upward: ``E[elpd_i plain] >=
@@ -92,7 +110,7 @@ def mixture_alone_ok(elpd, se, plain_elpd, z=JENSEN_Z):
     1.05), the one mixture estimate of 18 that vouched alone and was more than 3 combined SEs off the refits
     (+0.044 nats) was 2.6 of its SEs above plain PSIS; the others were at most 1.2 above it.
     """
-    return not (np.isfinite(plain_elpd) and elpd > plain_elpd + z * se)
+    return bool(negligible(elpd, plain_elpd)) or not (np.isfinite(plain_elpd) and elpd > plain_elpd + z * se)
 
 
 def engine_candidates(pw, plain, i, k_threshold):
@@ -136,8 +154,8 @@ def settle(pw, plain, k_threshold, opinions, converged):
     for op in opinions:  # a passing second opinion that contradicts a search-vouched estimate: doubtful
         bad = vouched & op.ok & ~agree(pw.elpd, pw.mcse, op.elpd, op.mcse)
         for i in np.flatnonzero(bad):
-            notes[i] = (f"{op.name} gives {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}, against {evidence[i]} "
-                        f"{pw.elpd[i]:.2f} ± {pw.mcse[i]:.2f}")
+            notes[i] = (f"{op.name} gives {nats(op.elpd[i])} ± {nats(op.mcse[i])}, against {evidence[i]} "
+                        f"{nats(pw.elpd[i])} ± {nats(pw.mcse[i])}")
         vouched &= ~bad
         evidence[bad] = ""
     # what only two maps of the same draws vouch for where plain PSIS failed (k-hat above 0.5), and a passing
@@ -191,17 +209,17 @@ def _settle_one(pw, i, engine, opinions, converged, evidence, notes, plain_elpd)
             if mix.alone and mixture_alone_ok(mix.elpd[i], mix.mcse[i], plain_elpd):
                 evidence[i] = "mixture"
                 return
-            why = (f"above plain PSIS's {plain_elpd:.2f} by more than {JENSEN_Z:g} SEs, which importance sampling "
+            why = (f"above plain PSIS's {nats(plain_elpd)} by more than {JENSEN_Z:g} SEs, which importance sampling "
                    "from the posterior draws overestimates: the mixture run likely missed part of the LOO posterior"
                    if mix.alone else "the mixture run's parameters have not all converged (R-hat), so it vouches "
                    "only where a second estimate agrees")
-            notes[i] = "; ".join([f"mixture {mix.elpd[i]:.2f} ± {mix.mcse[i]:.2f} alone: {why}"] + _said(engine))
+            notes[i] = "; ".join([f"mixture {nats(mix.elpd[i])} ± {nats(mix.mcse[i])} alone: {why}"] + _said(engine))
             if engine:  # the value shown is not the one this note doubts: the engine's, even from unconverged draws
                 _show_engine(pw, i, engine[0])
             return
     if engine and converged:  # still doubtful: the value shown is the engine's estimate that passes every check
         _show_engine(pw, i, engine[0])
-    said = "; ".join([f"{op.name} {op.elpd[i]:.2f} ± {op.mcse[i]:.2f}" for op in passing] + _said(engine))
+    said = "; ".join([f"{op.name} {nats(op.elpd[i])} ± {nats(op.mcse[i])}" for op in passing] + _said(engine))
     notes[i] = f"no two independent estimates agree ({said})"
 
 
@@ -214,4 +232,4 @@ def _show_engine(pw, i, candidate):
 
 def _said(engine):
     """The engine's estimates of one observation, in words."""
-    return [f"{name} {e:.2f} ± {s:.2f}" for name, e, s, _, _ in engine]
+    return [f"{name} {nats(e)} ± {nats(s)}" for name, e, s, _, _ in engine]
