@@ -276,6 +276,9 @@ def _reasons(pw, ev, rules, waiting, notes):
             text = f"no proposal reached k-hat {rules.k_threshold:.2f} (best {k:.2f}; plain PSIS {plain.k[i]:.2f})"
         elif pw.transform[i] in ("mixture", "smc"):
             text = ""
+        elif pw.transform[i] == "psis" and int(i) not in ev.search:
+            text = f"plain PSIS (k-hat {plain.k[i]:.2f}) is not confirmed" + (" by the other estimates of it"
+                                                                               if notes[i] else "")
         else:
             text = f"no adapted proposal was independently confirmed (k-hat {k:.2f}; plain PSIS {plain.k[i]:.2f})"
         if plain_reason[i] and plain_reason[i] not in text and "could not be estimated" in plain_reason[i]:

@@ -27,6 +27,7 @@ from ppl_loo.workflow.loo.inputs import (
     identical_chains,
     max_rhat_of,
     obs_labels,
+    stan_labelled,
 )
 from ppl_loo.workflow.loo.loo import DEFAULT_TRANSFORMS, check_hbar
 from ppl_loo.workflow.loo.messages import warn_doubtful, warn_identical_chains, warn_plain, warn_unconverged
@@ -97,7 +98,7 @@ def model_subsample(data, model, observations, approximation, estimator, var_nam
                        min_ess=min(100.0, S / 10.0) if opts["min_ess"] is None else float(opts["min_ess"]),
                        n_chains=n_chains, k_threshold=float(k_thr))
     plain, flagged, results, cands = _search(model, draws, cfg, idx, n, opts)
-    pw, reason = _vouch(draws, plain, flagged, results, cfg, data, opts["adapt"] == "none")
+    pw, reason = _vouch(draws, plain, flagged, results, cfg, data, opts["adapt"] == "none", model)
     _warn_doubtful(pw, ref0, idx, reason, k_thr, opts["adapt"] == "none")
     elpd, sub_se, se, p = combine(estimator, pw.elpd, logmeanexp(ll) - pw.elpd, approx_all, idx, counts, n)
     pointwise = {"elpd_i": (pw.elpd, np.nan), "pareto_k": (pw.k, np.nan), "p_loo_i": (logmeanexp(ll) - pw.elpd,
@@ -130,10 +131,10 @@ def _search(model, draws, cfg, idx, n, opts):
     return plain, flagged, dict(zip(pos.tolist(), results)), cands
 
 
-def _vouch(draws, plain, flagged, results, cfg, data, no_search):
+def _vouch(draws, plain, flagged, results, cfg, data, no_search, model=None):
     """The verdict on the subsample as :func:`ppl_loo.loo` gives it without second opinions (plain PSIS's rule with
     ``adapt="none"``): ``(verdict, reason)``."""
-    max_rhat, where = max_rhat_of(data)
+    max_rhat, where = max_rhat_of(data, stan_labelled(data, model))
     conv = convergence(draws.ll, draws.n_chains, max_rhat, where)
     ev = Evidence(plain, conv, flagged).with_search(results, candidate_labels(cfg))
     v = verdict(ev, Rules(cfg.k_threshold, cfg.min_ess, cfg.r_eff, False))
