@@ -201,10 +201,9 @@ class LooResult(ELPDDataLOO):
                          f"{RHAT_VOUCH}: "
                          "the draws vouch only for observations whose log-likelihood draws converged.")
         if self._flag("doubtful").any():
-            lines.append("Doubtful observations keep the search's elpd_i (the mixture estimate where only it passed "
-                         "its "
-                         "checks; res.reason gives every estimate); pl.loo(..., refit='doubtful', "
-                         "random_seed=...) replaces them by exact refits.")
+            lines.append("Doubtful observations keep the estimate from the posterior draws (plain PSIS or the "
+                         "search's; the mixture estimate where only it passed its checks; res.reason gives every "
+                         "estimate); pl.loo(..., refit='doubtful', random_seed=...) replaces them by exact refits.")
         return lines
 
     @property
