@@ -228,7 +228,8 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     info = {"mixture_info": None, "smc_info": None}
 
     def with_mixture(ev):
-        op, info["mixture_info"] = mixture_stage(model, data, draws, o["mixture_kwargs"], o["random_seed"], kept)
+        op, info["mixture_info"] = mixture_stage(model, data, draws, o["mixture_kwargs"], o["random_seed"], kept,
+                                                 rules.k_threshold)
         return ev if op is None else ev.with_opinion(op)
 
     mixture, flagged = o["mixture"], ev.examine
