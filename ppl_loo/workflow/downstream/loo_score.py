@@ -20,6 +20,13 @@ estimator of Taillardat et al. 2016 for the CRPS, the weighted Gini mean differe
 cancellation (:func:`weighted_scores`), so that the SCRPS of a binary or other discrete outcome is finite wherever
 its draws are not all equal. The points, and the ``y_rep_i`` simulated there for a given integer seed, are built once
 per result (:mod:`ppl_loo.workflow.downstream.points`).
+
+A Bernoulli outcome (the model's ``predicted_probability``, given with ``model=``) needs no draws of ``y_rep``: its
+LOO predictive is Bernoulli with ``p_i = sum_s w_s p(y_i = 1 | theta_s)`` under the observation's own weights, and
+both scores are its closed form (:func:`bernoulli_scores`), defined wherever ``0 < p_i < 1``, also where every 0/1
+draw is the same. Elsewhere draws that are all equal have no SCRPS: ``E|Y - Y'| = 0`` and ``-A / 0 - log(0) / 2`` is
+undefined; ``arviz_stats.loo_score`` returns NaN there (or, where its sums leave a rounding residue instead of 0, a
+meaningless finite value), and :func:`loo_score` refuses them, before anything is simulated.
 """
 
 from __future__ import annotations
@@ -61,7 +68,10 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         ``arviz_stats.loo_score``'s).
     model : pymc.Model, StanModel or PosteriorModel, optional
         The model the result was computed with; required when an observation of ``res`` uses an adapted proposal
-        (its points are rebuilt with it).
+        (its points are rebuilt with it). With a Bernoulli outcome (``pm.Bernoulli``: the model's
+        ``predicted_probability``) the scores of every observation are then the closed form at the LOO predictive
+        probability, without ``posterior_predictive`` draws or simulation (they agree with
+        ``arviz_stats.loo_score``' to the Monte Carlo error of its draws, and are defined where its are not).
     kind : {"crps", "scrps"}
         The continuous ranked probability score or its scale-invariant version (Bolin & Wallin 2023).
     random_seed : int or numpy.random.Generator, optional
@@ -84,6 +94,13 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         ``pointwise=True`` also ``pointwise`` (a DataArray over the observation dims, with the coordinate
         ``weights``: ``"psis"``, ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectations`) and
         ``pareto_k`` (the k-hat of the weights used; NaN for refit and mixture draws).
+
+    Raises
+    ------
+    ValueError
+        ``kind`` unknown; a group or variable missing; or a SCRPS that is not defined: an observation without a closed
+        form whose weighted draws are all equal (``arviz_stats.loo_score`` gives NaN there), refused before anything
+        is simulated, or a Bernoulli LOO probability of exactly 0 or 1.
     """
     if kind not in SCORES:
         raise ValueError(f"kind={kind!r}: use one of {', '.join(map(repr, SCORES))}.")
