@@ -43,6 +43,8 @@ __all__ = ["MixtureEstimate", "mixture_log_weights", "mixture_linearization", "m
 #: above this Pareto k-hat of its weights an estimate's SE does not rely on the delta method's covariance of the two
 #: means (the fitted tail has no finite variance)
 HEAVY_TAIL_K = 0.5
+#: at most this many log weights (draws x columns) per call of the k-hat fit
+_KHAT_VALUES = 2**23
 
 
 class MixtureEstimate(NamedTuple):
@@ -130,12 +132,16 @@ def weights_khat(log_w):
     (:func:`ppl_loo.numerics.psis.psislw`'s, tail length ``3 sqrt(S)``): ``-inf`` for weights without a tail (all
     equal), NaN where too few draws to fit one."""
     log_w = np.asarray(log_w, dtype=np.float64)
+    S, m = log_w.shape
+    block = max(1, min(m, _KHAT_VALUES // max(S, 1)))  # columns per call: bounded memory, one compilation per shape
+    out = np.empty(m)
     try:
         with x64():
-            _, k = psislw(log_w.T)
+            for start in range(0, m, block):
+                out[start:start + block] = np.asarray(psislw(log_w[:, start:start + block].T)[1], dtype=np.float64)
     except ValueError:  # fewer than 5 draws in the tail
-        return np.full(log_w.shape[1], np.nan)
-    return np.asarray(k, dtype=np.float64).reshape(log_w.shape[1])
+        return np.full(m, np.nan)
+    return out
 
 
 def mixture_linearization(ll):
