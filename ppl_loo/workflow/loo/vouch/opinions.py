@@ -62,8 +62,9 @@ def mixture_run_settings(data, overrides=None):
 def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None, k_threshold=None):
     """Mixture importance sampling (one MCMC run for every observation): the opinion and the run's info (with the
     error where it could not run); the run that counts gives its draws to ``kept`` (a
-    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`). ``k_threshold``: the engine's, the largest k-hat of an
-    estimate's weights that vouches (None: the default for the run's draws)."""
+    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`). ``k_threshold``: the user's ``k_threshold`` of ``pl.loo``, the
+    largest k-hat of an estimate's weights that vouches (None: the engine's rule ``min(1 - 1 / log10(S), 0.7)`` at the
+    run's own number of draws ``S``)."""
     settings = mixture_run_settings(data, mixture_kwargs)
     try:
         run = run_mixture(model, draws.theta, settings, random_seed, k_threshold)
