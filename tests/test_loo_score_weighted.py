@@ -3,10 +3,15 @@
 Known answers: binary draws with weight ``p`` on 1 have ``E|Y - y| = 1 - p`` (``y = 1``) and ``E|Y - Y'| = 2 p (1 -
 p)``, so ``SCRPS = -A / G - log(G) / 2`` and ``CRPS = -(A - G / 2)`` in closed form, also for ``p = 1e-20``, where
 ``arviz_stats``' ``2 F^- + w - 1`` cancels; a discrete outcome's ``G`` equals the brute-force double sum
-``sum_s sum_t w_s w_t |y_s - y_t|``; on draws that are not all equal, ``arviz_stats``' array function to 1e-10; on a
-PyMC logistic regression (binary outcome), ``pl.loo_score``' SCRPS and CRPS equal ``arviz_stats.loo_score``'s with
-the same plain PSIS weights to 1e-10 at every observation that kept them; constant draws (the SCRPS undefined:
-``G = 0``) are refused, before anything is simulated.
+``sum_s sum_t w_s w_t |y_s - y_t|``; on draws that are not all equal, ``arviz_stats``' array function to 1e-10.
+
+A Bernoulli model (PyMC logistic regression, ``model=`` given): the scores are the closed form at the LOO probability
+``p_i = sum_s w_s p(y_i = 1 | theta_s)`` (here from the PSIS weights and the posterior draws of the coefficients), to
+1e-8; ``arviz_stats.loo_score``' scores of the 0/1 draws are the same closed form at ``sum_s w_s y_rep_s`` to 1e-10,
+which is ``p_i`` to its Monte Carlo error (4.5 SDs ``sqrt(sum_s w_s^2 p_s (1 - p_s))``), so the means agree to 4 SEs;
+without the model, ``arviz_stats``' numbers to 1e-10. Strongly separated classes, where many observations' 0/1 draws
+are all equal (refused without the model, as ``arviz_stats`` has no number there), get the closed form. A Poisson
+model's constant draws (no closed form) are refused before anything is simulated; their CRPS is ``-|0 - y|``.
 """
 
 from __future__ import annotations
@@ -143,7 +148,10 @@ def test_binary_model_agrees_with_arviz_stats_where_weights_are_psis(logistic):
         se_mean = np.sqrt(np.sum((slope * sd) ** 2)) / 60
         assert abs(got.mean - ref.mean) < 4 * se_mean, (kind, got.mean, ref.mean, se_mean)
         assert np.all(np.isfinite(got.pointwise.values))
-        # without the model (nothing adapted needs one here): arviz_stats' numbers from the same draws
+        # the scores of the draws with the same weights (what pl.loo_score computes without a closed form):
+        # arviz_stats' numbers, also through pl.loo_score without the model where nothing adapted needs it
+        lw = res.log_weights.transpose("chain", "draw", ...).values.reshape(-1, 60)
+        np.testing.assert_allclose(weighted_scores(pp.T, y, lw.T, kind), ref.pointwise.values, rtol=0, atol=1e-10)
         if np.all(psis):
             draws = _quiet(pl.loo_score, idata, res, kind=kind, pointwise=True)
             np.testing.assert_allclose(draws.pointwise.values, ref.pointwise.values, rtol=0, atol=1e-10)
