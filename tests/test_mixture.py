@@ -134,9 +134,46 @@ def test_loo_mixture_matches_closed_form():
     ok = ~res.doubtful.values
     assert ok.sum() >= 18 and set(res.evidence.values[ok]) == {"mixture"}
     assert res.mixture_info["ess_posterior_weights"] >= 100
-    assert np.isnan(res.pareto_k.values).all()  # bounded weights, not Pareto-smoothed
+    # pareto_k: the k-hat of the weights each estimate uses (bounded, not Pareto-smoothed); the vouched within the
+    # engine's threshold
+    k = res.pareto_k.values
+    assert res.mixture_info["k_threshold"] == 0.7
+    assert np.all(np.isfinite(k)) and np.all(k[ok] <= 0.7)
     print(res)  # prints like arviz_stats.loo
     assert abs(res.elpd - exact.sum()) < 4 * np.sqrt(np.sum(se ** 2)) + 0.1
+
+
+def test_loo_mixture_long_tailed_weights_are_not_vouched():
+    """A normal mean with a gross outlier (``y_i ~ N(mu, 1)``, ``mu ~ N(0, 3^2)``, 16 observations, one at 12; the
+    data and PyMC model of ``tests/test_pymc_data.py``): the outlier's ``1 / p(y_5 | mu)`` dominates the mixture, so
+    the mixture draws sit near the posterior without it and the weights that map them back (the posterior's and
+    every LOO posterior's) are long-tailed. Runs of 4 x 4,000 draws pass every other check (no divergences, R-hat
+    1.001, the posterior weights' ESS 150 to 240), and their delta-method SEs were 5 to 12 times too small; the
+    Pareto k-hat of each estimate's weights flags them (seeds None, 2, 3: the posterior's weights alone have k-hat
+    0.72 to 0.82, above the engine's 0.7), and every estimate that is still vouched, and every SE, is honest against
+    the closed form (``tests/gaussian_models.py``)."""
+    pm = pytest.importorskip("pymc")
+    y = np.random.default_rng(12).normal(1.0, 1.0, size=16)
+    y[5] = 12.0
+    exact = LinearRegressionKnownNoise(np.ones((16, 1)), y, sigma=1.0, tau=3.0).exact_elpd_i()
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 3)
+        pm.Normal("y", mu, 1.0, observed=y)
+        idata = pm.sample(draws=500, tune=500, chains=2, cores=1, progressbar=False, compute_convergence_checks=False,
+                          nuts_sampler="pymc", random_seed=3)
+    for seed in (None, 1, 2, 3):
+        res = pl.loo_mixture(idata, model, random_seed=seed, mixture_options={"draws": 4000})
+        info = res.mixture_info
+        assert info["divergences"] == 0 and info["max_rhat"] < 1.01 and info["ess_posterior_weights"] >= 100
+        err, se, k = res.elpd_i.values - exact, res.mcse_elpd_i.values, res.pareto_k.values
+        ok = ~res.doubtful.values
+        assert info["k_threshold"] == 0.7 and np.all(k >= info["khat_posterior_weights"])
+        assert not np.any(ok & (k > 0.7)), (seed, k)  # a long tail is not vouched
+        assert np.all(np.abs(err[ok]) <= 3 * se[ok]), (seed, err / se)  # what is vouched is within 3 SEs
+        assert np.all(np.abs(err) <= 4 * se), (seed, err / se)  # the SEs are honest
+        if seed != 1:  # the posterior's weights are long-tailed: nothing is vouched
+            assert info["khat_posterior_weights"] > 0.7 and not ok.any(), (seed, info["khat_posterior_weights"])
+        assert all("the Pareto k-hat of its weights above 0.70" in str(r) for r in res.reason.values[~ok])
 
 
 @pytest.fixture(scope="module")

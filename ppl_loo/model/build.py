@@ -75,7 +75,7 @@ def from_adapter(adapter, *, kind: str, labels=()) -> Model:
         output=output_of(adapter.structure) or getattr(adapter, "output", None),
         adapt_index=None if adapter.adapt_index is None else np.asarray(adapter.adapt_index),
         factorizes=bool(adapter.factorizes), is_jax=bool(adapter.is_jax), has_var_target=bool(adapter.has_var_target),
-        notes={}, predictive_mean=mean, predicted_probability=getattr(adapter, "predicted_probability", None),
+        notes={}, predictive_mean=mean, predicted_probability=_predicted_probability(adapter),
         pit_cdf=getattr(adapter, "pit_cdf", None), discrete_outcome=getattr(adapter, "discrete_outcome", None),
         simulate=getattr(adapter, "replicated_data", None) if adapter.factorizes else None,
         batched_refit_density=getattr(adapter, "batched_refit_density", None),
@@ -83,6 +83,12 @@ def from_adapter(adapter, *, kind: str, labels=()) -> Model:
         cancel=adapter.request_cancel if adapter.cancellable else None,
         compiled=adapter.compiled_programs,
     )
+
+
+def _predicted_probability(adapter):
+    """The adapter's ``predicted_probability``, or None where it has none (its observed variable is not Bernoulli)."""
+    fn = getattr(adapter, "predicted_probability", None)
+    return fn if fn is not None and getattr(adapter, "has_predicted_probability", True) else None
 
 
 def _design(X, X_train, what):

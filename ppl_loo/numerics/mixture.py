@@ -15,6 +15,15 @@ finite variance where plain PSIS (draws from the posterior) has none. The same e
 ``arviz_stats.loo(mixture=True)`` (``tests/test_mixture.py`` checks the identity); here with its Monte Carlo SE,
 from the delta method for the ratio of the two means and the effective sample size of the MCMC draws
 (``arviz_stats``' ``ess``, so the autocorrelation within and the disagreement between the chains count).
+
+Bounded is not light-tailed at a finite sample size: where one observation's ``1 / p(y_j | theta)`` dominates the
+mixture (a gross outlier), the mixture draws sit near the posterior without it, and the weights that map them back
+to the full posterior (``a_s``) and to every other observation's LOO posterior (``b_is``) have a long right tail
+over the draws there are: the means ``A`` and ``B_i`` are then usually too small, every estimate off by several
+delta-method SEs. The Pareto k-hat of the weights each estimate uses (the larger of ``a``'s and ``b_i``'s,
+:func:`ppl_loo.numerics.psis.psislw`) says so, as it does for PSIS; above :data:`HEAVY_TAIL_K` (the weights'
+variance is infinite in the fitted tail) the delta method's covariance of ``A`` and ``B_i``, estimated from those
+draws, is not trusted: the SE is at least the sum of the two means' relative SEs (the bound without it).
 """
 
 from __future__ import annotations
@@ -25,23 +34,37 @@ import numpy as np
 from arviz_stats.base import array_stats
 from scipy.special import logsumexp
 
-__all__ = ["MixtureEstimate", "mixture_log_weights", "mixture_linearization", "mixture_loo"]
+from ppl_loo.jax_settings import x64
+from ppl_loo.numerics.psis import psislw
+
+__all__ = ["MixtureEstimate", "mixture_log_weights", "mixture_linearization", "mixture_loo", "weights_khat",
+           "HEAVY_TAIL_K"]
+
+#: above this Pareto k-hat of its weights an estimate's SE does not rely on the delta method's covariance of the two
+#: means (the fitted tail has no finite variance)
+HEAVY_TAIL_K = 0.5
+#: at most this many log weights (draws x columns) per call of the k-hat fit
+_KHAT_VALUES = 2**23
 
 
 class MixtureEstimate(NamedTuple):
     """Per observation: ``elpd`` (the mixture-IS estimate), ``mcse`` (its Monte Carlo SE), ``ess`` (the MCMC
     effective sample size of the ratio's linearization) and ``ess_loo`` (the importance-sampling effective sample
-    size ``(sum b)^2 / sum b^2`` of its LOO weights); ``ess_posterior``: that of the posterior's weights ``a_s``
-    (how well the mixture draws cover the posterior itself). The delta method cannot see a normalizer estimated
-    from a handful of draws: where one observation's LOO posterior dominates the mixture (a gross outlier), the
-    posterior's weights can have an ESS of 2 of 4,000 draws and every estimate is off by nats with a small SE
-    (``tests/test_mixture.py``); the importance-sampling ESSs are the diagnostic for that."""
+    size ``(sum b)^2 / sum b^2`` of its LOO weights), ``khat`` (the Pareto k-hat of the weights it uses: the larger
+    of its LOO weights' and the posterior's); ``ess_posterior`` and ``khat_posterior``: those of the posterior's
+    weights ``a_s`` (how well the mixture draws cover the posterior itself). The delta method cannot see a
+    normalizer estimated from a handful of draws: where one observation's LOO posterior dominates the mixture (a
+    gross outlier), the posterior's weights can have an ESS of 2 of 4,000 draws and every estimate is off by nats
+    with a small SE (``tests/test_mixture.py``); the importance-sampling ESSs and the k-hats are the diagnostics for
+    that."""
 
     elpd: np.ndarray
     mcse: np.ndarray
     ess: np.ndarray
     ess_posterior: float
     ess_loo: np.ndarray = None
+    khat: np.ndarray = None
+    khat_posterior: float = float("nan")
 
 
 def mixture_log_weights(ll):
@@ -90,7 +113,35 @@ def mixture_loo(ll, n_chains=1):
     log_a, log_A, log_B, f = _terms(ll)
     ess = _ess_columns(f, int(n_chains))
     mcse = np.maximum(np.std(f, axis=0, ddof=1) / np.sqrt(ess), _chain_se(ll, int(n_chains)))
-    return MixtureEstimate(log_A - log_B, mcse, ess, _is_ess(log_a[:, None])[0], _is_ess(-ll + log_a[:, None]))
+    log_b = -ll + log_a[:, None]
+    k_a = float(weights_khat(log_a[:, None])[0])
+    k_b = weights_khat(log_b)
+    khat = np.fmax(k_a, np.where(np.isneginf(k_b), np.nan, k_b))
+    heavy = ~(khat <= HEAVY_TAIL_K)  # NaN (no tail could be fitted) counts as heavy
+    if np.any(heavy):  # the bound without the covariance: sd(log A - log B_i) <= sd(log A) + sd(log B_i)
+        a = np.exp(log_a - log_A)[:, None]
+        b = np.exp(log_b[:, heavy] - log_B[None, heavy])
+        se_a = np.std(a, axis=0, ddof=1) / np.sqrt(_ess_columns(a, int(n_chains)))
+        se_b = np.std(b, axis=0, ddof=1) / np.sqrt(_ess_columns(b, int(n_chains)))
+        mcse[heavy] = np.maximum(mcse[heavy], se_a + se_b)
+    return MixtureEstimate(log_A - log_B, mcse, ess, _is_ess(log_a[:, None])[0], _is_ess(log_b), khat, k_a)
+
+
+def weights_khat(log_w):
+    """The Pareto k-hat of the right tail of every column of the log weights ``log_w`` ``(S, m)``
+    (:func:`ppl_loo.numerics.psis.psislw`'s, tail length ``3 sqrt(S)``): ``-inf`` for weights without a tail (all
+    equal), NaN where too few draws to fit one."""
+    log_w = np.asarray(log_w, dtype=np.float64)
+    S, m = log_w.shape
+    block = max(1, min(m, _KHAT_VALUES // max(S, 1)))  # columns per call: bounded memory, one compilation per shape
+    out = np.empty(m)
+    try:
+        with x64():
+            for start in range(0, m, block):
+                out[start:start + block] = np.asarray(psislw(log_w[:, start:start + block].T)[1], dtype=np.float64)
+    except ValueError:  # fewer than 5 draws in the tail
+        return np.full(m, np.nan)
+    return out
 
 
 def mixture_linearization(ll):

@@ -299,9 +299,14 @@ class PyMCModel(PosteriorModel):
     @cached_property
     def _prob_fn(self):
         """``p`` of a Bernoulli ``var_name`` at points (:meth:`_at_points`); None for another distribution."""
-        if type(self._obs_rv.owner.op).__name__ != "BernoulliRV":
+        if not self.has_predicted_probability:
             return None
         return self._at_points([self._obs_rv.owner.inputs[-1]])
+
+    @property
+    def has_predicted_probability(self) -> bool:
+        """Whether the observed variable is Bernoulli (:meth:`predicted_probability` is defined)."""
+        return type(self._obs_rv.owner.op).__name__ == "BernoulliRV"
 
     def predicted_probability(self, params) -> np.ndarray:
         """``p(y_i = 1 | theta)`` of a Bernoulli observed variable, shape ``(M, *obs_shape)``.

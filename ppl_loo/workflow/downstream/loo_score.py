@@ -20,6 +20,13 @@ estimator of Taillardat et al. 2016 for the CRPS, the weighted Gini mean differe
 cancellation (:func:`weighted_scores`), so that the SCRPS of a binary or other discrete outcome is finite wherever
 its draws are not all equal. The points, and the ``y_rep_i`` simulated there for a given integer seed, are built once
 per result (:mod:`ppl_loo.workflow.downstream.points`).
+
+A Bernoulli outcome (the model's ``predicted_probability``, given with ``model=``) needs no draws of ``y_rep``: its
+LOO predictive is Bernoulli with ``p_i = sum_s w_s p(y_i = 1 | theta_s)`` under the observation's own weights, and
+both scores are its closed form (:func:`bernoulli_scores`), defined wherever ``0 < p_i < 1``, also where every 0/1
+draw is the same. Elsewhere draws that are all equal have no SCRPS: ``E|Y - Y'| = 0`` and ``-A / 0 - log(0) / 2`` is
+undefined; ``arviz_stats.loo_score`` returns NaN there (or, where its sums leave a rounding residue instead of 0, a
+meaningless finite value), and :func:`loo_score` refuses them, before anything is simulated.
 """
 
 from __future__ import annotations
@@ -33,10 +40,10 @@ import xarray as xr
 
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.random import seed_from
-from ppl_loo.workflow.downstream.loo_expectations import checked_model, warn_unkept
+from ppl_loo.workflow.downstream.loo_expectations import checked_model, expectation, warn_unkept
 from ppl_loo.workflow.downstream.points import blocks, entry_cache
 
-__all__ = ["loo_score", "SCORES", "weighted_scores"]
+__all__ = ["loo_score", "SCORES", "weighted_scores", "bernoulli_scores"]
 
 #: the scores of :func:`loo_score` (``arviz_stats.loo_score``' ``kind``)
 SCORES = ("crps", "scrps")
@@ -61,7 +68,10 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         ``arviz_stats.loo_score``'s).
     model : pymc.Model, StanModel or PosteriorModel, optional
         The model the result was computed with; required when an observation of ``res`` uses an adapted proposal
-        (its points are rebuilt with it).
+        (its points are rebuilt with it). With a Bernoulli outcome (``pm.Bernoulli``: the model's
+        ``predicted_probability``) the scores of every observation are then the closed form at the LOO predictive
+        probability, without ``posterior_predictive`` draws or simulation (they agree with
+        ``arviz_stats.loo_score``' to the Monte Carlo error of its draws, and are defined where its are not).
     kind : {"crps", "scrps"}
         The continuous ranked probability score or its scale-invariant version (Bolin & Wallin 2023).
     random_seed : int or numpy.random.Generator, optional
@@ -84,9 +94,20 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
         ``pointwise=True`` also ``pointwise`` (a DataArray over the observation dims, with the coordinate
         ``weights``: ``"psis"``, ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectations`) and
         ``pareto_k`` (the k-hat of the weights used; NaN for refit and mixture draws).
+
+    Raises
+    ------
+    ValueError
+        ``kind`` unknown; a group or variable missing; or a SCRPS that is not defined: an observation without a closed
+        form whose weighted draws are all equal (``arviz_stats.loo_score`` gives NaN there), refused before anything
+        is simulated, or a Bernoulli LOO probability of exactly 0 or 1.
     """
     if kind not in SCORES:
         raise ValueError(f"kind={kind!r}: use one of {', '.join(map(repr, SCORES))}.")
+    if model is not None and _has_weights(res):
+        model = checked_model(data, res, model, "loo_score")
+        if model.predicted_probability is not None:  # a Bernoulli outcome: the closed form, nothing simulated
+            return _bernoulli(data, res, model, kind, pointwise)
     y_pred, y_obs = _predictive(data, res)
     if res.log_weights is None:  # plain PSIS-LOO (pl.loo(data), no model): the weights are arviz_stats' own
         return _plain(data, res, kind, pointwise)
@@ -106,6 +127,56 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
     else:
         warn_unkept(res, used)
     return _result(res, scores, used, kind, pointwise)
+
+
+def _has_weights(res):
+    """Whether ``res`` keeps the weights of every observation's ``elpd_i`` (a result of ``pl.loo`` with a model)."""
+    return res.log_weights is not None and all(getattr(res, name, None) is not None
+                                               for name in ("engine_config", "adapted_log_weights"))
+
+
+def _bernoulli(data, res, model, kind, pointwise):
+    """The scores of a Bernoulli outcome in closed form (:func:`bernoulli_scores`) at the LOO predictive probability
+    ``p_i = sum_s w_s p(y_i = 1 | theta_s)`` under each observation's own weights (:func:`ppl_loo.loo_expectations`
+    of the model's ``predicted_probability``)."""
+    prob = expectation(data, res, model.predicted_probability, model, with_khat=False)
+    p = np.asarray(prob.values, dtype=float).reshape(-1)
+    used = np.asarray(prob["weights"].values).astype(object).reshape(-1)
+    y_obs = _observed(data, res, model, p.size)
+    if np.any((y_obs != 0) & (y_obs != 1)):
+        raise ValueError(f"the observed {res.var_name!r} of a Bernoulli model must be 0 or 1; found "
+                         f"{np.unique(y_obs[(y_obs != 0) & (y_obs != 1)])[:5]}.")
+    if np.any(~np.isfinite(p) | (p < 0) | (p > 1)):
+        raise ValueError("the model's predicted_probability gave LOO probabilities outside [0, 1].")
+    scores = bernoulli_scores(p, y_obs, kind)
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        names = ", ".join(res.obs_labels(bad, limit=10)) + (" and more" if bad.size > 10 else "")
+        raise ValueError(f"the {kind} of {bad.size} observation(s) ({names}) is not finite: their LOO predictive "
+                         "probability p(y_i = 1) is 0 or 1 to double precision, so the predictive is a point mass "
+                         "and SCRPS = -E|Y - y| / E|Y - Y'| - log(E|Y - Y'|) / 2 diverges (E|Y - Y'| = 0). Use "
+                         "kind='crps', which is defined there.")
+    return _result(res, scores, used, kind, pointwise)
+
+
+def bernoulli_scores(p, y_obs, kind):
+    """CRPS or SCRPS ``(n,)`` of the Bernoulli predictives ``P(Y = 1) = p`` at ``y_obs`` in ``{0, 1}`` (larger is
+    better, as :func:`weighted_scores`).
+
+    For ``X, X'`` independent draws of the predictive, ``A = E|X - y| = 1 - P(Y = y)`` and ``G = E|X - X'| = 2 p (1 -
+    p)``: ``CRPS = -(A - G / 2) = -(y - p)^2`` (the Brier score) and ``SCRPS = -A / G - log(G) / 2 = -1 / (2 P(Y =
+    y)) - log(2 p (1 - p)) / 2``, written without the cancellation of ``A / G`` (``1 - P(Y = y)`` cancels). Of a
+    mixture of Bernoulli draws (the LOO predictive, weights ``w_s``), ``p = sum_s w_s p_s``: the mixture is itself
+    Bernoulli (the weighted mean of the per-draw ``2 p_s (1 - p_s)`` is not its ``G``). Not finite (SCRPS) where ``p``
+    is 0 or 1.
+    """
+    p = np.asarray(p, dtype=float)
+    y = np.asarray(y_obs, dtype=float)
+    p_y = np.where(y == 1, p, 1.0 - p)
+    if kind == "crps":
+        return -((1.0 - p_y) ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -0.5 / p_y - 0.5 * np.log(2.0 * p * (1.0 - p))
 
 
 def _other_weights(res):
@@ -160,8 +231,11 @@ def _check_finite(res, scores, index, kind, draws):
         raise ValueError(f"the scrps of {bad.size} observation(s) ({names}) is not defined by their draws: every "
                          "draw of positive weight has the same value y_rep_i (or a value is not finite), so the mean "
                          "difference E|Y - Y'| of the predictive is 0 and SCRPS = -E|Y - y| / E|Y - Y'| - log(E|Y - "
-                         "Y'|) / 2 is not finite (arviz_stats.loo_score gives NaN there). More posterior predictive "
-                         "draws may vary, or use kind='crps', which is defined for a constant predictive.")
+                         "Y'|) / 2 is 0 / 0 (arviz_stats.loo_score gives NaN there, or a value of its rounding error). "
+                         "For a Bernoulli outcome pass model= with a result of pl.loo(data, model): the SCRPS is "
+                         "then computed in closed form from the predicted probabilities. Otherwise more posterior "
+                         "predictive draws may vary, or use kind='crps', which is defined for a constant "
+                         "predictive.")
     raise ValueError(f"the {kind} of {bad.size} observation(s) ({names}) is not finite: non-finite "
                      "posterior_predictive draws or observed values.")
 
@@ -203,6 +277,21 @@ def _predictive(data, res):
         raise ValueError(f"observed_data {var!r} has {y_obs.size} values but the result has {y_pred.shape[1]} "
                          "observations.")
     return y_pred, y_obs
+
+
+def _observed(data, res, model, n):
+    """The observed values ``(n,)``: ``observed_data[var_name]`` of ``data``, else the model's own."""
+    var, dims = res.var_name, tuple(res.elpd_i.dims)
+    if "observed_data" in getattr(data, "children", {}) and var in data["observed_data"].data_vars:
+        y_obs = np.asarray(data["observed_data"][var].transpose(*dims).values, dtype=float).reshape(-1)
+    elif model.obs.observed is not None:
+        y_obs = np.asarray(model.obs.observed, dtype=float).reshape(-1)
+    else:
+        raise ValueError(f"`data` has no observed_data group with the variable {var!r} and the model does not carry "
+                         "the observed values: loo_score needs the observed y.")
+    if y_obs.size != n:
+        raise ValueError(f"observed_data {var!r} has {y_obs.size} values but the result has {n} observations.")
+    return y_obs
 
 
 def _adapted_samples(data, res, model, random_seed, simulate, n_other):

@@ -188,7 +188,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
                          "evaluates every observation at its own draws); load the log_likelihood group first "
                          "(data.load()), or leave mixture at 'auto', which does not run out of core.")
     check_opinion_args(mixture, smc, second.mixture_options)
-    k_threshold = khat_threshold(S) if k_threshold is None else k_threshold
+    given_k, k_threshold = k_threshold, (khat_threshold(S) if k_threshold is None else k_threshold)
     cfg = EngineConfig(tuple(names), hbar, float(draws.r_eff), opts.jacobian,
                        min_ess=min(100.0, S / 10.0) if opts.min_ess is None else float(opts.min_ess),
                        n_chains=draws.n_chains, k_threshold=float(k_threshold))
@@ -204,7 +204,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions
     stages = dict(t0=t0, mixture=mixture, mixture_kwargs=second.mixture_options, smc=smc, refit=refit,
                   refit_kwargs=second.refit_options, adapt=opts.adapt, batch_size=opts.batch_size,
-                  progressbar=progressbar, random_seed=random_seed,
+                  progressbar=progressbar, random_seed=random_seed, given_k=given_k,  # None: the mixture run's own S
                   client=False if client is None else client)
     ev, v, info, refit_info = _schedule(Evidence(plain, conv, flagged), rules, model, data, draws, cfg, kept,
                                         stored is None, stages)
@@ -233,7 +233,8 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     info = {"mixture_info": None, "smc_info": None}
 
     def with_mixture(ev):
-        op, info["mixture_info"] = mixture_stage(model, data, draws, o["mixture_kwargs"], o["random_seed"], kept)
+        op, info["mixture_info"] = mixture_stage(model, data, draws, o["mixture_kwargs"], o["random_seed"], kept,
+                                                 o["given_k"])
         return ev if op is None else ev.with_opinion(op)
 
     mixture, flagged = o["mixture"], ev.examine

@@ -2,9 +2,10 @@
 
 What ``pl.loo(..., second_opinions={"mixture": ...})`` runs as a second opinion (:mod:`.mixture`), as a result of
 its own: an ``arviz_stats`` ELPD result (``compare``-ready) whose ``elpd_i`` are the mixture-IS estimates,
-``pareto_k`` NaN (the weights are bounded and not Pareto-smoothed; a k-hat of them says nothing about the estimate's
-variance, which is finite), ``mcse_elpd_i`` their Monte Carlo SEs, ``doubtful`` where the run's own diagnostics fail
-for that estimate, and ``mixture_info`` the run's diagnostics.
+``pareto_k`` the Pareto k-hat of the weights each uses (bounded, not Pareto-smoothed, but long-tailed over the draws
+there are where one observation dominates the mixture: :mod:`ppl_loo.numerics.mixture`), ``mcse_elpd_i`` their
+Monte Carlo SEs, ``doubtful`` where the run's own diagnostics fail for that estimate, and ``mixture_info`` the run's
+diagnostics.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_options
     -------
     LooResult
         ``transform`` is ``"mixture"`` everywhere, ``evidence`` ``"mixture"`` where the estimate passes the run's
-        diagnostics (its R-hat and ESS, the run's divergences and parameter R-hat) and ``""`` where not (then
-        ``doubtful``, with a ``reason``).
+        diagnostics (its R-hat and ESS, the Pareto k-hat of its weights, ``pareto_k``, at most the engine's
+        threshold ``min(1 - 1 / log10(S), 0.7)`` of the run's ``S`` draws, the run's divergences and parameter
+        R-hat) and ``""`` where not (then ``doubtful``, with a ``reason``).
     """
     check_random_seed(random_seed, "pl.loo_mixture")
     data = check_datatree(data)
@@ -63,17 +65,18 @@ def loo_mixture(data, model, *, var_name=None, random_seed=None, mixture_options
     draws = loo_draws(data, model, var_name, None)
     run = run_mixture(model, draws.theta, mixture_run_settings(data, mixture_options), random_seed)
     C, D, _ = run.theta.shape
-    k = np.full(run.elpd.size, np.nan)  # no Pareto smoothing: the mixture weights are bounded
+    k = np.asarray(run.khat, dtype=float)  # the k-hat of the weights each estimate uses (not smoothed)
     reason = np.where(run.ok, "", f"the mixture run's diagnostics fail for this estimate (R-hat above {MAX_PARAM_RHAT},"
-                      f" ESS below {MIN_ESS:.0f}, or the run's divergences or parameter R-hat)").astype(str)
+                      f" ESS below {MIN_ESS:.0f}, the Pareto k-hat of its weights above "
+                      f"{run.info['k_threshold']:.2f}, or the run's divergences or parameter R-hat)").astype(str)
     elpd, mcse = run.elpd, run.mcse
     p_loo_i = logmeanexp(draws.ll) - elpd
     da = pointwise_factory(data, draws.var_name, model, draws.ll.shape[1])
     info = {**run.info, "elpd_i": elpd.tolist(), "mcse_i": mcse.tolist(), "ok_i": run.ok.tolist(),
-            "n_ok": int(run.ok.sum())}
+            "khat_i": k.tolist(), "n_ok": int(run.ok.sum())}
     return LooResult(
         elpd=stable_sum(elpd), se=stable_se(elpd), p=stable_sum(p_loo_i), n_samples=C * D,
-        n_data_points=elpd.size, scale="log", warning=bool(not run.ok.all()), good_k=0.7,
+        n_data_points=elpd.size, scale="log", warning=bool(not run.ok.all()), good_k=run.info["k_threshold"],
         elpd_i=da(elpd, "elpd_i"), pareto_k=da(k, "pareto_k"), p_loo_i=da(p_loo_i, "p_loo_i"),
         mcse_elpd_i=da(mcse, "mcse_elpd_i"), doubtful=da(~run.ok, "doubtful"), reason=da(reason, "reason"),
         transform=da(np.full(elpd.size, "mixture"), "transform"), evidence=da(np.where(run.ok, "mixture", ""),

@@ -32,6 +32,7 @@ import numpy as np
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.mixture import mixture_linearization, mixture_log_weights, mixture_loo
 from ppl_loo.numerics.nuts import batched_nuts
+from ppl_loo.numerics.psis import khat_threshold
 from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.loo.inputs import rank_rhat
 from ppl_loo.workflow.loo.interrupt import run_interruptible
@@ -55,8 +56,9 @@ MAX_PARAM_RHAT = 1.05
 
 class MixtureRun(NamedTuple):
     """The mixture run's estimate per observation (``elpd``, ``mcse``, ``ess``, ``rhat`` of its linearization,
-    ``ok``: its diagnostics pass) and the run's diagnostics (``info``: sampler, chains, draws, warmup, seconds,
-    divergences, max parameter R-hat and where, posterior-weight ESS)."""
+    ``ok``: its diagnostics pass, ``khat``: the Pareto k-hat of the weights it uses) and the run's diagnostics
+    (``info``: sampler, chains, draws, warmup, seconds, divergences, max parameter R-hat and where, posterior-weight
+    ESS and k-hat, the k-hat threshold)."""
 
     elpd: np.ndarray
     mcse: np.ndarray
@@ -66,6 +68,7 @@ class MixtureRun(NamedTuple):
     info: dict
     theta: Any = None  # (chains, draws, d) unconstrained mixture draws
     ll: Any = None  # (chains * draws, n) the log-likelihood there, chain-major
+    khat: Any = None  # (n,) the k-hat of each estimate's weights
 
 
 #: the integer settings of ``mixture_options``: their least value and an example (the run's own minimum of chains and
@@ -157,7 +160,7 @@ def _sample(model, theta, settings, seed):
     return run_interruptible(call, model.cancel)
 
 
-def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
+def run_mixture(model, theta, settings, random_seed=None, k_threshold=None) -> MixtureRun:
     """Sample ``q_mix`` (from posterior draws ``theta`` ``(S, d)``) and estimate every ``elpd_i``.
 
     Parameters
@@ -170,6 +173,9 @@ def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
         ``chains``, ``draws``, ``warmup``, ``target_accept``, ``max_tree_depth`` (:func:`mixture_settings`).
     random_seed : int, optional
         None: a seed derived from the draws (:func:`~ppl_loo.numerics.random.seed_from`).
+    k_threshold : float, optional
+        The largest Pareto k-hat of an estimate's weights that vouches (:func:`mixture_vouches`); None: the
+        engine's default for the run's number of draws, ``min(1 - 1 / log10(S), 0.7)``.
     """
     seed = int(np.random.default_rng(seed_from(random_seed, np.asarray(theta, dtype=np.float64))).integers(2**31))
     t0 = time.perf_counter()
@@ -184,9 +190,11 @@ def run_mixture(model, theta, settings, random_seed=None) -> MixtureRun:
     j = int(np.nanargmax(rhat_p)) if np.any(np.isfinite(rhat_p)) else -1
     info = {**info, "chains": C, "draws": D, "warmup": int(settings["warmup"]), "seed": seed,
             "seconds": time.perf_counter() - t0, "max_rhat": float(rhat_p[j]) if j >= 0 else float("nan"),
-            "max_rhat_coordinate": j, "rhat_mixture_weights": rhat_w, "ess_posterior_weights": float(est.ess_posterior)}
-    ok = mixture_vouches(np.minimum(est.ess, est.ess_loo), rhat, info)
-    return MixtureRun(est.elpd, est.mcse, est.ess, rhat, ok, info, draws, ll)
+            "max_rhat_coordinate": j, "rhat_mixture_weights": rhat_w, "ess_posterior_weights": float(est.ess_posterior),
+            "khat_posterior_weights": float(est.khat_posterior),
+            "k_threshold": float(khat_threshold(C * D) if k_threshold is None else k_threshold)}
+    ok = mixture_vouches(np.minimum(est.ess, est.ess_loo), rhat, info, est.khat)
+    return MixtureRun(est.elpd, est.mcse, est.ess, rhat, ok, info, draws, ll, est.khat)
 
 
 def mixture_run_ok(info):
@@ -198,11 +206,16 @@ def mixture_run_ok(info):
                 and info["ess_posterior_weights"] >= MIN_ESS)
 
 
-def mixture_vouches(ess, rhat, info):
+def mixture_vouches(ess, rhat, info, khat=None):
     """Per observation: the mixture estimate may vouch (its own R-hat at most :data:`MAX_PARAM_RHAT`, its MCMC
-    and importance-sampling ESS at least :data:`MIN_ESS`; the run's divergences at most :data:`MAX_DIVERGENT` of
-    its draws, the R-hat of its mixture weights at most :data:`MAX_PARAM_RHAT`, the importance-sampling ESS of
-    the posterior's weights at least :data:`MIN_ESS`: the normalizer every estimate shares)."""
+    and importance-sampling ESS at least :data:`MIN_ESS`, the Pareto k-hat of the weights it uses, ``khat``, at
+    most ``info["k_threshold"]`` (the engine's threshold: a longer tail leaves the ratio of means off by more than
+    its SE says, as for PSIS); the run's divergences at most :data:`MAX_DIVERGENT` of its draws, the R-hat of its
+    mixture weights at most :data:`MAX_PARAM_RHAT`, the importance-sampling ESS of the posterior's weights at least
+    :data:`MIN_ESS`: the normalizer every estimate shares)."""
     run_ok = mixture_run_ok(info)
     rhat = np.asarray(rhat, dtype=float)
-    return run_ok & (np.nan_to_num(rhat, nan=1.0) <= MAX_PARAM_RHAT) & (np.asarray(ess) >= MIN_ESS)
+    ok = run_ok & (np.nan_to_num(rhat, nan=1.0) <= MAX_PARAM_RHAT) & (np.asarray(ess) >= MIN_ESS)
+    if khat is not None:
+        ok &= np.asarray(khat, dtype=float) <= float(info["k_threshold"])  # NaN: no tail fitted, not vouched
+    return ok

@@ -59,18 +59,20 @@ def mixture_run_settings(data, overrides=None):
     return mixture_settings(base, overrides)
 
 
-def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None):
+def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None, k_threshold=None):
     """Mixture importance sampling (one MCMC run for every observation): the opinion and the run's info (with the
     error where it could not run); the run that counts gives its draws to ``kept`` (a
-    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
+    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`). ``k_threshold``: the user's ``k_threshold`` of ``pl.loo``, the
+    largest k-hat of an estimate's weights that vouches (None: the engine's rule ``min(1 - 1 / log10(S), 0.7)`` at the
+    run's own number of draws ``S``)."""
     settings = mixture_run_settings(data, mixture_kwargs)
     try:
-        run = run_mixture(model, draws.theta, settings, random_seed)
+        run = run_mixture(model, draws.theta, settings, random_seed, k_threshold)
         if not mixture_run_ok(run.info) and _retry_can_pass(run.info):  # once more, twice as long, more careful steps
             retry = {**settings, "draws": 2 * settings["draws"],
                      "target_accept": max(float(settings["target_accept"]), RETRY_TARGET_ACCEPT)}
             seed = int(seed_from(random_seed, np.asarray(draws.theta, dtype=np.float64))) + 1
-            again = run_mixture(model, draws.theta, retry, seed)
+            again = run_mixture(model, draws.theta, retry, seed, k_threshold)
             first = {k: run.info[k] for k in ("divergences", "rhat_mixture_weights", "ess_posterior_weights",
                                                "seconds", "draws")}
             if mixture_run_ok(again.info) or again.ok.sum() > run.ok.sum():  # the second run counts
@@ -85,7 +87,7 @@ def mixture_stage(model, data, draws, mixture_kwargs, random_seed, kept=None):
     if kept is not None:
         kept.add_mixture(run.theta, run.ll)
     info = {**run.info, "elpd_i": run.elpd.tolist(), "mcse_i": run.mcse.tolist(), "ok_i": run.ok.tolist(),
-            "n_ok": int(run.ok.sum())}
+            "khat_i": run.khat.tolist(), "n_ok": int(run.ok.sum())}
     # vouching alone asks for the whole run to have mixed, its parameters too: a run whose chains sit in different
     # modes can pass every per-observation check and still be off
     alone = bool(np.nan_to_num(run.info.get("max_rhat", np.nan), nan=np.inf) <= ALONE_MAX_PARAM_RHAT)
