@@ -391,3 +391,27 @@ def test_corroboration_of_the_mixture_alone_within_the_fits_time(leverage):
     assert alone.sum() >= 2 and not quick.searched.values[alone].any()
     assert (quick.searched.values == (quick.evidence.values != "mixture") & slow.searched.values).all()
     assert slow.searched.values[alone].all() and (slow.evidence.values != "mixture").all()
+
+
+def test_quick_transformations_first_on_a_model_without_structure(leverage):
+    """On a model without a declared structure the quick transformations (moment matching and the Newton step, two
+    independent groups) run first, and the gradient flows only where the verdict leaves an observation unsettled:
+    an observation they settle has no gradient-flow candidate built, and its estimate is within 4 SEs of the closed
+    form, as is every vouched estimate."""
+    from ppl_loo.workflow.loo.adapt import QUICK_TRANSFORMS
+
+    m, data, exact = leverage
+    res = pl.loo(data, jax_model(m), progressbar=False, random_seed=11, search={"adapt": "all"},
+                 second_opinions={"mixture": False, "smc": False})
+    cands = res.candidates
+    labels = [t for t, _ in cands["labels"]]
+    flows = np.isin(labels, ["kl", "var", "ll"])
+    searched = np.flatnonzero(res.searched.values)
+    quick = [i for i in searched if np.isnan(cands["elpd"][i][flows]).all()]
+    full = [i for i in searched if np.isfinite(cands["elpd"][i][flows]).any()]
+    assert len(quick) >= 5 and len(quick) + len(full) == len(searched)
+    assert all(res.transform.values[i] in (*QUICK_TRANSFORMS, "psis") for i in quick)
+    assert not res.doubtful.values[quick].any()
+    vouched = ~res.doubtful.values
+    err = np.abs(res.elpd_i.values - exact)[vouched]
+    assert np.all(err < 4 * res.mcse_elpd_i.values[vouched] + 0.02), np.max(err)

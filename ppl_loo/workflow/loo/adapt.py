@@ -15,13 +15,25 @@ from tqdm.auto import tqdm
 
 from ppl_loo.numerics.glm_lines import line_bytes
 from ppl_loo.numerics.loo import TRANSFORMS, EngineConfig, EngineData
+from ppl_loo.numerics.loo.config import transform_group
 from ppl_loo.numerics.loo.memory import device_free_bytes, machine_bytes
 from ppl_loo.numerics.loo.plan import left_out_message, search_plan
 from ppl_loo.workflow.loo.distributed import resolve_client, run_search_distributed
 from ppl_loo.workflow.loo.engine import compiled_engine
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 
-__all__ = ["Candidates", "check_transforms", "auto_batch_size", "run_search", "CPU_MAX_BATCH", "ACCELERATOR_MAX_BATCH"]
+__all__ = ["Candidates", "check_transforms", "auto_batch_size", "run_search", "quick_config", "widen",
+           "QUICK_TRANSFORMS", "CPU_MAX_BATCH", "ACCELERATOR_MAX_BATCH"]
+
+#: the transformations a model without a declared structure tries first: moment matching and the Newton step, two
+#: groups built independently (so that they can corroborate each other), at about a sixth of the cost of every
+#: transformation (the gradient flows and the defensive mixtures evaluate the model's gradient at each step)
+QUICK_TRANSFORMS = ("pmm1", "pmm2", "mm1", "mm2", "mm_iter", "newton")
+#: what a candidate the search did not build shows in the per-candidate results (:func:`widen`)
+_NOT_BUILT = {"k": np.inf, "k_w": np.inf, "elpd": np.nan, "usable": False, "n_noninvertible": 0, "mcse": np.nan,
+              "ess": 0.0, "max_log_ratio": 0.0, "identity_ok": True, "log_mean_ratio": np.nan,
+              "se_log_mean_ratio": np.nan, "elpd_chains": np.nan, "se": np.nan, "dev": np.nan, "checks_ok": False,
+              "tv": np.nan}
 
 #: per-candidate diagnostics kept in ``res.candidates`` besides k, k of the weights, elpd and the ratio check
 CANDIDATE_FIELDS = ("log_mean_ratio", "se_log_mean_ratio", "mcse", "se", "ess", "usable", "checks_ok", "dev", "tv")
@@ -55,6 +67,29 @@ class Candidates:
 
     def as_dict(self):
         return {"labels": self.labels, **self.table}
+
+
+def quick_config(cfg: EngineConfig):
+    """``cfg`` with only its :data:`QUICK_TRANSFORMS`, or None where those are all of its transformations or do not
+    span two independently built groups (nothing could corroborate)."""
+    quick = tuple(t for t in cfg.transforms if t in QUICK_TRANSFORMS)
+    if len(quick) == len(cfg.transforms) or len({transform_group(t) for t in quick}) < 2:
+        return None
+    return cfg._replace(transforms=quick)
+
+
+def widen(result, sub_labels, labels):
+    """One observation's search result over the candidates ``sub_labels`` as a result over ``labels`` (a superset):
+    the candidates not built are not usable and pass no check."""
+    pos = np.asarray([labels.index(label) for label in sub_labels], dtype=int)
+    out = dict(result)
+    for key, value in _NOT_BUILT.items():
+        a = np.asarray(result[key])
+        full = np.full((len(labels),) + a.shape[1:], value, dtype=a.dtype)
+        full[pos] = a
+        out[key] = full
+    out["best"] = np.asarray(pos[int(result["best"])])
+    return out
 
 
 def check_transforms(transforms, default):

@@ -22,7 +22,15 @@ from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.loo.memory import device_free_bytes
 from ppl_loo.numerics.psis import khat_threshold, psislw
 from ppl_loo.workflow.exact.refit import check_refit_args, refit_stage
-from ppl_loo.workflow.loo.adapt import ACCELERATOR_MAX_BATCH, CPU_MAX_BATCH, Candidates, check_transforms, run_search
+from ppl_loo.workflow.loo.adapt import (
+    ACCELERATOR_MAX_BATCH,
+    CPU_MAX_BATCH,
+    Candidates,
+    check_transforms,
+    quick_config,
+    run_search,
+    widen,
+)
 from ppl_loo.workflow.loo.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
 from ppl_loo.workflow.loo.distributed import resolve_client
 from ppl_loo.workflow.loo.draws import loo_draws
@@ -202,7 +210,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
     rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)
     kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions
-    stages = dict(t0=t0, mixture=mixture, mixture_kwargs=second.mixture_options, smc=smc, refit=refit,
+    stages = dict(t0=t0, rules=rules, mixture=mixture, mixture_kwargs=second.mixture_options, smc=smc, refit=refit,
                   refit_kwargs=second.refit_options, adapt=opts.adapt, batch_size=opts.batch_size,
                   progressbar=progressbar, random_seed=random_seed, given_k=given_k,  # None: the mixture run's own S
                   client=False if client is None else client)
@@ -256,7 +264,11 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
-    op, info["smc_info"] = smc_stage(model, draws, v, ev.plain, ev, o["smc"], o["random_seed"])
+    # SMC settles what is still unsettled; double-checking what two maps of the posterior draws vouch for buys
+    # certainty, not an answer: within the corroboration budget only
+    fit_s = fit_seconds(data)
+    within = fit_s is None or time.perf_counter() - o["t0"] <= CORROBORATE_FITS * fit_s
+    op, info["smc_info"] = smc_stage(model, draws, v, ev.plain, ev, o["smc"], o["random_seed"], double_check=within)
     if op is not None:
         ev = ev.with_opinion(op)
         v = verdict(ev, rules)
@@ -273,15 +285,14 @@ def _search_stage(ev, model, draws, cfg, obs_idx, o, refit_seconds):
     budget) and one refit's cost is known (``refit_seconds``), it first examines one batch, and it stops there when
     its measured cost per observation times those still to examine exceeds their refits' cost: the refits, exact,
     then settle them (:func:`_refit_seconds`)."""
-    labels = candidate_labels(cfg)
     first = _one_batch(o["batch_size"])
 
     def run(idx):
         t = time.perf_counter()
-        out = run_search(model, draws, cfg, idx, o["batch_size"], o["progressbar"], o["client"])
+        out = _search(ev, model, draws, cfg, idx, o)
         if len(idx):
             o["search_per_obs"] = (time.perf_counter() - t) / len(idx)
-        return ev.with_search(dict(zip(idx.tolist(), out)), labels)
+        return out
 
     if refit_seconds is None or obs_idx.size <= first:
         return run(obs_idx)
@@ -294,6 +305,23 @@ def _search_stage(ev, model, draws, cfg, obs_idx, o, refit_seconds):
     return run(rest)
 
 
+def _search(ev, model, draws, cfg, idx, o):
+    """``ev`` with the search's results on ``idx``. On a model without a declared structure, whose search costs
+    seconds per observation, the quick transformations (:func:`~ppl_loo.workflow.loo.adapt.quick_config`) run first,
+    and every transformation only on what the verdict then leaves unsettled."""
+    labels = candidate_labels(cfg)
+    quick = quick_config(cfg) if model.structure is None and len(idx) else None
+    if quick is not None:
+        sub = candidate_labels(quick)
+        out = run_search(model, draws, quick, idx, o["batch_size"], o["progressbar"], o["client"])
+        ev = ev.with_search({i: widen(r, sub, labels) for i, r in zip(idx.tolist(), out)}, labels)
+        idx = idx[verdict(ev, o["rules"]).unsettled[idx]]
+        if not idx.size:
+            return ev
+    out = run_search(model, draws, cfg, idx, o["batch_size"], o["progressbar"], o["client"])
+    return ev.with_search(dict(zip(idx.tolist(), out)), labels)
+
+
 def _corroborate(ev, model, draws, cfg, alone, o, fit_s):
     """The search on ``alone``, the observations the mixture estimate settles by itself, in order, one batch at a
     time while ``pl.loo``'s time so far plus the next batch's (measured on the batches before) stays within
@@ -301,12 +329,10 @@ def _corroborate(ev, model, draws, cfg, alone, o, fit_s):
     where the model's structure makes the search cheap (a GLM: lines through the linear predictor), else one batch.
     The estimates they corroborate are settled already: the budget buys precision and a second opinion, not an
     answer."""
-    labels = candidate_labels(cfg)
     batch = _one_batch(o["batch_size"])
 
     def run(idx):
-        out = run_search(model, draws, cfg, idx, o["batch_size"], o["progressbar"], o["client"])
-        return ev.with_search(dict(zip(idx.tolist(), out)), labels)
+        return _search(ev, model, draws, cfg, idx, o)
 
     alone = np.asarray([i for i in alone if i not in ev.search], dtype=int)
     if not alone.size:
