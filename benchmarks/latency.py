@@ -28,9 +28,9 @@ sampled with Stan's NUTS in-process, the sampler of ``ppl-loo sample``); (4) the
 ``tests/data/cmdstan-eight-schools`` (the non-centred program the files were written by,
 ``stan_models/eight_schools_noncentered.stan``; its fit time is the sum of the chains' recorded elapsed times);
 (5) the ovarian logistic regression (``pl.models.LogisticRegression``, normal priors, NumPyro's NUTS through
-``pl.sample_nuts``) on the full data of ``$PPL_LOO_DATA/ovarian`` (default ``/work/shared/data/ovarian``) where
-present, else on the 8-column excerpt in ``tests/data/ovarian``. The normal model's exact LOO (quadrature) is
-recorded beside its estimates.
+``ppl_loo.sampling.sample_nuts``) on the full data of ``$PPL_LOO_DATA/ovarian`` (default
+``/work/shared/data/ovarian``) where present, else on the 8-column excerpt in ``tests/data/ovarian``. The exact LOO
+of the normal and negative-binomial models (quadrature) is recorded beside its estimates.
 """
 
 from __future__ import annotations
@@ -291,14 +291,15 @@ def setup(name, work, draws):
         row.update(draws_per_chain=100, n=int(d["J"]), dim=sm.dim, stan_file=str(EIGHT_STAN),
                    data_file=str(EIGHT_DIR / "eight_schools.data.R"), csv=csv)
     elif name == "ovarian":
-        import ppl_loo as pl
+        from ppl_loo.sampling import sample_nuts
 
         X, y, source = ovarian_data()
         lr = ovarian_model(X, y)
         t0 = time.perf_counter()
-        tree = pl.sample_nuts(lr, num_chains=4, num_warmup=draws, num_samples=draws, random_seed=SEED)
+        tree = sample_nuts(lr, num_chains=4, num_warmup=draws, num_samples=draws, random_seed=SEED)
         row["fit_s"] = time.perf_counter() - t0
-        row["fit"] = f"pl.sample_nuts (NumPyro's NUTS), 4 chains x ({draws} warmup + {draws} draws), compile included"
+        row["fit"] = (f"ppl_loo.sampling.sample_nuts (NumPyro's NUTS), 4 chains x ({draws} warmup + {draws} draws), "
+                      "compilation included")
         tree.to_netcdf(work / "draws.nc")
         row.update(n=int(len(y)), dim=int(X.shape[1] + 1), data=source)
     else:
@@ -565,6 +566,8 @@ def main(argv=None):
     ap.add_argument("--reduced", action="store_true", help="models 1 and 3, 4 x 500 draws, no command line (CI)")
     ap.add_argument("--models", help=f"comma-separated subset of {', '.join(MODELS)}")
     ap.add_argument("--out", help="the JSON file (default benchmarks/results/latency.json or latency_reduced.json)")
+    ap.add_argument("--append", action="store_true", help="replace the rows of --models in an existing --out file "
+                                                          "and keep the others")
     ap.add_argument("--work", help="folder for the draws and cache folders (default: a temporary one, removed)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -593,9 +596,15 @@ def main(argv=None):
     draws = 500 if args.reduced else 1000
     out = Path(args.out or HERE / "results" / ("latency_reduced.json" if args.reduced else "latency.json"))
     work_root = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="latency_"))
+    command = "benchmarks/latency.py" + (" --reduced" if args.reduced else "") + (
+        f" --models {','.join(names)}" if args.models else "")
     doc = {"what": __doc__.split("\n")[0], "mode": "reduced" if args.reduced else "full", "seed": SEED,
-           "command": "benchmarks/latency.py" + (" --reduced" if args.reduced else ""), "machine": machine(),
-           "models": []}
+           "command": command, "machine": machine(), "models": []}
+    if args.append and out.exists():  # the rows of other models kept, each with the run that measured it
+        doc = json.loads(out.read_text())
+        doc["models"] = [r for r in doc["models"] if r["model"] not in names]
+        doc.setdefault("runs", [{"command": doc["command"], "machine": doc["machine"]}])
+        doc["runs"].append({"command": command, "machine": machine(), "models": list(names)})
     try:
         for name in names:
             with warnings.catch_warnings():
@@ -604,7 +613,7 @@ def main(argv=None):
             row["work"] = str(work_root / name)
             measure(name, row, cli=not args.reduced)
             doc["models"].append(row)
-            doc["machine"]["load_average_at_end"] = os.getloadavg()[0]
+            (doc["runs"][-1] if "runs" in doc else doc)["machine"]["load_average_at_end"] = os.getloadavg()[0]
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(doc, indent=1))
             print_table([row])
