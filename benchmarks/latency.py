@@ -30,7 +30,7 @@ sampled with Stan's NUTS in-process, the sampler of ``ppl-loo sample``); (4) the
 (5) the ovarian logistic regression (``pl.models.LogisticRegression``, normal priors, NumPyro's NUTS through
 ``ppl_loo.sampling.sample_nuts``) on the full data of ``$PPL_LOO_DATA/ovarian`` (default
 ``/work/shared/data/ovarian``) where present, else on the 8-column excerpt in ``tests/data/ovarian``. The exact LOO
-of the normal and negative-binomial models (quadrature) is recorded beside its estimates.
+of the normal and negative-binomial models (quadrature) is recorded beside their estimates.
 """
 
 from __future__ import annotations
@@ -613,6 +613,7 @@ def main(argv=None):
             row["work"] = str(work_root / name)
             measure(name, row, cli=not args.reduced)
             doc["models"].append(row)
+            doc["models"].sort(key=lambda r: MODELS.index(r["model"]))
             (doc["runs"][-1] if "runs" in doc else doc)["machine"]["load_average_at_end"] = os.getloadavg()[0]
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(doc, indent=1))
