@@ -26,6 +26,7 @@ from ppl_loo.workflow.exact.loo_kfold import KFoldResult, loo_kfold
 from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
 from ppl_loo.workflow.loo.options import ComputeOptions, SearchOptions, SecondOpinions
+from ppl_loo.workflow.loo.plain import relative_eff
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.vouch.loo_mixture import loo_mixture
 from ppl_loo.workflow.pvi.options import FlowOptions, OptimizerOptions, OutputOptions, ScoreOptions
@@ -43,4 +44,5 @@ __all__ = ["loo", "SearchOptions", "SecondOpinions", "ComputeOptions", "loo_mixt
            "models",
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model",
            "qnvb", "laplace", "laplace_predictive", "OptimizerOptions", "ScoreOptions", "OutputOptions", "FlowOptions",
-           "QNVBOptions", "LaplaceOptions", "compare", "report", "loo_kfold", "KFoldResult"]
+           "QNVBOptions", "LaplaceOptions", "compare", "report", "loo_kfold", "KFoldResult",
+           "relative_eff"]

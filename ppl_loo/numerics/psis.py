@@ -15,7 +15,9 @@ Algorithm (Vehtari et al. 2024, Sec. 3 and Appendix; identical to arviz_stats)
 For each row of log importance ratios ``r`` of length ``S``:
 
 1. ``M = floor(3 * sqrt(S / r_eff))`` if ``S * r_eff > 225`` else ``floor(S / 5)``;
-   ``M < 5`` raises ``ValueError`` (as arviz does).
+   ``M < 5`` raises ``ValueError`` (as arviz does). Under R ``loo``'s conventions
+   (``conventions="R"``) ``M = ceiling(min(0.2 S, 3 sqrt(S / r_eff)))``, and the rest is the
+   same computation: the two packages agree to 1e-13 at equal tail lengths.
 2. Shift ``r <- r - max(r)``; the tail is the ``M`` largest values in ascending order, the
    cutoff is the ``(M+1)``-th largest value.  Selection is equivalent to a stable ascending
    argsort (``jnp.argsort(r, stable=True)[-(M+1):]``) but uses ``lax.top_k`` on order-preserving
@@ -75,6 +77,8 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 __all__ = [
+    "CONVENTIONS",
+    "check_conventions",
     "gpdfit",
     "khat_threshold",
     "psis_loo_pointwise",
@@ -87,6 +91,8 @@ _PRIOR_K = 10  # pseudo-observations of the weakly informative prior on k (arviz
 _PRIOR_K_MEAN = 0.5
 _TINY = float(np.finfo(np.float64).tiny)
 _EPS = float(np.finfo(np.float64).eps)
+#: the conventions :func:`psislw` follows: ``"arviz"`` (arviz_stats 1.3's) or ``"R"`` (R ``loo`` 2.10's)
+CONVENTIONS = ("arviz", "R")
 
 
 # ----------------------------------------------------------------------------------------
@@ -106,8 +112,16 @@ def _static_r_eff(r_eff):
     return r_eff
 
 
-def psis_tail_length(n_draws, r_eff=1.0):
-    """Number of draws in the right tail used by PSIS (as in arviz ``_get_ps_tails``).
+def check_conventions(conventions):
+    """``conventions`` if it is one of :data:`CONVENTIONS`, else a ValueError naming it and the valid values."""
+    if not (isinstance(conventions, str) and conventions in CONVENTIONS):
+        raise ValueError(f"conventions={conventions!r}: use 'arviz' (arviz_stats' PSIS, the default) or 'R' (R loo's: "
+                         "the tail length rounded up, and one relative efficiency per observation).")
+    return conventions
+
+
+def psis_tail_length(n_draws, r_eff=1.0, conventions="arviz"):
+    """Number of draws in the right tail used by PSIS.
 
     Parameters
     ----------
@@ -115,13 +129,19 @@ def psis_tail_length(n_draws, r_eff=1.0):
         Number of draws ``S``.
     r_eff : float, default 1.0
         Relative effective sample size.
+    conventions : {"arviz", "R"}, default "arviz"
+        ``"arviz"``: arviz_stats' ``_get_ps_tails``, ``floor(3 * sqrt(S / r_eff))`` if ``S * r_eff > 225`` else
+        ``floor(S / 5)``. ``"R"``: R ``loo``'s ``n_pareto``, ``ceiling(min(0.2 * S, 3 * sqrt(S / r_eff)))`` (the
+        same minimum, rounded up instead of down).
 
     Returns
     -------
     int
-        ``floor(3 * sqrt(S / r_eff))`` if ``S * r_eff > 225`` else ``floor(S / 5)``.
+        The tail length.
     """
     r_eff = _static_r_eff(r_eff)
+    if check_conventions(conventions) == "R":
+        return int(np.ceil(min(0.2 * n_draws, 3 * (n_draws / r_eff) ** 0.5)))
     if n_draws * r_eff > 225:
         n_tail = np.floor(3 * (n_draws / r_eff) ** 0.5)
     else:
@@ -305,7 +325,7 @@ def _psislw_impl(log_ratios, n_tail):
     return lw.reshape(log_ratios.shape), khat.reshape(batch_shape)
 
 
-def psislw(log_ratios, r_eff=1.0):
+def psislw(log_ratios, r_eff=1.0, conventions="arviz"):
     """Pareto-smoothed importance sampling log weights and Pareto k-hat.
 
     Equivalent to ``arviz_stats.base.array_stats.psislw(-log_ratios, r_eff=r_eff)`` (arviz's
@@ -317,9 +337,16 @@ def psislw(log_ratios, r_eff=1.0):
     log_ratios : array_like, shape (..., S)
         Raw log importance ratios (for PSIS-LOO: ``-log_lik`` of one observation across the
         ``S`` posterior draws).  Leading axes are batch axes.  Cast to float64.
-    r_eff : float, default 1.0
-        Relative MCMC efficiency ``ESS / S``; a static Python number (it fixes the tail
-        length ``M = floor(3 sqrt(S / r_eff))`` if ``S r_eff > 225`` else ``floor(S / 5)``).
+    r_eff : float or array_like, default 1.0
+        Relative MCMC efficiency ``ESS / S``; static (concrete) values: it fixes the tail
+        length (:func:`psis_tail_length`; ``M = floor(3 sqrt(S / r_eff))`` if ``S r_eff > 225``
+        else ``floor(S / 5)`` under arviz's conventions). A scalar applies to every row; an array
+        of the batch shape ``log_ratios.shape[:-1]`` gives one value per row (R ``loo``'s
+        ``r_eff`` vector, one per observation).
+    conventions : {"arviz", "R"}, default "arviz"
+        The tail length's rounding: ``"arviz"`` rounds down (arviz_stats 1.3), ``"R"`` rounds up
+        (R ``loo`` 2.10's ``ceiling(min(0.2 S, 3 sqrt(S / r_eff)))``). Everything else is the
+        same computation in both packages (they agree to 1e-13 at equal tail lengths).
 
     Returns
     -------
@@ -331,7 +358,9 @@ def psislw(log_ratios, r_eff=1.0):
     Raises
     ------
     ValueError
-        If the tail would contain fewer than 5 draws (``S`` too small), as in arviz.
+        If the tail would contain fewer than 5 draws (``S`` too small), as in arviz (R ``loo``
+        leaves such a row unsmoothed with ``k = Inf``); an ``r_eff`` array of the wrong shape;
+        ``conventions`` not one of :data:`CONVENTIONS`.
     TypeError
         If ``r_eff`` is a traced JAX value.
 
@@ -362,16 +391,39 @@ def psislw(log_ratios, r_eff=1.0):
     log_ratios = jnp.asarray(log_ratios, dtype=jnp.float64)
     if log_ratios.ndim == 0:
         raise ValueError("log_ratios must have at least one axis (the draws)")
+    check_conventions(conventions)
     n_draws = log_ratios.shape[-1]
-    n_tail = psis_tail_length(n_draws, r_eff)
+    if np.ndim(r_eff) == 0:
+        return _psislw_impl(log_ratios, _checked_tail(n_draws, r_eff, conventions))
+    try:
+        r_eff = np.asarray(r_eff, dtype=np.float64)
+    except TypeError as err:  # traced value
+        raise TypeError("r_eff must hold static (concrete) numbers: they determine the tail lengths.") from err
+    batch_shape = log_ratios.shape[:-1]
+    if r_eff.shape != batch_shape:
+        raise ValueError(f"r_eff has shape {r_eff.shape}: give one value, or one per row of log_ratios "
+                         f"(shape {batch_shape})")
+    flat_r = r_eff.reshape(-1)
+    tails = np.array([_checked_tail(n_draws, r, conventions) for r in flat_r], dtype=np.int64)
+    flat = log_ratios.reshape((-1, n_draws))
+    lw, khat = jnp.zeros_like(flat), jnp.zeros(flat.shape[0], dtype=jnp.float64)
+    for n_tail in np.unique(tails):  # rows of equal tail length in one batched call
+        rows = np.flatnonzero(tails == n_tail)
+        lw_t, k_t = _psislw_impl(flat[rows], int(n_tail))
+        lw, khat = lw.at[rows].set(lw_t), khat.at[rows].set(k_t)
+    return lw.reshape(log_ratios.shape), khat.reshape(batch_shape)
+
+
+def _checked_tail(n_draws, r_eff, conventions):
+    n_tail = psis_tail_length(n_draws, r_eff, conventions)
     if n_tail < 5:
         raise ValueError(
             f"n_draws_tail must be at least 5 (got {n_tail} for S={n_draws}, r_eff={r_eff})"
         )
-    return _psislw_impl(log_ratios, n_tail)
+    return n_tail
 
 
-def psis_loo_pointwise(log_lik, r_eff=1.0):
+def psis_loo_pointwise(log_lik, r_eff=1.0, conventions="arviz"):
     """Pointwise PSIS-LOO expected log predictive densities.
 
     Parameters
@@ -380,8 +432,11 @@ def psis_loo_pointwise(log_lik, r_eff=1.0):
         Pointwise log-likelihood of ``n`` observations at ``S`` posterior draws (any leading
         batch shape ``(...)`` is accepted in place of ``(n,)``).  With MCMC output of shape
         ``(chain, draw)`` flatten the draws in C order to match arviz.
-    r_eff : float, default 1.0
-        Relative MCMC efficiency (static Python number), as ``reff`` in ``arviz_stats.loo``.
+    r_eff : float or array_like, default 1.0
+        Relative MCMC efficiency (static), as ``reff`` in ``arviz_stats.loo``, or one per
+        observation (shape ``(n,)``, as R ``loo``'s ``r_eff``).
+    conventions : {"arviz", "R"}, default "arviz"
+        The tail length's rounding (:func:`psislw`).
 
     Returns
     -------
@@ -406,6 +461,6 @@ def psis_loo_pointwise(log_lik, r_eff=1.0):
     importance sampling. JMLR 25(72), 1-58.
     """
     log_lik = jnp.asarray(log_lik, dtype=jnp.float64)
-    log_weights, khat = psislw(-log_lik, r_eff=r_eff)
+    log_weights, khat = psislw(-log_lik, r_eff=r_eff, conventions=conventions)
     elpd_i = logsumexp(log_weights + log_lik, axis=-1)
     return elpd_i, khat, log_weights

@@ -25,9 +25,10 @@ def finite_or_neg_inf(z):
     return jnp.where(jnp.isfinite(z), z, -jnp.inf)
 
 
-def psis_identity(log_ratios, ll, r_eff):
-    """Plain PSIS-LOO of a batch: ``(elpd_i, k, lw)`` for log ratios and log-lik of shape ``(n, S)``."""
-    lw, k = psislw(log_ratios, r_eff)
+def psis_identity(log_ratios, ll, r_eff, conventions="arviz"):
+    """Plain PSIS-LOO of a batch: ``(elpd_i, k, lw)`` for log ratios and log-lik of shape ``(n, S)``; ``r_eff`` one
+    value or one per row, ``conventions`` :func:`~ppl_loo.numerics.psis.psislw`'s."""
+    lw, k = psislw(log_ratios, r_eff, conventions)
     return logsumexp(lw + ll, axis=-1), k, lw
 
 

@@ -123,12 +123,14 @@ class PlainPass(NamedTuple):
     n_bad: int  # non-finite values
 
 
-def plain_pass(da, r_eff, n_chains, offset=None, chunk_size=None, compute=True):
+def plain_pass(da, r_eff, n_chains, offset=None, chunk_size=None, compute=True, conventions="arviz"):
     """:class:`PlainPass` of ``da`` ``(chain, draw, *obs)``, one chunk of observations in memory at a time.
 
     ``offset`` ``(S,)``: ``log p(theta_s) - log q(theta_s)`` of draws from an approximation (Eq. 13), added
     to the log ratios ``-ll`` as :func:`~ppl_loo.workflow.loo.plain.plain_psis` does; None: plain
     ``pl.loo(data)``. ``compute=False`` (or a first non-finite value) only counts the non-finite values.
+    ``r_eff``: one number, one per observation, or None (each observation's own, R's ``relative_eff``);
+    ``conventions``: the tail length's rounding (:func:`~ppl_loo.numerics.psis.psislw`).
     """
     n = int(np.prod([da.sizes[d] for d in _obs_dims(da)], dtype=np.int64))
     out = {key: np.full(n, np.nan) for key in ("elpd", "k", "mcse", "n_eff", "influence", "lpd")}
@@ -142,15 +144,16 @@ def plain_pass(da, r_eff, n_chains, offset=None, chunk_size=None, compute=True):
         max_abs = max(max_abs, float(np.max(np.abs(values))) if values.size else 0.0)
         for a in range(0, values.shape[1], width):
             ll = np.ascontiguousarray(values[:, a:a + width])
-            _psis_into(out, slice(pos + a, pos + a + ll.shape[1]), ll, r_eff, n_chains, offset)
+            sl = slice(pos + a, pos + a + ll.shape[1])
+            _psis_into(out, sl, ll, r_eff[sl] if np.ndim(r_eff) else r_eff, n_chains, offset, conventions)
         pos += values.shape[1]
     return PlainPass(**out, max_abs=max_abs, n_bad=n_bad)
 
 
-def _psis_into(out, sl, ll, r_eff, n_chains, offset):
+def _psis_into(out, sl, ll, r_eff, n_chains, offset, conventions="arviz"):
     """Plain PSIS of the columns ``ll`` ``(S, m)`` into the slice ``sl`` of the arrays of ``out``."""
     log_ratios = -ll.T if offset is None else (-ll + offset[:, None]).T
-    elpd, k, _, mcse, n_eff = psis_columns(ll, log_ratios, r_eff, n_chains)
+    elpd, k, _, mcse, n_eff = psis_columns(ll, log_ratios, r_eff, n_chains, conventions)
     for key, value in (("elpd", elpd), ("k", k), ("mcse", mcse), ("n_eff", n_eff),
                        ("influence", np.var(ll, axis=0, ddof=1)), ("lpd", logmeanexp(ll))):
         out[key][sl] = value
@@ -220,7 +223,7 @@ class FlaggedColumns:
                         "array; index it with ll[:, idx] for observations that were searched")
 
 
-def psis_loo(data, var_name, k_threshold, reff=None, chunk_size=None):
+def psis_loo(data, var_name, k_threshold, reff=None, chunk_size=None, conventions="arviz"):
     """``pl.loo(data)``: plain PSIS-LOO, in chunks of observations where the log-likelihood is dask-backed
     or ``chunk_size`` is given (:func:`~ppl_loo.workflow.loo.plain.plain_psis_loo` otherwise).
 
@@ -230,12 +233,13 @@ def psis_loo(data, var_name, k_threshold, reff=None, chunk_size=None):
     chunk_size = check_chunk_size(chunk_size)
     da = plain_log_likelihood(data, var_name)
     if chunk_size is None and not is_lazy(da):
-        return plain_psis_loo(data, var_name, k_threshold, reff)
+        return plain_psis_loo(data, var_name, k_threshold, reff, conventions)
     try:
-        r_eff, deferred = plain_loo_checks(data, da, reff), None
+        r_eff, deferred = plain_loo_checks(data, da, reff, conventions), None
     except ValueError as err:  # raised after the count of non-finite values, as in memory
         r_eff, deferred = None, err
-    p = plain_pass(da, r_eff, posterior_chains(data), None, chunk_size, compute=deferred is None)
+    p = plain_pass(da, r_eff, posterior_chains(data), None, chunk_size, compute=deferred is None,
+                   conventions=conventions)
     if p.n_bad:
         raise non_finite_error(p.n_bad, f"log_likelihood[{da.name!r}]", NON_FINITE_FIX)
     if deferred is not None:

@@ -20,7 +20,7 @@ from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.loo.memory import device_free_bytes
-from ppl_loo.numerics.psis import khat_threshold, psislw
+from ppl_loo.numerics.psis import check_conventions, khat_threshold, psislw
 from ppl_loo.workflow.exact.refit import check_refit_args, refit_stage
 from ppl_loo.workflow.loo.adapt import (
     ACCELERATOR_MAX_BATCH,
@@ -97,11 +97,13 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
         The log-likelihood variable (needed when there are several).
     k_threshold : float, optional
         At most 1; default ``min(1 - 1/log10(S), 0.7)``. Lower values adapt more observations (``-inf``: all).
-    reff : float, optional
+    reff : float or array-like, optional
         Relative efficiency ``ESS / S`` of the draws (``arviz_stats.loo``'s ``reff``): it sets the length of the
         Pareto tail and the Monte Carlo errors. None (default) computes it from the posterior's mean ESS (1
-        for draws of an approximation). With ``reff`` given the result does not depend on the order of the
-        draws.
+        for draws of an approximation; with ``compute={"conventions": "R"}`` and no model, one per observation,
+        :func:`ppl_loo.relative_eff`). Without a model it may also be one value per observation (R ``loo``'s
+        ``r_eff`` vector, in the order of the flattened observation dims). With ``reff`` given the result does not
+        depend on the order of the draws.
     log_q : array-like (chain, draw) or callable, optional
         Log density (up to a constant) of the approximation the draws come from, for draws from a
         variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
@@ -135,7 +137,8 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     compute : ComputeOptions or dict, optional
         Where and how the work runs (:class:`~ppl_loo.ComputeOptions`): ``chunk_size`` (out-of-core plain PSIS
         over a dask-backed log-likelihood), ``client`` (a ``dask.distributed`` client for the search),
-        ``check_log_lik`` (a stored log-likelihood that is not the model's raises; default True).
+        ``check_log_lik`` (a stored log-likelihood that is not the model's raises; default True),
+        ``conventions`` (``"arviz"``, default, or ``"R"``: whose PSIS ``pl.loo(data)`` without a model reproduces).
 
     Notes
     -----
@@ -169,7 +172,11 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     client = resolve_client(comp.client)  # checked first; found once (None: the active client, if any)
     data = check_datatree(data)
     k_threshold = check_k_threshold(k_threshold)
-    reff = check_reff(reff)
+    reff = check_reff(reff, vector=model is None)
+    conventions = check_conventions(comp.conventions)
+    if model is not None and conventions != "arviz":
+        raise ValueError(f"compute={{'conventions': {conventions!r}}} applies to plain PSIS-LOO without a model "
+                         "(pl.loo(data, compute=...)); with a model leave conventions at 'arviz'.")
     _check_var_name(var_name)
     if model is None or reff is None:
         check_posterior_draws(data)
@@ -177,7 +184,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     if pairs:
         warn_identical_chains(pairs)
     if model is None:
-        return _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit)
+        return _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit, conventions)
     if reff is not None:  # (checked above otherwise)
         check_posterior_draws(data)
     names = _check_transform_names(opts.transforms)
@@ -399,7 +406,7 @@ def _candidates(ev, cfg, draws, n, S, in_memory):
     return cands
 
 
-def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
+def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit, conventions="arviz"):
     """``pl.loo(data)``: plain PSIS-LOO from the stored log-likelihood (in chunks where it is dask-backed)."""
     if refit is not None:
         raise ValueError("refit= needs the model (pl.loo(data, model, refit=...)): it refits the model without "
@@ -408,7 +415,7 @@ def _plain_loo(data, var_name, k_threshold, reff, chunk_size, refit):
         raise ValueError("data: its draws come from a variational approximation (group 'variational', CmdStan "
                          "method=variational), and plain PSIS-LOO would weight them as posterior draws; pass "
                          "the model, pl.loo(data, pl.StanModel(stan_file, data_dict)), for the weights of Eq. 13")
-    return psis_loo(data, var_name, k_threshold, reff, chunk_size)
+    return psis_loo(data, var_name, k_threshold, reff, chunk_size, conventions)
 
 
 def approximation_transforms(draws, transforms, names):

@@ -114,7 +114,7 @@ class SecondOpinions:
 @dataclass(frozen=True)
 class ComputeOptions:
     """Where and how the work runs (``compute=`` of :func:`ppl_loo.loo` and :func:`ppl_loo.loo_subsample`); none
-    of these changes the numbers.
+    of these changes the numbers, except ``conventions``, which picks whose PSIS plain PSIS-LOO reproduces.
 
     Parameters
     ----------
@@ -140,11 +140,20 @@ class ComputeOptions:
         (:class:`~ppl_loo.workflow.loo.draws.LogLikMismatchError`) naming the observation that differs most. False:
         a warning instead, and the model's values are used (as they always are). Default True.
         :func:`ppl_loo.loo` only.
+    conventions : {"arviz", "R"}
+        Whose conventions plain PSIS-LOO without a model (``pl.loo(data)``) follows. ``"arviz"`` (default):
+        ``arviz_stats.loo``'s (its numbers to 1e-10): the Pareto tail length ``3 sqrt(S / reff)`` rounded down, and
+        one relative efficiency for every observation (``reff``, default the posterior's mean ESS over ``S``).
+        ``"R"``: R ``loo`` 2.10's (its numbers to 1e-10): the tail length rounded up, and, without ``reff``, one
+        relative efficiency per observation from its likelihood draws (:func:`ppl_loo.relative_eff`, as
+        ``loo(log_lik, r_eff = relative_eff(exp(log_lik), chain_id))``). With a model only ``"arviz"``.
+        :func:`ppl_loo.loo` only.
     """
 
     chunk_size: int | None = None
     client: Any = None
     check_log_lik: bool = True
+    conventions: str = "arviz"
 
 
 #: each group's keyword and class, in the order of the signature

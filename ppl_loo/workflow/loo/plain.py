@@ -12,7 +12,7 @@ import xarray as xr
 from scipy.special import logsumexp
 
 from ppl_loo.numerics.loo import psis_identity
-from ppl_loo.numerics.psis import khat_threshold, psis_tail_length
+from ppl_loo.numerics.psis import check_conventions, khat_threshold, psis_tail_length
 from ppl_loo.workflow.loo.inputs import (
     MIN_DRAWS,
     check_finite,
@@ -28,7 +28,7 @@ from ppl_loo.workflow.loo.result import LooResult
 __all__ = ["ADAPT_K", "AUTO_SMALL_N", "AUTO_SMALL_K", "Plain", "plain_psis", "flag_observations", "plain_psis_loo",
            "logmeanexp", "psis_mcse", "chain_se_psis", "stable_se", "stable_sum", "explain_k", "pointwise_reasons",
            "check_k_threshold", "check_reff", "psis_columns", "plain_log_likelihood", "plain_loo_checks",
-           "posterior_chains", "plain_loo_result", "NON_FINITE_FIX"]
+           "posterior_chains", "plain_loo_result", "NON_FINITE_FIX", "relative_eff", "relative_eff_columns"]
 
 #: plain PSIS is adapted from this k-hat on (its variance is infinite above 1/2)
 ADAPT_K = 0.5
@@ -54,14 +54,76 @@ class Plain(NamedTuple):
     influence: np.ndarray  # posterior variance of log p(y_i | theta)
 
 
-def psis_columns(ll, log_ratios, r_eff, n_chains):
+def psis_columns(ll, log_ratios, r_eff, n_chains, conventions="arviz"):
     """``(elpd, k, lw, mcse, n_eff)`` of plain PSIS for the columns of ``ll`` ``(S, m)`` with log ratios
     ``(m, S)``; one column's values do not depend on the others (the chunked path,
-    :mod:`ppl_loo.workflow.loo.chunked`, gives the same numbers)."""
-    elpd, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(log_ratios), jnp.asarray(ll.T), r_eff))
+    :mod:`ppl_loo.workflow.loo.chunked`, gives the same numbers).
+
+    ``r_eff``: one number, one per column ``(m,)``, or None: each column's own, :func:`relative_eff_columns` of
+    ``ll`` (R ``loo``'s ``relative_eff``); ``conventions``: :func:`~ppl_loo.numerics.psis.psislw`'s.
+    """
+    if r_eff is None:  # a constant column has no ESS (NaN): its weights are uniform whatever the tail length
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r_eff = relative_eff_columns(ll, n_chains)
+        r_eff = np.where(np.isfinite(r_eff) & (r_eff > 0), r_eff, 1.0)
+    elif np.ndim(r_eff):
+        r_eff = np.asarray(r_eff, dtype=np.float64)
+    elpd, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(log_ratios), jnp.asarray(ll.T), r_eff,
+                                                        conventions))
     mcse = np.maximum(np.asarray(psis_mcse(lw, ll.T, r_eff)), chain_se_psis(log_ratios, ll, n_chains))
     n_eff = r_eff / np.sum(np.exp(2 * lw), axis=1)
     return elpd, k, lw, mcse, n_eff
+
+
+def relative_eff_columns(ll, n_chains):
+    """R ``loo``'s ``relative_eff(exp(ll), chain_id)`` of the columns of ``ll`` ``(S, m)`` (chain-major draws):
+    ``ess_mean(exp(ll[:, i])) / S`` per column, the split-chain ESS of the likelihood (``posterior::ess_mean``,
+    ``arviz_stats``' ``ess(method="mean")``), computed on ``exp(ll - max)`` (the ESS does not depend on the scale,
+    and the likelihood would overflow or underflow). ``(m,)``."""
+    from arviz_stats.base import array_stats
+
+    S, m = ll.shape
+    if S % n_chains:
+        raise ValueError(f"relative_eff: {S} draws do not split into {n_chains} chains of equal length")
+    lik = np.exp(ll - np.max(ll, axis=0))
+    ess = array_stats.ess(lik.T.reshape(m, n_chains, S // n_chains), chain_axis=-2, draw_axis=-1, method="mean")
+    return np.asarray(ess, dtype=np.float64) / S
+
+
+def relative_eff(data, var_name=None):
+    """Relative efficiency of each observation's likelihood draws, as R ``loo``'s ``relative_eff``.
+
+    R's workflow passes ``relative_eff(exp(log_lik), chain_id)`` to ``loo``: one ``r_eff`` per observation, the
+    effective sample size of ``p(y_i | theta_s)`` over the draws (``posterior::ess_mean``, the split-chain ESS of the
+    mean) divided by the number of draws ``S``. ``pl.loo(data, reff=pl.relative_eff(data))`` uses these values (and
+    ``pl.loo(data, compute={"conventions": "R"})`` computes them itself); ``arviz_stats.loo`` and ``pl.loo``'s
+    default use one value for every observation, the mean ESS of the posterior's parameters over ``S``.
+
+    Parameters
+    ----------
+    data : DataTree
+        With a ``log_likelihood`` group (draws over ``chain`` and ``draw``).
+    var_name : str, optional
+        The log-likelihood variable (needed when there are several).
+
+    Returns
+    -------
+    xarray.DataArray
+        ``r_eff`` over the observation dims of the log-likelihood variable (NaN where the likelihood is constant
+        over the draws: its ESS is not defined).
+
+    Raises
+    ------
+    ValueError
+        No ``log_likelihood`` group, or non-finite log-likelihood values (the message names the variable).
+    """
+    da = plain_log_likelihood(data, var_name)
+    ll = stack_draws(da)
+    check_finite(ll, f"log_likelihood[{da.name!r}]", NON_FINITE_FIX)
+    ref0 = da.isel(chain=0, draw=0, drop=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values = relative_eff_columns(ll, int(da.sizes["chain"]))
+    return xr.DataArray(values.reshape(ref0.shape), dims=ref0.dims, coords=ref0.coords, name="r_eff")
 
 
 def plain_psis(draws) -> Plain:
@@ -202,10 +264,27 @@ def check_k_threshold(k_threshold):
     return value
 
 
-def check_reff(reff):
-    """``reff`` as a positive finite float, or None."""
+def check_reff(reff, vector=False):
+    """``reff`` as a positive finite float, or None; ``vector=True`` (``pl.loo(data)`` without a model) also takes
+    a 1-D array of positive finite values (one per observation; its length is checked against the log-likelihood
+    by :func:`plain_loo_checks`)."""
     if reff is None:
         return None
+    if vector and np.ndim(reff) > 0 and not isinstance(reff, str):
+        try:
+            values = np.asarray(getattr(reff, "values", reff), dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            values = np.array([np.nan])
+        if not (values.size and np.all(np.isfinite(values)) and np.all(values > 0)):
+            bad = values[~(np.isfinite(values) & (values > 0))][:3] if values.size else "none"
+            raise ValueError(f"reff: one relative efficiency per observation must be positive and finite (got "
+                             f"{bad}); pl.relative_eff(data) computes them (NaN for a constant log-likelihood: give "
+                             "it any positive value, e.g. 1), or pass one number.")
+        return values
+    if np.ndim(reff) > 0 and not isinstance(reff, str):
+        raise ValueError(f"reff has shape {np.shape(reff)}: one relative efficiency per observation applies to plain "
+                         "PSIS-LOO without a model (pl.loo(data, reff=...), as R loo's r_eff); with a model give one "
+                         "number, or None to compute it from the posterior.")
     try:
         value = float(reff)
     except (TypeError, ValueError):
@@ -227,23 +306,35 @@ def plain_log_likelihood(data, var_name):
     return da
 
 
-def plain_loo_checks(data, da, reff):
-    """The relative efficiency of plain PSIS-LOO on ``da``, or a ValueError naming what is missing (too few
-    draws for the Pareto tail, an ESS that cannot be computed); reads no log-likelihood values."""
+def plain_loo_checks(data, da, reff, conventions="arviz"):
+    """The relative efficiency of plain PSIS-LOO on ``da`` (a number, one per observation, or None under R's
+    conventions without ``reff``: each observation's :func:`relative_eff`, computed with its PSIS), or a ValueError
+    naming what is missing (too few draws for the Pareto tail, an ESS that cannot be computed, a ``reff`` of the
+    wrong length); reads no log-likelihood values."""
     what = f"log_likelihood[{da.name!r}]"
     S = int(da.sizes["chain"]) * int(da.sizes["draw"])
     if S < MIN_DRAWS:
         raise ValueError(f"{what} has {S} draws ({da.sizes['chain']} chain(s) x {da.sizes['draw']} draw(s)): PSIS "
                          f"needs at least {MIN_DRAWS} draws to fit the Pareto tail (use hundreds). Sample more draws.")
-    r_eff = check_reff(reff)
+    conventions = check_conventions(conventions)
+    r_eff = check_reff(reff, vector=True)
+    if r_eff is None and conventions == "R":
+        return None
     if r_eff is None:
         r_eff = r_eff_of(data, S)
         if not (np.isfinite(r_eff) and r_eff > 0):
             raise ValueError(f"the relative efficiency r_eff of the posterior draws is {r_eff} (the ESS could not be "
                              "computed: too few draws per chain or constant variables). Pass reff=1.0 (or your "
                              "estimate) to pl.loo, or sample more draws per chain.")
-    if psis_tail_length(S, r_eff) < 5:
-        raise ValueError(f"{what}: {S} draws with reff={r_eff:.3g} leave fewer than 5 draws for the Pareto tail. "
+    if np.ndim(r_eff):
+        n = int(np.prod([da.sizes[d] for d in da.dims if d not in ("chain", "draw")], dtype=np.int64))
+        if r_eff.size != n:
+            raise ValueError(f"reff has {r_eff.size} values and {what} has {n} observations: give one relative "
+                             "efficiency per observation (pl.relative_eff(data)), in the order of its flattened "
+                             "observation dims, or one number.")
+    worst = float(np.max(r_eff))
+    if psis_tail_length(S, worst, conventions) < 5:
+        raise ValueError(f"{what}: {S} draws with reff={worst:.3g} leave fewer than 5 draws for the Pareto tail. "
                          "Sample more draws.")
     return r_eff
 
@@ -253,7 +344,7 @@ def posterior_chains(data):
     return int(data["posterior"].sizes.get("chain", 1)) if "posterior" in data.children else 1
 
 
-def plain_psis_loo(data, var_name, k_threshold, reff=None):
+def plain_psis_loo(data, var_name, k_threshold, reff=None, conventions="arviz"):
     """``model=None``: plain PSIS-LOO from the log_likelihood group (as ``arviz_stats.loo``).
 
     Computed with the engine's own PSIS, not by calling ``arviz_stats.loo``: a doubtful observation of an
@@ -261,18 +352,20 @@ def plain_psis_loo(data, var_name, k_threshold, reff=None):
     arviz_stats' PSIS differs from it by about 1e-10 relative; the two agree to 1e-8
     (``tests/test_jax_settings.py``, ``tests/test_ovarian_benchmark.py``).
 
-    ``reff``: the relative efficiency (``arviz_stats.loo``'s ``reff``); None computes it from the posterior's
-    mean ESS. Observations with k-hat above ``k_threshold``, NaN or ``+inf`` are ``doubtful`` with a
-    ``reason`` and a warning; a constant log-likelihood has k-hat ``-inf`` and its exact LOO density.
-    The whole ``(S, n)`` array is loaded: :func:`ppl_loo.workflow.loo.chunked.psis_loo` reads a dask-backed
+    ``reff``: the relative efficiency (``arviz_stats.loo``'s ``reff``), or one per observation (R ``loo``'s
+    ``r_eff``); None computes it from the posterior's mean ESS, or with ``conventions="R"`` per observation from
+    the log-likelihood (:func:`relative_eff`). ``conventions``: the tail length's rounding
+    (:func:`~ppl_loo.numerics.psis.psislw`). Observations with k-hat above ``k_threshold``, NaN or ``+inf`` are
+    ``doubtful`` with a ``reason`` and a warning; a constant log-likelihood has k-hat ``-inf`` and its exact LOO
+    density. The whole ``(S, n)`` array is loaded: :func:`ppl_loo.workflow.loo.chunked.psis_loo` reads a dask-backed
     one in chunks of observations, with the same numbers.
     """
     da = plain_log_likelihood(data, var_name)
     what = f"log_likelihood[{da.name!r}]"
     ll = stack_draws(da)
     check_finite(ll, what, NON_FINITE_FIX)
-    r_eff = plain_loo_checks(data, da, reff)
-    elpd_i, k, _, mcse, _ = psis_columns(ll, -ll.T, r_eff, posterior_chains(data))
+    r_eff = plain_loo_checks(data, da, reff, conventions)
+    elpd_i, k, _, mcse, _ = psis_columns(ll, -ll.T, r_eff, posterior_chains(data), conventions)
     return plain_loo_result(da, k_threshold, ll.shape[0], elpd_i, k, mcse, logmeanexp(ll), -ll.T,
                             lambda: np.max(np.abs(ll)), stan=stan_labelled(data))
 

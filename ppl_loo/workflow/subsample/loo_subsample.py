@@ -93,7 +93,7 @@ def loo_subsample(data, model=None, *, observations=None, approximation=None, es
                           "random_seed", "progressbar"))
     opts = as_options(search, SearchOptions, "search", **own)
     comp = as_options(compute, ComputeOptions, "compute", **own)
-    for key, default in (("chunk_size", None), ("check_log_lik", True)):
+    for key, default in (("chunk_size", None), ("check_log_lik", True), ("conventions", "arviz")):
         if getattr(comp, key) != default:
             raise ValueError(f"pl.loo_subsample(compute={{{key!r}: ...}}): {key} does not apply to loo_subsample, "
                              "which evaluates the log-likelihood of the subsample only; of compute= it takes client.")
