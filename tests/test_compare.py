@@ -2,7 +2,9 @@
 
 Conjugate normal models with exact posterior draws (``tests/gaussian_models.py``), plain PSIS
 (``pl.loo(tree)`` and ``arviz_stats.loo``): the numbers must be ``arviz_stats.compare``'s unrounded
-ones, the printed table must show every float with the same number of decimals (never
+ones, except ``dse``, which is R ``loo_compare``'s ``se_diff`` (the sample SD of the pointwise differences,
+``sqrt(n / (n - 1))`` times ``arviz_stats``' population SD), and ``p_worse``, ``arviz_stats``' formula with that
+``dse``; the printed table must show every float with the same number of decimals (never
 ``arviz_stats``' significant-figure ``"auto"`` rounding, which printed -181.56 as -200.0), and a plain
 ``arviz_stats`` ``ELPDData`` must be accepted with NA in the columns ppl_loo adds.
 """
@@ -59,11 +61,20 @@ def flagged():
     return line, other
 
 
-def _assert_same_numbers(got, ref):
+def _assert_same_numbers(got, ref, n):
+    """``got`` is ``ref`` (``arviz_stats.compare``'s table of models of ``n`` observations) but for ``dse`` from the
+    sample SD and ``p_worse`` from that ``dse``."""
+    from scipy.stats import norm
+
     assert list(got.index) == list(ref.index)
     for col in NUMBERS:
-        np.testing.assert_allclose(got[col].to_numpy(float), ref[col].to_numpy(float), rtol=0, atol=1e-10,
-                                   err_msg=col)
+        want = ref[col].to_numpy(float)
+        if col == "dse":
+            want = want * np.sqrt(n / (n - 1))
+        if col == "p_worse":
+            diff, dse = ref["elpd_diff"].to_numpy(float), ref["dse"].to_numpy(float) * np.sqrt(n / (n - 1))
+            want = np.where(diff == 0, np.nan, norm.cdf(0, diff, dse + 1e-12))
+        np.testing.assert_allclose(got[col].to_numpy(float), want, rtol=0, atol=1e-10, err_msg=col)
     for col in ("diag_diff", "diag_elpd"):
         assert list(got[col]) == list(ref[col])
 
@@ -103,9 +114,11 @@ def test_numbers_are_arviz_stats_unrounded(normal):
         ref = azs.compare(res, method=method, round_to="none")
         for round_to in (2, 0, "auto", "none"):
             got = pl.compare(res, method=method, round_to=round_to)
-            _assert_same_numbers(got, ref)
+            _assert_same_numbers(got, ref, 60)
     got = pl.compare(res)
     assert list(got.index) == ["right", "wide", "narrow"]
+    d = res["narrow"].elpd_i.values - res["right"].elpd_i.values  # R's se_diff: sqrt(n) times the sample SD
+    assert got.loc["narrow", "dse"] == pytest.approx(np.sqrt(60) * np.std(d, ddof=1), rel=1e-12)
     # full precision kept: these numbers are not what two decimals (nor arviz_stats' "auto") would make them
     assert any(v != round(v, 2) for v in got["elpd"]) and any(v != round(v, 2) for v in got["elpd_diff"])
     assert (got[["n_adapted", "n_doubtful", "n_refit"]] == 0).all().all() and (got["diff_flagged"] == 0.0).all()
@@ -116,7 +129,7 @@ def test_plain_elpddata_is_accepted_with_na_flags(normal):
     _, res, plain = normal
     mixed = {"narrow": res["narrow"], "right": plain["right"], "wide": res["wide"]}
     got = pl.compare(mixed)
-    _assert_same_numbers(got, azs.compare(mixed, round_to="none"))
+    _assert_same_numbers(got, azs.compare(mixed, round_to="none"), 60)
     for col in FLAG_COLUMNS:
         assert pd.isna(got.loc["right", col]), col
         for name in ("narrow", "wide"):
@@ -126,7 +139,8 @@ def test_plain_elpddata_is_accepted_with_na_flags(normal):
     np.testing.assert_allclose(got["elpd_diff"].to_numpy(float), ours["elpd_diff"].to_numpy(float), rtol=1e-6)
     # every item an ELPDData, in a list
     both = pl.compare([plain["narrow"], plain["wide"]])
-    _assert_same_numbers(both, azs.compare({"model_0": plain["narrow"], "model_1": plain["wide"]}, round_to="none"))
+    _assert_same_numbers(both, azs.compare({"model_0": plain["narrow"], "model_1": plain["wide"]}, round_to="none"),
+                         60)
     assert both[list(FLAG_COLUMNS + WEIGHT_COLUMNS)].isna().all().all()
     _assert_printed(both.to_string(), both, 2)
     # pl.report needs ppl_loo's diagnostics: it still says so
@@ -138,7 +152,7 @@ def test_diff_flagged_against_an_elpddata(flagged):
     """An ELPDData flags no observation: the other model's diff_flagged sums over its own flagged ones."""
     line, other = flagged
     got = pl.compare({"line": line, "flat": other})
-    _assert_same_numbers(got, azs.compare({"line": line, "flat": other}, round_to="none"))
+    _assert_same_numbers(got, azs.compare({"line": line, "flat": other}, round_to="none"), 40)
     cats = np.array(hand_categories(line))
     mine = cats != "psis"
     n_doubtful = np.asarray(line.doubtful.values, bool).sum()
@@ -204,7 +218,7 @@ def test_cli_prints_two_decimals_and_round_to(saved):
     trees = _from_files(saved)
     table = pl.compare(trees, round_to="none")
     _assert_same_numbers(table, azs.compare({k: pl.LooResult.from_datatree(t) for k, t in trees.items()},
-                                            round_to="none"))
+                                            round_to="none"), 60)
     code, out, err = run_cli("compare", saved["narrow"], saved["right"], "--quiet")
     assert code == 0 and err == ""
     _assert_printed(out, table, 2)

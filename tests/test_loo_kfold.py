@@ -150,7 +150,7 @@ def test_explicit_folds_are_used_as_given_and_compare_accepts_the_result(jax_kfo
     two = pl.compare({"kfold": jax_kfold, "kfold3": res})  # kfold against kfold: no warning, the diff's SE
     d = jax_kfold.elpd_i.values - res.elpd_i.values
     assert abs(two.loc[two.index[1], "elpd_diff"]) == pytest.approx(abs(d.sum()), rel=1e-10)
-    assert two.loc[two.index[1], "dse"] == pytest.approx(np.sqrt(N * np.var(d)), rel=1e-10)
+    assert two.loc[two.index[1], "dse"] == pytest.approx(np.sqrt(N * np.var(d, ddof=1)), rel=1e-10)  # R: se_diff
 
 
 def test_random_folds_are_balanced_and_reproducible():

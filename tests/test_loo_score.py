@@ -1,9 +1,10 @@
 """``pl.loo_score``: LOO CRPS and SCRPS with the adapted weights.
 
-Known answers: identical to ``arviz_stats.loo_score`` (mean, SE, pointwise scores and k-hats, to 1e-8) where nothing
-is adapted; the closed-form CRPS and SCRPS of the exact LOO predictive ``N(m_i, s_i^2)`` of a Gaussian regression
-with two high-leverage outliers (adapted there: within four Monte Carlo SEs; plain PSIS: many SEs off), and of a
-conjugate normal mean in PyMC with one outlier (``y_rep_i`` simulated by ``pm.sample_posterior_predictive`` at the
+Known answers: identical to ``arviz_stats.loo_score`` (mean, pointwise scores and k-hats, to 1e-8) where nothing
+is adapted, the SE ``sqrt(n / (n - 1))`` times its (R ``loo``'s, from the sample SD of the pointwise scores); the
+closed-form CRPS and SCRPS of the exact LOO predictive ``N(m_i, s_i^2)`` of a Gaussian regression with two
+high-leverage outliers (adapted there: within four Monte Carlo SEs; plain PSIS: many SEs off), and of a conjugate
+normal mean in PyMC with one outlier (``y_rep_i`` simulated by ``pm.sample_posterior_predictive`` at the
 adapted proposal's points); bad input named.
 
 Closed forms (Gneiting & Raftery 2007; Bolin & Wallin 2023), for ``X, X' ~ N(m, s^2)`` independent and
@@ -103,7 +104,10 @@ def test_identical_to_arviz_stats_where_nothing_is_adapted():
         got = pl.loo_score(idata, res, model=m, kind=kind, pointwise=True)  # no random_seed needed: nothing adapted
         ref = _quiet(azs.loo_score, idata, kind=kind, pointwise=True)
         assert type(got).__name__ == type(ref).__name__ == kind.upper() and got._fields == ref._fields
-        assert got.mean == pytest.approx(ref.mean, abs=1e-8) and got.se == pytest.approx(ref.se, abs=1e-8)
+        n = got.pointwise.size  # the SE from the sample SD (R loo's), arviz_stats' from the population SD
+        assert got.mean == pytest.approx(ref.mean, abs=1e-8)
+        assert got.se == pytest.approx(ref.se * np.sqrt(n / (n - 1)), abs=1e-8)
+        assert got.se == pytest.approx(np.std(got.pointwise.values, ddof=1) / np.sqrt(n), rel=1e-12)
         np.testing.assert_allclose(got.pointwise.values, ref.pointwise.values, rtol=0, atol=1e-8)
         np.testing.assert_allclose(got.pareto_k.values, ref.pareto_k.values, rtol=0, atol=1e-8)
         assert set(got.pointwise.weights.values) == {"psis"}
@@ -112,7 +116,9 @@ def test_identical_to_arviz_stats_where_nothing_is_adapted():
     # ... and for a plain PSIS result (pl.loo without a model), which needs no model
     plain = _quiet(pl.loo, idata, None, progressbar=False)
     got, ref = pl.loo_score(idata, plain, kind="scrps"), _quiet(azs.loo_score, idata, kind="scrps")
-    assert got.mean == pytest.approx(ref.mean, abs=1e-8) and got.se == pytest.approx(ref.se, abs=1e-8)
+    n = Y.size
+    assert got.mean == pytest.approx(ref.mean, abs=1e-8) and got.se == pytest.approx(ref.se * np.sqrt(n / (n - 1)),
+                                                                                        abs=1e-8)
 
 
 def test_leverage_points_against_the_closed_form(monkeypatch):

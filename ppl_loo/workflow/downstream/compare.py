@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 from arviz_stats.utils import ELPDData, ELPDDataLOOSubsample
+from scipy.stats import norm
 
 from ppl_loo.workflow.loo.categories import after_loo_weights, observation_categories
 from ppl_loo.workflow.loo.result import LooResult
@@ -129,8 +130,10 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
     -------
     CompareTable
         A ``pandas.DataFrame`` holding ``arviz_stats.compare(..., round_to="none")``'s table (rank,
-        elpd_diff, dse, p_worse, diag_diff, diag_elpd, p, elpd, se, weight; best model first) and,
-        per model:
+        elpd_diff, dse, p_worse, diag_diff, diag_elpd, p, elpd, se, weight; best model first), except that
+        ``dse`` is ``sqrt(n) sd(elpd_i[model] - elpd_i[best])`` with the sample SD (R ``loo_compare``'s
+        ``se_diff``, Vehtari et al. 2017; ``arviz_stats`` uses the population SD, ``sqrt((n - 1) / n)`` times
+        it) and ``p_worse`` is computed with that ``dse``, and, per model:
 
         - ``n_adapted``, ``n_second_opinion``, ``n_doubtful``, ``n_refit``: the observations in each
           category of :func:`~ppl_loo.workflow.loo.categories.observation_categories` (each observation
@@ -176,6 +179,7 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
     best = table.index[0]
     masks = {name: flag_masks(res) for name, res in named.items()}
     elpd = {name: _flat(res.elpd_i, float) for name, res in named.items()}
+    table = _sample_sd_dse(table, elpd, best)
     counts = {col: [] for col in FLAG_COLUMNS + WEIGHT_COLUMNS}
     for name in table.index:
         if not isinstance(named[name], LooResult):  # a plain ELPDData: nothing known about adaptation
@@ -194,6 +198,26 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
     out = CompareTable(table.join(extra))
     out.round_to = decimals
     return out
+
+
+def _sample_sd_dse(table, elpd, best):
+    """``table`` with ``dse`` the standard error of the sum of the pointwise differences from the sample SD,
+    ``sqrt(m) sd(elpd_i[model] - elpd_i[best])`` over the ``m`` finite differences (R ``loo_compare``'s ``se_diff``,
+    Vehtari et al. 2017, Eq. 24; ``arviz_stats.compare`` uses the population SD, ``sqrt((m - 1) / m)`` times this),
+    and ``p_worse`` recomputed with it as ``arviz_stats.compare`` does, ``Phi(0; elpd_diff, dse)``."""
+    table = table.copy()
+    for name in table.index:
+        if name == best:
+            continue
+        diff = elpd[name] - elpd[best]
+        valid = diff[np.isfinite(diff)]
+        if valid.size < 2:
+            continue
+        dse = float(np.sqrt(valid.size) * np.std(valid, ddof=1))
+        table.loc[name, "dse"] = dse
+        if "p_worse" in table.columns and table.loc[name, "elpd_diff"] != 0:
+            table.loc[name, "p_worse"] = float(norm.cdf(0, table.loc[name, "elpd_diff"], dse + 1e-12))
+    return table
 
 
 def named_results(results, plain=False):

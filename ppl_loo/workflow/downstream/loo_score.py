@@ -4,8 +4,8 @@ This module owns the weighted predictive draws ``(y_rep_i, log w)`` of every obs
 ``elpd_i`` was computed with, and the scores of those draws:
 
 - an observation that kept plain PSIS uses the ``posterior_predictive`` draws and ``res.log_weights``, exactly
-  what ``arviz_stats.loo_score`` uses (so where nothing is adapted the numbers are ``arviz_stats.loo_score``'s on
-  the same data);
+  what ``arviz_stats.loo_score`` uses (so where nothing is adapted the scores and their mean are
+  ``arviz_stats.loo_score``'s on the same data; the SE is R ``loo``'s, from the sample SD, see :func:`sample_se`);
 - an observation with an adapted proposal uses that proposal's points (:func:`ppl_loo.loo_expectations`'s, rebuilt
   from the posterior draws with the model) and its stored weights, with ``y_rep_i`` simulated at each point
   (PyMC: ``pm.sample_posterior_predictive`` on those points; otherwise the user's ``simulate=``), seeded from
@@ -90,7 +90,9 @@ def loo_score(data, res, *, model=None, kind="crps", random_seed=None, pointwise
     -------
     namedtuple
         As ``arviz_stats.loo_score``: ``CRPS`` or ``SCRPS`` with ``mean`` (the mean of the pointwise scores,
-        larger is better: the CRPS is negated, the SCRPS is so oriented by definition) and ``se``; with
+        larger is better: the CRPS is negated, the SCRPS is so oriented by definition) and ``se`` (``sd / sqrt(n)``
+        of the pointwise scores with the sample SD, as R ``loo``'s ``loo_crps``; ``arviz_stats`` uses the population
+        SD, ``sqrt((n - 1) / n)`` times it); with
         ``pointwise=True`` also ``pointwise`` (a DataArray over the observation dims, with the coordinate
         ``weights``: ``"psis"``, ``"adapted"``, ``"refit"`` or ``"mixture"``, as :func:`ppl_loo.loo_expectations`) and
         ``pareto_k`` (the k-hat of the weights used; NaN for refit and mixture draws).
@@ -246,10 +248,21 @@ def _plain(data, res, kind, pointwise):
     out = arviz_stats.loo_score(data, var_name=res.var_name, kind=kind, pointwise=True)
     values = np.asarray(out.pointwise.values, dtype=float).reshape(-1)
     _check_finite(res, values, np.arange(values.size), kind, None)
+    out = out._replace(se=sample_se(values))  # arviz_stats' SE uses the population SD
     if not pointwise:
         return namedtuple(kind.upper(), ["mean", "se"])(out.mean, out.se)
     return out._replace(pointwise=out.pointwise.rename(kind).assign_coords(
         weights=(out.pointwise.dims, np.full(out.pointwise.shape, "psis"))))
+
+
+def sample_se(scores):
+    """The standard error of the mean of the pointwise ``scores``, ``sd(scores) / sqrt(n)`` with the sample SD (R
+    ``loo``'s ``loo_crps``/``loo_scrps``; ``arviz_stats.loo_score`` uses the population SD, ``sqrt((n - 1) / n)``
+    times it); 0 for one score."""
+    scores = np.asarray(scores, dtype=float).ravel()
+    if scores.size < 2:
+        return 0.0
+    return float(np.std(scores, ddof=1) / np.sqrt(scores.size))
 
 
 def _predictive(data, res):
@@ -402,7 +415,7 @@ def _result(res, scores, used, kind, pointwise):
         raise ValueError(f"the {kind} of observation(s) {', '.join(res.obs_labels(bad, limit=10))} is not finite: "
                          "non-finite posterior_predictive draws or observed values (or, for the SCRPS, constant "
                          "predictive draws: log 0).")
-    mean, se = float(np.mean(scores)), float(np.std(scores) / np.sqrt(scores.size))
+    mean, se = float(np.mean(scores)), sample_se(scores)
     template = res.elpd_i
     k_psis = res.pareto_k_psis if getattr(res, "pareto_k_psis", None) is not None else res.pareto_k
     # the k-hat of the weights used: the adapted proposal's (NaN for refit and mixture draws), plain PSIS's elsewhere
