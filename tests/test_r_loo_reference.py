@@ -277,3 +277,20 @@ def test_loo_compare_se_diff(ref):
     worse = table.index[1]
     assert table.loc[worse, "elpd_diff"] == pytest.approx(ref["normal_outlier/compare_elpd_diff"][1], abs=TOL)
     assert table.loc[worse, "dse"] == pytest.approx(ref["normal_outlier/compare_se_diff"][1], abs=TOL)
+
+
+def test_bad_conventions_and_reff_are_named():
+    ll, chains, _, _ = _inputs()["few_draws"]
+    data = _tree(ll, chains)
+    with pytest.raises(ValueError, match=r"conventions='r': use 'arviz' .* or 'R'"):
+        pl.loo(data, compute={"conventions": "r"})
+    with pytest.raises(ValueError, match=r"reff has 12 values and log_likelihood\['y'\] has 13 observations"):
+        pl.loo(data, reff=np.ones(12))
+    with pytest.raises(ValueError, match=r"must be positive and finite"):
+        pl.loo(data, reff=np.r_[np.ones(12), -1.0])
+    model = pl.JaxModel({"mu": ((), None)}, lambda v: -0.5 * v["mu"] ** 2,
+                        lambda v: -0.5 * (v["mu"] - np.zeros(13)) ** 2, obs_dims=("obs",), observed=np.zeros(13))
+    with pytest.raises(ValueError, match=r"applies to plain PSIS-LOO without a model"):
+        pl.loo(data, model, compute={"conventions": "R"})
+    with pytest.raises(ValueError, match=r"one relative efficiency per observation applies to plain PSIS-LOO"):
+        pl.loo(data, model, reff=np.ones(13))
