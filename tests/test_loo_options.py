@@ -63,13 +63,13 @@ def test_signatures_are_short_and_grouped():
     for cls, fields in ((pl.SearchOptions, ("transforms", "hbar", "adapt", "influence_threshold", "jacobian",
                                              "min_ess", "batch_size")),
                         (pl.SecondOpinions, ("mixture", "mixture_options", "smc", "refit_options")),
-                        (pl.ComputeOptions, ("chunk_size", "client", "check_log_lik"))):
+                        (pl.ComputeOptions, ("chunk_size", "client", "check_log_lik", "conventions"))):
         assert tuple(inspect.signature(cls).parameters) == fields
         assert all(f"    {name} :" in cls.__doc__ for name in fields)  # every field documented
         assert cls.__name__ in pl.__all__
     assert pl.SearchOptions().transforms == "all" and pl.SearchOptions().adapt == "auto"
     assert pl.SecondOpinions().mixture == "auto" and pl.SecondOpinions().smc == "auto"
-    assert pl.ComputeOptions().check_log_lik is True
+    assert pl.ComputeOptions().check_log_lik is True and pl.ComputeOptions().conventions == "arviz"
     with pytest.raises(AttributeError):  # frozen
         pl.SearchOptions().adapt = "all"
 
