@@ -181,10 +181,11 @@ def test_eight_schools_loo(eight_schools):
     kept = doubtful & np.isin(res.transform.values, ["psis", "failed"])
     np.testing.assert_array_equal(res.pareto_k.values[kept], res.pareto_k_psis.values[kept])
     # the draws' convergence: R-hat as arviz_stats computes it; the shipped CSV files (4 chains of 100
-    # draws) have R-hat 1.030 for theta_tilde[4], above 1.01; convergence is judged per observation, so every
-    # observation whose log-likelihood draws have not mixed (R-hat above 1.01 or bulk ESS below 100) is doubtful
+    # draws) have R-hat 1.030 for theta_tilde[5] (1-based, as Stan names it), above 1.01; convergence is judged
+    # per observation, so every observation whose log-likelihood draws have not mixed (R-hat above 1.01 or bulk
+    # ESS below 100) is doubtful
     rhat = max(float(np.nanmax(v.values)) for v in arviz_stats.rhat(dt.posterior.to_dataset()).data_vars.values())
-    assert res.max_rhat == pytest.approx(rhat, rel=1e-12) and res.max_rhat_var == "theta_tilde[4]"
+    assert res.max_rhat == pytest.approx(rhat, rel=1e-12) and res.max_rhat_var == "theta_tilde[5]"
     conv = convergence(np.asarray(model.log_lik(jnp.asarray(theta))), 4, rhat)
     assert rhat > 1.01 and doubtful[~conv.ok].all()
     # plain PSIS part: arviz_stats on the same draws with the model's (full precision) log_lik ...

@@ -68,9 +68,10 @@ from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, mixture_stag
 
 __all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar", "pointwise_factory"]
 
-#: the search corroborates the estimates the mixture settles alone while ``pl.loo`` has taken at most this many times
-#: the fit's own time: a user who can refit in the time ``pl.loo`` takes has no reason to use it
-CORROBORATE_FITS = 1.0
+#: the search corroborates an estimate the mixture settles alone only where its SE is above this (nats): two SEs
+#: either side of a more precise one span at most a fifth of the nat at which one ``elpd_i`` changes a comparison
+#: (``VOUCH_MAX_SE``), and a second estimate there would buy little for a search that costs per observation
+CORROBORATE_SE = 0.05
 DEFAULT_HBAR = tuple(float(x) for x in 4.0 ** -np.arange(11))
 #: the papers' seven, iterated moment matching, the Newton-step proposal and the defensive mixtures (not MM3:
 #: its full-covariance map, estimated from heavy-tailed weights, is optimistic in the truth suite)
@@ -166,7 +167,6 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     -------
     LooResult
     """
-    t0 = time.perf_counter()
     opts, second, comp = _options(search, second_opinions, compute, random_seed)
     chunk_size, check_log_lik, mixture, smc = comp.chunk_size, comp.check_log_lik, second.mixture, second.smc
     client = resolve_client(comp.client)  # checked first; found once (None: the active client, if any)
@@ -217,7 +217,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     conv = _convergence(draws, stored, flagged, max_rhat, rhat_where)
     rules = Rules(float(k_threshold), cfg.min_ess, cfg.r_eff, draws.approx)
     kept = KeptDraws()  # the refits' and the mixture run's draws, for the after-LOO functions
-    stages = dict(t0=t0, rules=rules, mixture=mixture, mixture_kwargs=second.mixture_options, smc=smc, refit=refit,
+    stages = dict(rules=rules, mixture=mixture, mixture_kwargs=second.mixture_options, smc=smc, refit=refit,
                   refit_kwargs=second.refit_options, adapt=opts.adapt, batch_size=opts.batch_size,
                   progressbar=progressbar, random_seed=random_seed, given_k=given_k,  # None: the mixture run's own S
                   client=False if client is None else client)
@@ -261,21 +261,17 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
     ev = _search_stage(ev, model, draws, cfg, obs_idx, o, _refit_seconds(data, o["refit"]))
     if o["adapt"] != "all":
-        # where the mixture estimate vouches alone, the search's estimate corroborates it (and is the more precise),
-        # least precise first, as far as the time budget allows
+        # where the mixture estimate vouches alone, the search's estimate corroborates it where it is imprecise
+        # (and is the more precise), least precise first
         v = verdict(ev, rules)
         alone = np.flatnonzero(flagged & (v.evidence == "mixture"))
         alone = alone[np.argsort(-v.mcse[alone], kind="stable")]
-        ev = _corroborate(ev, model, draws, cfg, alone, o, fit_seconds(data))
+        ev = _corroborate(ev, model, draws, cfg, alone, v.mcse, o)
     v = verdict(ev, rules)
     if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
-    # SMC settles what is still unsettled; double-checking what two maps of the posterior draws vouch for buys
-    # certainty, not an answer: within the corroboration budget only
-    fit_s = fit_seconds(data)
-    within = fit_s is None or time.perf_counter() - o["t0"] <= CORROBORATE_FITS * fit_s
-    op, info["smc_info"] = smc_stage(model, draws, v, ev.plain, ev, o["smc"], o["random_seed"], double_check=within)
+    op, info["smc_info"] = smc_stage(model, draws, v, ev.plain, ev, o["smc"], o["random_seed"])
     if op is not None:
         ev = ev.with_opinion(op)
         v = verdict(ev, rules)
@@ -329,33 +325,15 @@ def _search(ev, model, draws, cfg, idx, o):
     return ev.with_search(dict(zip(idx.tolist(), out)), labels)
 
 
-def _corroborate(ev, model, draws, cfg, alone, o, fit_s):
-    """The search on ``alone``, the observations the mixture estimate settles by itself, in order, one batch at a
-    time while ``pl.loo``'s time so far plus the next batch's (measured on the batches before) stays within
-    :data:`CORROBORATE_FITS` times the fit's recorded time ``fit_s``. Where the fit's time is not recorded: all of them
-    where the model's structure makes the search cheap (a GLM: lines through the linear predictor), else one batch.
-    The estimates they corroborate are settled already: the budget buys precision and a second opinion, not an
-    answer."""
-    batch = _one_batch(o["batch_size"])
-
-    def run(idx):
-        return _search(ev, model, draws, cfg, idx, o)
-
-    alone = np.asarray([i for i in alone if i not in ev.search], dtype=int)
-    if not alone.size:
-        return ev
-    if fit_s is None:
-        return run(alone if model.structure is not None else alone[:batch])
-    budget, per_obs = CORROBORATE_FITS * fit_s, o.get("search_per_obs")
-    for start in range(0, alone.size, batch):
-        idx = alone[start:start + batch]
-        elapsed = time.perf_counter() - o["t0"]
-        if elapsed + (0.0 if per_obs is None else per_obs * idx.size) > budget:
-            break
-        t = time.perf_counter()
-        ev = run(idx)
-        per_obs = (time.perf_counter() - t) / idx.size
-    return ev
+def _corroborate(ev, model, draws, cfg, alone, se, o):
+    """The search on the observations of ``alone`` (in order) that the mixture estimate settles by itself with an SE
+    ``se`` above :data:`CORROBORATE_SE`: all of them where the model's structure makes the search cheap (a GLM: lines
+    through the linear predictor), else one batch. Those estimates are settled already: the search buys a second
+    opinion and precision where they are least precise, not an answer."""
+    alone = np.asarray([i for i in alone if i not in ev.search and se[i] > CORROBORATE_SE], dtype=int)
+    if model.structure is None:
+        alone = alone[:_one_batch(o["batch_size"])]
+    return _search(ev, model, draws, cfg, alone, o) if alone.size else ev
 
 
 def _refit_seconds(data, refit):

@@ -102,19 +102,18 @@ def _retry_can_pass(info):
     return not ess_only or 2.0 * float(info["ess_posterior_weights"]) >= MIN_ESS
 
 
-def smc_stage(model, draws, v, plain, ev, smc, random_seed, double_check=True):
-    """Tempered SMC (``smc`` of ``second_opinions=``) on what the verdict ``v`` leaves unsettled and, with
-    ``double_check``, on what only maps of the posterior draws vouch for where plain PSIS failed (k-hat above 0.5)
-    and no passing mixture estimate checked it (maps of the same draws can miss together); only where the draws of
-    the observation converged (SMC starts from them). ``smc`` True: every observation the search examined. Returns
-    ``(opinion or None, info or None)``."""
+def smc_stage(model, draws, v, plain, ev, smc, random_seed):
+    """Tempered SMC (``smc`` of ``second_opinions=``) on what the verdict ``v`` leaves unsettled and on what only maps
+    of the posterior draws vouch for where plain PSIS failed (k-hat above 0.5) and no passing mixture estimate checked
+    it (maps of the same draws can miss together); only where the draws of the observation converged (SMC starts from
+    them). ``smc`` True: every observation the search examined. Returns ``(opinion or None, info or None)``."""
     if smc is False or draws.approx:
         return None, None
     if smc is True:
         targets = np.asarray(sorted(ev.search), dtype=int)
     else:
         checked = ev.opinions[0].ok if ev.opinions else np.zeros(v.elpd.shape[0], bool)
-        risky = (v.evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked & bool(double_check)
+        risky = (v.evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
         targets = np.flatnonzero((v.unsettled | risky) & ev.conv.ok)
     d = int(np.asarray(draws.theta).shape[1])
     if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
