@@ -1,14 +1,16 @@
 """The latency benchmark (``benchmarks/latency.py``) in its reduced mode, end to end, so that it cannot rot.
 
-Runs ``benchmarks/latency.py --reduced`` (the normal-outlier PyMC model and the negative-binomial Stan program, 4 x 500
-draws; ``pl.loo`` in a fresh process with an empty XLA compilation cache, again in that process, and in a second
-fresh process with the filled cache) and checks, with known answers:
+Runs ``benchmarks/latency.py --reduced`` (the normal-outlier PyMC model, 4 x 500 draws; ``pl.loo`` in a fresh process
+with an empty XLA compilation cache, again in that process, and in a second fresh process with the filled cache) and
+checks, with known answers:
 
 - the compilation cache changes no number: ``elpd`` and every ``elpd_i`` are identical (to 1e-9) in the cold call,
   the compiled second call and the warm process, on the same draws with the same seed;
-- ``pl.loo``'s elpd equals the exact LOO (quadrature over the parameters) of both models within its Monte Carlo
-  error, observation by observation, and is within two SEs of ``arviz_stats.loo`` on the same draws;
-- the cold process filled the caches the warm one read (XLA's cache files, the derived Stan programs);
+- ``pl.loo``'s elpd equals the exact LOO (quadrature over the parameters) within its Monte Carlo error, observation
+  by observation, and is within two SEs of ``arviz_stats.loo`` on the same draws;
+- the cold process filled the XLA cache the warm one read (the derived Stan programs' cache:
+  ``tests/test_cli_sample.py``; the full run measures the Stan models);
+- the quadratures of both known answers (the normal model's and the negative binomial's) are converged;
 - the JSON has every field the table is built from. Timings are recorded, never asserted.
 """
 
@@ -44,7 +46,7 @@ def reduced(tmp_path_factory):
 
 def test_json_has_every_field(reduced):
     rows, doc, stdout = reduced
-    assert doc["mode"] == "reduced" and set(rows) == {"normal_outlier", "neg_binomial"}
+    assert doc["mode"] == "reduced" and set(rows) == {"normal_outlier"}
     for name, row in rows.items():
         assert row["draws_per_chain"] == 500 and row["chains"] == 4
         assert row["n"] == {"normal_outlier": 30, "neg_binomial": 40}[name]
@@ -73,13 +75,9 @@ def test_the_caches_were_filled_and_read(reduced):
         cold, warm = row["python"]["cold"], row["python"]["warm"]
         assert cold["xla_cache_files"] > 0, name  # the empty folder was written by the cold process
         assert warm["xla_cache_files"] >= cold["xla_cache_files"], name
-    nb = rows["neg_binomial"]["python"]
-    # only the program's own library before; the programs pl.loo derives from it compiled by the cold call, read warm
-    assert nb["stan_programs_before"] == 1
-    assert nb["cold"]["stan_programs"] > 1 and nb["warm"]["stan_programs"] == nb["cold"]["stan_programs"]
 
 
-@pytest.mark.parametrize("name, tol_total, tol_i", [("normal_outlier", 0.15, 0.1), ("neg_binomial", 0.4, 0.2)])
+@pytest.mark.parametrize("name, tol_total, tol_i", [("normal_outlier", 0.15, 0.1)])
 def test_elpd_is_the_exact_loo(reduced, name, tol_total, tol_i):
     """Exact LOO by quadrature (the script's ``exact_normal_loo`` / ``exact_nb_loo``, independent of ppl_loo); plain
     PSIS misses it by several nats on the extreme observation, ``pl.loo`` must not."""
@@ -103,4 +101,4 @@ def test_exact_loo_by_quadrature_is_converged():
     spec.loader.exec_module(latency)
     y = latency.normal_outlier_data()
     assert abs(latency.exact_normal_loo(y, points=401).sum() - latency.exact_normal_loo(y).sum()) < 1e-3
-    assert abs(latency.exact_nb_loo(points=201, width=20.0).sum() - latency.exact_nb_loo().sum()) < 1e-3
+    assert abs(latency.exact_nb_loo(points=121, width=20.0).sum() - latency.exact_nb_loo(points=101).sum()) < 1e-3

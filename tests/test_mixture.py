@@ -399,7 +399,7 @@ def test_quick_transformations_first_on_a_model_without_structure(leverage):
     from ppl_loo.workflow.loo.adapt import QUICK_TRANSFORMS
 
     m, data, exact = leverage
-    res = pl.loo(data, jax_model(m), progressbar=False, random_seed=11, search={"adapt": "all"},
+    res = pl.loo(data, jax_model(m), progressbar=False, random_seed=11,
                  second_opinions={"mixture": False, "smc": False})
     cands = res.candidates
     labels = [t for t, _ in cands["labels"]]
@@ -407,7 +407,7 @@ def test_quick_transformations_first_on_a_model_without_structure(leverage):
     searched = np.flatnonzero(res.searched.values)
     quick = [i for i in searched if np.isnan(cands["elpd"][i][flows]).all()]
     full = [i for i in searched if np.isfinite(cands["elpd"][i][flows]).any()]
-    assert len(quick) >= 5 and len(quick) + len(full) == len(searched)
+    assert len(quick) >= 2 and len(quick) + len(full) == len(searched)
     assert all(res.transform.values[i] in (*QUICK_TRANSFORMS, "psis") for i in quick)
     assert not res.doubtful.values[quick].any()
     vouched = ~res.doubtful.values
