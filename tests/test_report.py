@@ -29,6 +29,7 @@ from report_helpers import (
     png_shape,
     same_value,
 )
+from scipy.stats import norm
 
 import ppl_loo as pl
 from ppl_loo.workflow.downstream.compare import FLAG_COLUMNS
@@ -81,12 +82,23 @@ def _hand_flag_columns(named):
     return best, out
 
 
+def _with_sample_sd(ref, n):
+    """``arviz_stats.compare``'s table ``ref`` (models of ``n`` observations) with ``dse`` from the sample SD, as R
+    loo's ``se_diff`` (arviz_stats takes the population SD), and ``p_worse`` from that ``dse``: ``pl.compare``'s."""
+    ref = ref.copy()
+    ref["dse"] = ref["dse"] * np.sqrt(n / (n - 1))
+    diff = ref["elpd_diff"].to_numpy(float)
+    ref["p_worse"] = np.where(diff == 0, np.nan, norm.cdf(0, diff, ref["dse"].to_numpy(float) + 1e-12))
+    return ref
+
+
 def test_compare_is_arviz_stats_compare_plus_flag_counts(logit):
     named = {"adaptive": logit["res"], "psis": logit["plain"], "pvi": logit["res_pvi"]}
     for kwargs in ({}, {"round_to": "none"}, {"method": "pseudo-BMA"}):
         got = pl.compare(named, **kwargs)
-        ref = azs.compare(named, **{"round_to": "none", **kwargs})  # pl.compare's numbers are never rounded
-        pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
+        # pl.compare's numbers are never rounded
+        ref = _with_sample_sd(azs.compare(named, **{"round_to": "none", **kwargs}), logit["res"].elpd_i.size)
+        pd.testing.assert_frame_equal(got[list(ref.columns)], ref, rtol=1e-10)
         assert list(got.columns) == list(ref.columns) + ["n_adapted", "n_second_opinion", "n_doubtful", "n_refit",
                                                          "diff_flagged", "n_weights_adapted", "n_weights_fallback"]
     got = pl.compare(named, round_to="none")
@@ -140,11 +152,12 @@ def test_compare_accepts_trees_paths_and_lists(eight, tmp_path):
     tree_c = pl.add_loo(trees["centered"], res["centered"])
     path = tmp_path / "non_centered.nc"
     pl.add_loo(trees["non_centered"], res["non_centered"]).to_netcdf(path)
-    ref = azs.compare({"centered": res["centered"], "non_centered": res["non_centered"]}, round_to="none")
+    ref = _with_sample_sd(azs.compare({"centered": res["centered"], "non_centered": res["non_centered"]},
+                                      round_to="none"), res["centered"].elpd_i.size)
     for inputs in ({"centered": tree_c, "non_centered": path},
                    {"centered": res["centered"], "non_centered": str(path)}):
         got = pl.compare(inputs, round_to="none")
-        pd.testing.assert_frame_equal(got[list(ref.columns)], ref)
+        pd.testing.assert_frame_equal(got[list(ref.columns)], ref, rtol=1e-10)
         assert (got["n_adapted"] == 0).all() and (got["diff_flagged"] == 0.0).all()
     listed = pl.compare([res["centered"], res["non_centered"]], round_to="none")
     assert sorted(listed.index) == ["model_0", "model_1"]

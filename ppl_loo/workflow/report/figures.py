@@ -48,9 +48,10 @@ def _figure(ncols=1, width=5.0, height=3.2, sharey=False):
 
 
 def png_uri(fig):
-    """The figure as a ``data:image/png;base64,...`` URI."""
+    """The figure as a ``data:image/png;base64,...`` URI, cut to what is drawn (a legend below wider than the panels
+    stays in the picture)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
