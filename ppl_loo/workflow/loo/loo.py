@@ -289,23 +289,16 @@ def _search_stage(ev, model, draws, cfg, obs_idx, o, refit_seconds):
     its measured cost per observation times those still to examine exceeds their refits' cost: the refits, exact,
     then settle them (:func:`_refit_seconds`)."""
     first = _one_batch(o["batch_size"])
-
-    def run(idx):
-        t = time.perf_counter()
-        out = _search(ev, model, draws, cfg, idx, o)
-        if len(idx):
-            o["search_per_obs"] = (time.perf_counter() - t) / len(idx)
-        return out
-
     if refit_seconds is None or obs_idx.size <= first:
-        return run(obs_idx)
-    ev = run(obs_idx[:first])
-    per_obs = o["search_per_obs"]
+        return _search(ev, model, draws, cfg, obs_idx, o)
+    t0 = time.perf_counter()
+    ev = _search(ev, model, draws, cfg, obs_idx[:first], o)
+    per_obs = (time.perf_counter() - t0) / first
     rest = obs_idx[first:]
     refits_cost = rest.size * refit_seconds
     if per_obs * rest.size > refits_cost and refits_cost <= _refit_budget(o["refit"]):
         return ev
-    return run(rest)
+    return _search(ev, model, draws, cfg, rest, o)
 
 
 def _search(ev, model, draws, cfg, idx, o):
