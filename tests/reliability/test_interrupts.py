@@ -203,7 +203,10 @@ tree = pl.from_cmdstan([str(p) for p in paths])
 stan = pl.StanModel(prog, data)
 warnings.simplefilter("ignore")
 print("SEARCH", flush=True)
-res = pl.loo(tree, stan, progressbar=True, search={"adapt": "all", "transforms": "all"})
+# the flows, PMM and their mixtures in one stage (no quick stage first): the signal lands in a batch
+res = pl.loo(tree, stan, progressbar=True, search={"adapt": "all", "transforms": ("kl", "var", "ll", "pmm1", "pmm2",
+                                                                                  "newton_mix", "pmm1_mix",
+                                                                                  "pmm2_mix")})
 print("DONE", flush=True)
 """
 

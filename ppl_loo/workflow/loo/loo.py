@@ -173,10 +173,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     data = check_datatree(data)
     k_threshold = check_k_threshold(k_threshold)
     reff = check_reff(reff, vector=model is None)
-    conventions = check_conventions(comp.conventions)
-    if model is not None and conventions != "arviz":
-        raise ValueError(f"compute={{'conventions': {conventions!r}}} applies to plain PSIS-LOO without a model "
-                         "(pl.loo(data, compute=...)); with a model leave conventions at 'arviz'.")
+    conventions = _conventions(comp, model)
     _check_var_name(var_name)
     if model is None or reff is None:
         check_posterior_draws(data)
@@ -239,6 +236,15 @@ def _options(search, second_opinions, compute, random_seed):
         raise ValueError(f"search: adapt={opts.adapt!r}: use 'auto', 'all' or 'flagged'.")
     return opts, as_options(second_opinions, SecondOpinions, "second_opinions"), as_options(compute, ComputeOptions,
                                                                                             "compute")
+
+
+def _conventions(comp, model):
+    """``compute``'s PSIS conventions, checked: R's apply to plain PSIS-LOO without a model only."""
+    conventions = check_conventions(comp.conventions)
+    if model is not None and conventions != "arviz":
+        raise ValueError(f"compute={{'conventions': {conventions!r}}} applies to plain PSIS-LOO without a model "
+                         "(pl.loo(data, compute=...)); with a model leave conventions at 'arviz'.")
+    return conventions
 
 
 def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
