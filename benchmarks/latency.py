@@ -55,6 +55,9 @@ ROOT = HERE.parent
 # this folder holds a pymc.py: it must not shadow PyMC (a script's folder is the first entry of sys.path)
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE / "truth"))
+
+from methods import Upars  # noqa: E402 - the truth suite's arviz_stats moment-matching interface
 
 
 def _stan_search():
@@ -344,27 +347,6 @@ def _summary(res, wall):
             "transform": [str(t) for t in np.asarray(res.transform).ravel()]}
 
 
-class _Upars:
-    """The model's batched log density and pointwise log-likelihood on ``upars`` DataArrays (arviz_stats' form)."""
-
-    def __init__(self, m):
-        self.m = m
-
-    def log_prob_upars(self, upars):
-        import xarray as xr
-
-        u = np.asarray(upars.transpose("chain", "draw", ...).values)
-        out = np.asarray(self.m.log_density(u.reshape(-1, u.shape[-1]))).reshape(u.shape[:2])
-        return xr.DataArray(out, dims=("chain", "draw"))
-
-    def log_lik_i_upars(self, upars, i):
-        import xarray as xr
-
-        u = np.asarray(upars.transpose("chain", "draw", ...).values)
-        out = np.asarray(self.m.log_lik(u.reshape(-1, u.shape[-1]), obs=[int(i)]))[:, 0].reshape(u.shape[:2])
-        return xr.DataArray(out, dims=("chain", "draw"))
-
-
 def _arviz(tree, model_obj):
     """``arviz_stats.loo`` and ``arviz_stats.loo_moment_match`` on the draws; ``mm`` says why where it cannot run."""
     import arviz_stats as azs
@@ -383,7 +365,7 @@ def _arviz(tree, model_obj):
         theta = np.asarray(m.unconstrain(tree["posterior"].to_dataset()))
         nc, nd = tree["posterior"].sizes["chain"], tree["posterior"].sizes["draw"]
         upars = xr.DataArray(theta.reshape(nc, nd, -1), dims=("chain", "draw", "upars"))
-        fns = _Upars(m)
+        fns = Upars(m)
         fns.log_prob_upars(upars)  # compiled before the timed call
         fns.log_lik_i_upars(upars, 0)
         cov = theta.shape[0] >= 10 * theta.shape[1]

@@ -101,7 +101,7 @@ def merge_parts(parts):
     return out
 
 
-class _Upars:
+class Upars:
     """Batched log density and pointwise log-likelihood on ``upars`` DataArrays (arviz_stats' interface)."""
 
     def __init__(self, adapter):
@@ -131,7 +131,7 @@ def arviz_moment_match(problem, data):
     theta = np.asarray(adapter.unconstrain(data["posterior"].to_dataset()))
     nc, nd = data["posterior"].sizes["chain"], data["posterior"].sizes["draw"]
     upars = xr.DataArray(theta.reshape(nc, nd, -1), dims=("chain", "draw", "upars"))
-    fns = _Upars(adapter)
+    fns = Upars(adapter)
     var_name = _var_name(data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
