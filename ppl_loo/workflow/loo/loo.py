@@ -64,7 +64,15 @@ from ppl_loo.workflow.loo.plain import (
 )
 from ppl_loo.workflow.loo.result import LooResult
 from ppl_loo.workflow.loo.verdict import RHAT_NOT_MIXED, VOUCH_MAX_SE, Evidence, Rules, convergence, verdict
-from ppl_loo.workflow.loo.vouch.opinions import check_opinion_args, mixture_stage, smc_stage
+from ppl_loo.workflow.loo.vouch.opinions import (
+    check_opinion_args,
+    mixture_stage,
+    needs_independent,
+    refit_route,
+    route_refit_options,
+    smc_stage,
+    smc_targets,
+)
 
 __all__ = ["loo", "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "check_hbar", "pointwise_factory"]
 
@@ -265,7 +273,10 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
     obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
-    ev = _search_stage(ev, model, draws, cfg, obs_idx, o, _refit_seconds(data, o["refit"]))
+    route = refit_route(data, model, draws, o["smc"], o["refit"], o["refit_kwargs"])
+    if route[0] and o["adapt"] != "all":  # what the search could not settle alone goes to the refits directly
+        obs_idx = np.setdiff1d(obs_idx, needs_independent(ev, obs_idx))
+    ev = _search_stage(ev, model, draws, cfg, obs_idx, o, _refit_seconds(data, o["refit"], route[0]))
     if o["adapt"] != "all":
         # where the mixture estimate vouches alone, the search's estimate corroborates it where it is imprecise
         # (and is the more precise), least precise first
@@ -277,16 +288,38 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
-    op, info["smc_info"] = smc_stage(model, draws, v, ev.plain, ev, o["smc"], o["random_seed"])
-    if op is not None:
-        ev = ev.with_opinion(op)
-        v = verdict(ev, rules)
+    ev, v, info["smc_info"] = _independent_stage(ev, v, rules, model, data, draws, kept, o, route)
     refit_info = refit_stage(model, data, draws, o["refit"], o["refit_kwargs"], o["random_seed"], o["progressbar"],
-                             doubtful=v.unsettled, flagged=flagged, k_final=v.k, kept=kept)
+                             doubtful=v.unsettled & ~np.isin(np.arange(v.elpd.shape[0]), list(ev.refits)),
+                             flagged=flagged, k_final=v.k, kept=kept)
     if refit_info:
         ev = ev.with_refits(refit_info)
         v = verdict(ev, rules)
-    return ev, v, info, refit_info
+    return ev, v, info, dict(ev.refits)
+
+
+def _independent_stage(ev, v, rules, model, data, draws, kept, o, route):
+    """Independent evidence where the verdict asks for it (:func:`~.vouch.opinions.smc_targets`): tempered SMC, or
+    batched refits of those observations where ``route`` (:func:`~.vouch.opinions.refit_route`) says a refit costs
+    fewer gradient evaluations than SMC's cheapest run: exact, and cheaper. SMC then runs on what the refits leave
+    unsettled (a refit that did not converge). ``(evidence, verdict, smc_info)``."""
+    targets = smc_targets(v, ev.plain, ev, o["smc"]) if o["smc"] is not False else np.zeros(0, int)
+    routed = None
+    if targets.size and route[0]:
+        records = refit_stage(model, data, draws, targets.tolist(), route_refit_options(data, o["refit_kwargs"]),
+                              o["random_seed"], o["progressbar"], doubtful=v.unsettled, flagged=ev.examine,
+                              k_final=v.k, kept=kept)
+        ev = ev.with_refits(records)
+        v = verdict(ev, rules)
+        routed = {"refits_instead": targets.tolist(), "gradients_per_observation": route[1]}
+        targets = targets[v.unsettled[targets]]
+    op, smc_info = smc_stage(model, draws, targets, o["smc"], o["random_seed"])
+    if op is not None:
+        ev = ev.with_opinion(op)
+        v = verdict(ev, rules)
+    if routed is not None:
+        smc_info = {**(smc_info or {"observations": [], "particles": 0, "n_ok": 0, "seconds": 0.0}), **routed}
+    return ev, v, smc_info
 
 
 def _search_stage(ev, model, draws, cfg, obs_idx, o, refit_seconds):
@@ -335,12 +368,12 @@ def _corroborate(ev, model, draws, cfg, alone, se, o):
     return _search(ev, model, draws, cfg, alone, o) if alone.size else ev
 
 
-def _refit_seconds(data, refit):
+def _refit_seconds(data, refit, routed=False):
     """The cost of one refit, as the fit's own recorded wall time (:func:`~ppl_loo.workflow.loo.inputs.fit_seconds`),
-    where the observations the search leaves unsettled are refit (``refit="doubtful"`` or a time budget); None
-    otherwise or where the fit's time is not recorded. Refits run with the fit's settings, one after the other at
-    most: an upper bound of their cost (batched refits cost less)."""
-    if (isinstance(refit, str) and refit == "doubtful") or _refit_budget(refit) < np.inf:
+    where the observations the search leaves unsettled are refit (``refit="doubtful"``, a time budget, or the refits
+    that take SMC's place, ``routed``); None otherwise or where the fit's time is not recorded. Refits run with the
+    fit's settings, one after the other at most: an upper bound of their cost (batched refits cost less)."""
+    if routed or (isinstance(refit, str) and refit == "doubtful") or _refit_budget(refit) < np.inf:
         return fit_seconds(data)
     return None
 

@@ -95,8 +95,11 @@ class SecondOpinions:
         estimate vouches for alone, and those that only the search vouches for (two transformations agreeing)
         where plain PSIS's k-hat is above 0.5 and the mixture did not check them (maps of the same draws can miss
         together), in models of at most 100 unconstrained parameters (its moves cost minutes per observation
-        beyond; ``res.smc_info`` says when it was skipped); True: every searched observation, whatever the
-        dimension; False: never. It counts only when the posterior draws converged.
+        beyond; ``res.smc_info`` says when it was skipped); there, where a refit of an observation costs fewer
+        gradient evaluations than SMC's cheapest run, those observations are refit instead (exact; SMC runs on what
+        a refit leaves unsettled; ``res.smc_info["refits_instead"]``, ``docs/method.md`` section 9); True: SMC on
+        every searched observation, whatever the dimension; False: neither. It counts only when the posterior
+        draws converged.
     refit_options : dict, optional
         Overrides of the sampler settings of the refits (``refit=``) read from the fit: ``chains``, ``draws``,
         ``warmup``, ``target_accept``, ``max_tree_depth``; ``checkpoint``, a file path where each finished refit

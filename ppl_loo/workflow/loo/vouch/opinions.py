@@ -10,12 +10,15 @@ import numpy as np
 
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
 from ppl_loo.numerics.random import seed_from
-from ppl_loo.workflow.exact.refit import refit_settings
+from ppl_loo.workflow.exact.refit import batched_refit_density, batched_warmup, refit_settings
 from ppl_loo.workflow.loo.vouch.mixture import MIN_ESS, mixture_run_ok, mixture_settings, run_mixture
 from ppl_loo.workflow.loo.vouch.rule import Opinion
-from ppl_loo.workflow.loo.vouch.smc import run_smc
+from ppl_loo.workflow.loo.vouch.smc import run_smc, smc_gradients
 
-__all__ = ["mixture_stage", "smc_stage", "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS",
+__all__ = ["mixture_stage", "smc_stage", "smc_targets", "refit_route", "route_refit_options",
+           "ROUTE_DRAWS", "needs_independent",
+           "leapfrog_per_draw",
+           "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS",
            "SMC_AUTO_MAX_DIM",
            "ALONE_MAX_PARAM_RHAT"]
 
@@ -102,25 +105,92 @@ def _retry_can_pass(info):
     return not ess_only or 2.0 * float(info["ess_posterior_weights"]) >= MIN_ESS
 
 
-def smc_stage(model, draws, v, plain, ev, smc, random_seed):
-    """Tempered SMC (``smc`` of ``second_opinions=``) on what the verdict ``v`` leaves unsettled and on what only maps
+def smc_targets(v, plain, ev, smc):
+    """The observations tempered SMC (or, where cheaper, batched refits: :func:`refits_cheaper`) takes: with ``smc``
+    True every observation the search examined; with "auto" what the verdict ``v`` leaves unsettled and what only maps
     of the posterior draws vouch for where plain PSIS failed (k-hat above 0.5) and no passing mixture estimate checked
-    it (maps of the same draws can miss together); only where the draws of the observation converged (SMC starts from
-    them). ``smc`` True: every observation the search examined. Returns ``(opinion or None, info or None)``."""
-    if smc is False or draws.approx:
-        return None, None
+    it (maps of the same draws can miss together), each only where the draws of the observation converged (SMC starts
+    from them)."""
     if smc is True:
-        targets = np.asarray(sorted(ev.search), dtype=int)
-    else:
-        checked = ev.opinions[0].ok if ev.opinions else np.zeros(v.elpd.shape[0], bool)
-        risky = (v.evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
-        targets = np.flatnonzero((v.unsettled | risky) & ev.conv.ok)
+        return np.asarray(sorted(ev.search), dtype=int)
+    checked = ev.opinions[0].ok if ev.opinions else np.zeros(v.elpd.shape[0], bool)
+    risky = (v.evidence == "adapted") & (np.asarray(plain.k) > PLAIN_VOUCH_K) & ~checked
+    return np.flatnonzero((v.unsettled | risky) & ev.conv.ok)
+
+
+def smc_stage(model, draws, targets, smc, random_seed):
+    """Tempered SMC (``smc`` of ``second_opinions=``) on ``targets`` (:func:`smc_targets`). Returns
+    ``(opinion or None, info or None)``."""
+    if smc is False or draws.approx or not len(targets):
+        return None, None
     d = int(np.asarray(draws.theta).shape[1])
-    if targets.size and smc == "auto" and d > SMC_AUTO_MAX_DIM:
+    if smc == "auto" and d > SMC_AUTO_MAX_DIM:
         return None, {"skipped": f"{d} parameters, above smc='auto''s limit of {SMC_AUTO_MAX_DIM} (the cost of "
                                  "tempered SMC's moves grows with the dimension); second_opinions={'smc': True} "
                                  "runs it",
                       "observations": [], "particles": 0, "n_ok": 0, "seconds": 0.0}
-    if not targets.size:
-        return None, None
     return run_smc(model, draws, targets, random_seed)
+
+
+def leapfrog_per_draw(data):
+    """The mean number of leapfrog steps per draw of the fit (``sample_stats.n_steps``, as PyMC and arviz_base's
+    CmdStan reader name it), or None where it is not recorded."""
+    stats = data.get("sample_stats") if hasattr(data, "get") else None
+    if stats is None or "n_steps" not in stats:
+        return None
+    steps = float(np.nanmean(np.asarray(stats["n_steps"].values, dtype=np.float64)))
+    return steps if np.isfinite(steps) and steps >= 1 else None
+
+
+#: draws per chain of the refits that take SMC's place (unless ``refit_options`` sets ``draws``): SEs far below
+#: ``VOUCH_MAX_SE`` (a refit's bridge estimate has SEs of 0.01-0.06 nats from 1,000 per chain), and enough for the
+#: refit's R-hat (at most 1.01) to pass where the chains mixed (at 250 it exceeded 1.01 by chance)
+ROUTE_DRAWS = 500
+
+
+def route_refit_options(data, refit_kwargs):
+    """``refit_options`` of the refits that take SMC's place: the user's, with at most :data:`ROUTE_DRAWS` draws per
+    chain unless they set ``draws``."""
+    options = dict(refit_kwargs or {})
+    if "draws" not in options:
+        options["draws"] = min(int(data["posterior"].sizes["draw"]), ROUTE_DRAWS)
+    return options
+
+
+def refit_route(data, model, draws, smc, refit, refit_kwargs):
+    """Whether the observations that ask for independent evidence (:func:`smc_targets`) are refit instead of going
+    to tempered SMC, and the costs compared: ``(bool, {"refit": ..., "smc": ...} or None)``. Only with ``smc="auto"``
+    where SMC would run (at most :data:`SMC_AUTO_MAX_DIM` parameters) and a refit costs fewer gradient evaluations
+    than SMC's cheapest run on one observation.
+
+    A refit runs the fit's sampler settings (:func:`~ppl_loo.workflow.exact.refit.refit_settings`; at most
+    :data:`ROUTE_DRAWS` draws per chain, :func:`route_refit_options`): chains x (its warmup + draws) x the fit's mean
+    leapfrog steps per draw (where the fit does not record them, the most a draw can take,
+    ``2 ** max_tree_depth - 1``). SMC's cheapest run is one tempering step: particles x
+    :data:`~ppl_loo.workflow.loo.vouch.smc.MOVES` x :data:`~ppl_loo.workflow.loo.vouch.smc.LEAPFROG`; it takes more
+    steps the further the LOO posterior is from the posterior. Both counts are per observation (batched refits run
+    their observations side by side, as SMC does). Never for draws of an approximation, where the fit's settings
+    cannot be reused (one chain), or under a time budget for refits (``refit=`` seconds: it bounds them all)."""
+    d = int(np.asarray(draws.theta).shape[1])
+    budget = isinstance(refit, (int, float, np.integer, np.floating)) and not isinstance(refit, bool)
+    if smc != "auto" or draws.approx or d > SMC_AUTO_MAX_DIM or budget:
+        return False, None
+    try:
+        settings = refit_settings(data, route_refit_options(data, refit_kwargs))
+    except ValueError:
+        return False, None
+    steps = leapfrog_per_draw(data) or float(2 ** settings["max_tree_depth"] - 1)
+    warmup = batched_warmup(settings) if batched_refit_density(model) is not None else settings["warmup"]
+    refit = settings["chains"] * (warmup + settings["draws"]) * steps
+    smc_cost = smc_gradients(int(np.asarray(draws.theta).shape[0]))
+    return bool(refit < smc_cost), {"refit": float(refit), "smc": float(smc_cost)}
+
+
+def needs_independent(ev, idx):
+    """Of the observations ``idx``, those whose search estimate alone could not settle them where independent
+    evidence is at hand (:func:`smc_targets`): plain PSIS failed (k-hat above 0.5), no passing mixture estimate, and
+    draws that converged."""
+    idx = np.asarray(idx, dtype=int)
+    checked = ev.opinions[0].ok if ev.opinions else np.zeros(np.asarray(ev.plain.k).shape[0], bool)
+    keep = (np.asarray(ev.plain.k)[idx] > PLAIN_VOUCH_K) & ~checked[idx] & np.asarray(ev.conv.ok)[idx]
+    return idx[keep]

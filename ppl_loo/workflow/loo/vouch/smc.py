@@ -20,7 +20,8 @@ from ppl_loo.numerics.smc import smc_loo
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 
-__all__ = ["run_smc", "MAX_PARTICLES", "POPULATIONS", "MIN_PER_POPULATION", "MIN_ACCEPTANCE"]
+__all__ = ["run_smc", "smc_gradients", "MOVES", "LEAPFROG", "MAX_PARTICLES", "POPULATIONS", "MIN_PER_POPULATION",
+           "MIN_ACCEPTANCE"]
 
 #: particles per observation (the posterior draws thinned evenly): the cost is particles x tempering steps x moves;
 #: 8 populations of 500 (with fewer per population the populations' estimates are skewed and the SE from their
@@ -31,6 +32,15 @@ POPULATIONS = 8
 MIN_PER_POPULATION = 100
 #: moves that accept less than this did not move the particles: such a run is no independent evidence
 MIN_ACCEPTANCE = 0.1
+#: MCMC moves per tempering step and leapfrog steps per move (:func:`ppl_loo.numerics.smc.smc_loo`'s HMC kernel)
+MOVES, LEAPFROG = 10, 5
+
+
+def smc_gradients(n_draws):
+    """The gradient evaluations of the cheapest SMC run on one observation (one tempering step) from ``n_draws``
+    posterior draws: its particles (thinned to at most :data:`MAX_PARTICLES`) x :data:`MOVES` x :data:`LEAPFROG`."""
+    step = max(1, int(np.ceil(n_draws / MAX_PARTICLES)))
+    return len(range(0, n_draws, step)) * MOVES * LEAPFROG
 
 
 def run_smc(model, draws, targets, random_seed=None):
@@ -49,7 +59,8 @@ def run_smc(model, draws, targets, random_seed=None):
         return Opinion("smc", np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, bool)), info
     seed = int(np.random.default_rng(seed_from(random_seed, np.asarray(draws.theta, dtype=np.float64))).integers(2**31))
     call = functools.partial(smc_loo, model.logp, model.loglik_i, theta, np.asarray(targets, dtype=np.int64),
-                             prng_key(seed + 1), populations=pops)
+                             prng_key(seed + 1), populations=pops, num_mcmc_steps=MOVES,
+                             num_integration_steps=LEAPFROG)
     t0 = time.perf_counter()
     res = run_interruptible(call, model.cancel)
     seconds = time.perf_counter() - t0

@@ -1,0 +1,96 @@
+"""The cheaper of batched refits and tempered SMC for the observations that ask for independent evidence
+(``ppl_loo/workflow/loo/vouch/opinions.py``: ``refit_route``), against the gradient counts it compares and against
+the closed form of a conjugate linear regression with two high-leverage outliers (``tests/gaussian_models.py``),
+fit with PyMC's own NUTS."""
+
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import ppl_loo as pl
+from ppl_loo.adapters.as_model import as_model
+from ppl_loo.workflow.loo.draws import loo_draws
+from ppl_loo.workflow.loo.vouch.opinions import ROUTE_DRAWS, SMC_AUTO_MAX_DIM, refit_route
+from ppl_loo.workflow.loo.vouch.smc import LEAPFROG, MAX_PARTICLES, MOVES, smc_gradients
+from tests.gaussian_models import leverage_problem
+from tests.linear_models import pymc_model
+
+pm = pytest.importorskip("pymc")
+
+
+@pytest.fixture(scope="module")
+def fit():
+    """``(problem, PyMC model, DataTree of pm.sample, exact elpd_i)``."""
+    m = leverage_problem()
+    model = pymc_model(m)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(draws=1000, tune=1000, chains=4, cores=1, random_seed=3, progressbar=False,
+                          idata_kwargs={"log_likelihood": True})
+    return m, model, idata, m.exact_elpd_i()
+
+
+def _with_steps(data, steps):
+    """``data`` with its ``sample_stats.n_steps`` set to ``steps`` everywhere (None: removed)."""
+    stats = data["sample_stats"].to_dataset()
+    stats = stats.drop_vars("n_steps") if steps is None else stats.assign(n_steps=stats["n_steps"] * 0 + steps)
+    out = data.copy()
+    out["sample_stats"] = xr.DataTree(stats)
+    return out
+
+
+def test_smc_gradients_count_one_tempering_step():
+    assert smc_gradients(4000) == 4000 * MOVES * LEAPFROG == 200_000
+    assert smc_gradients(2000) == 2000 * MOVES * LEAPFROG
+    assert smc_gradients(10_000) == 3334 * MOVES * LEAPFROG  # thinned by 3 to at most MAX_PARTICLES
+    assert len(range(0, 10_000, 3)) == 3334 <= MAX_PARTICLES
+
+
+def test_route_compares_gradient_counts(fit):
+    """A refit: chains x (warm-started warmup + at most ROUTE_DRAWS draws) x the fit's mean leapfrog steps; SMC's
+    cheapest run: particles x moves x leapfrog steps. The route is taken exactly where the first is smaller."""
+    m, model, idata, _ = fit
+    mdl = as_model(model, data=idata)
+    draws = loo_draws(idata, mdl, None, None)
+    refit_cost = 4 * (150 + ROUTE_DRAWS)
+    for steps, routed in ((3.0, True), (76.0, True), (77.0, False), (1023.0, False)):
+        ok, cost = refit_route(_with_steps(idata, steps), mdl, draws, "auto", None, None)
+        assert cost == {"refit": refit_cost * steps, "smc": 200_000.0}
+        assert ok is routed == (refit_cost * steps < 200_000)
+    # no recorded leapfrog steps: the most a draw can take at the fit's tree depth 10
+    ok, cost = refit_route(_with_steps(idata, None), mdl, draws, "auto", None, None)
+    assert not ok and cost["refit"] == refit_cost * 1023
+    # the user's draws win over ROUTE_DRAWS
+    ok, cost = refit_route(_with_steps(idata, 3.0), mdl, draws, "auto", None, {"draws": 1000})
+    assert cost["refit"] == 4 * (150 + 1000) * 3.0
+    # never with smc forced or off, under a refit time budget, or above SMC's dimension limit
+    for smc, refit in ((True, None), (False, None), ("auto", 30.0)):
+        assert refit_route(_with_steps(idata, 3.0), mdl, draws, smc, refit, None) == (False, None)
+    wide = draws._replace(theta=np.zeros((draws.theta.shape[0], SMC_AUTO_MAX_DIM + 1)))
+    assert refit_route(_with_steps(idata, 3.0), mdl, wide, "auto", None, None) == (False, None)
+
+
+def test_refits_take_smc_place_and_match_the_closed_form(fit):
+    """With the defaults, the observations that only independent evidence can settle are refit (the fit's NUTS takes
+    a few leapfrog steps per draw: a refit costs a tenth of SMC's cheapest run), not searched and not given to SMC;
+    every estimate lands within 4 SEs (+0.02) of the closed form, nothing is doubtful."""
+    m, model, idata, exact = fit
+    steps = float(idata["sample_stats"]["n_steps"].mean())
+    assert 4 * (150 + ROUTE_DRAWS) * steps < smc_gradients(4000)
+    res = pl.loo(idata, model, progressbar=False, random_seed=5)
+    info = res.smc_info
+    routed = np.asarray(info["refits_instead"], dtype=int)
+    assert routed.size >= 1 and info["particles"] == 0  # SMC did not run
+    ev = res.evidence.values
+    assert (ev[routed] == "refit").all() and res.refit.values[routed].all()
+    assert set(res.refit_info) == set(routed.tolist())
+    assert all(res.refit_info[i]["draws"] == ROUTE_DRAWS for i in routed)
+    assert not res.doubtful.values.any(), res.reason.values[res.doubtful.values]
+    err = np.abs(res.elpd_i.values - exact)
+    assert np.all(err < 4 * res.mcse_elpd_i.values + 0.02), (np.max(err), ev)
+    assert np.all(err[routed] < 0.1)
+    # forcing SMC gives SMC's estimates there instead
+    forced = pl.loo(idata, model, progressbar=False, random_seed=5, second_opinions={"smc": True})
+    assert not forced.refit.values.any() and forced.smc_info["particles"] > 0
