@@ -19,7 +19,8 @@ def is_array_input(x):
 
 
 def log_lik_array(x, what="log_lik", var_name=None):
-    """``x`` as a float64 DataArray ``(chain, draw, *obs)`` named ``var_name`` (or its own name, or ``what``).
+    """``x`` as a float64 DataArray ``(chain, draw, *obs)`` named ``var_name`` (or its own name, or ``"log_lik"``;
+    an array's observation dims ``{name}_dim_{j}``); ``what`` names ``x`` in the errors.
 
     ``x``: a NumPy (or JAX) array ``(chain, draw, *obs)`` (R ``loo``'s 3-D array, whose axes R orders
     ``(draw, chain, obs)``) or ``(draw, obs)`` (one chain: R's matrix); an ``xarray.DataArray`` with ``chain`` and
@@ -31,7 +32,7 @@ def log_lik_array(x, what="log_lik", var_name=None):
         da = plain_log_likelihood(x, var_name)
         check_finite(da.values, f"log_likelihood[{da.name!r}]", NON_FINITE_FIX)
         return da.transpose(*SAMPLE_DIMS, ...).astype(np.float64)
-    name = var_name or (x.name if isinstance(x, xr.DataArray) and isinstance(x.name, str) else None) or what
+    name = var_name or (x.name if isinstance(x, xr.DataArray) and isinstance(x.name, str) else None) or "log_lik"
     if isinstance(x, xr.DataArray) and "draw" in x.dims:
         da = x if "chain" in x.dims else x.expand_dims(chain=1)
         da = da.transpose(*SAMPLE_DIMS, ...)
