@@ -1,6 +1,6 @@
-"""Importance weights beside PSIS: truncated (TIS) and plain (SIS) importance sampling, the effective sample size of
-normalized weights, and the normalizing constant of PSIS's smoothed weights (R ``loo``'s ``tis``, ``sis``,
-``psis_n_eff`` and ``norm_const_log``). NumPy arrays with the draws on the last axis, batched over leading axes."""
+"""Importance weights beside PSIS, as R ``loo``'s ``tis``, ``sis`` and ``psis_n_eff``: truncated (TIS) and plain (SIS)
+importance sampling, the effective sample size of normalized weights, and the normalizing constant of PSIS's smoothed
+weights (``norm_const_log``). NumPy arrays with the draws on the last axis, batched over leading axes."""
 
 from __future__ import annotations
 
