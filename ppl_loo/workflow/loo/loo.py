@@ -116,7 +116,8 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
         variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
         callable ``log_q(theta)`` of one unconstrained draw, it also enables the mixture
         proposals (``*_mix``), which need ``q`` away from the draws. Default: for a DataTree
-        written by :func:`ppl_loo.pvi`, its ``q`` (checked against the stored ``log_q``).
+        written by :func:`ppl_loo.pvi`, its ``q`` (checked against the stored ``log_q``). Needs the model
+        (without one: a ValueError; :func:`ppl_loo.loo_approximate_posterior` takes the posterior's log density).
     refit : None, "doubtful", "flagged", sequence of int, or float
         Exact LOO by refitting the model without the observation (``reloo`` of R ``loo`` and
         ArviZ), with the model's own sampler and the original fit's settings (overridden by
