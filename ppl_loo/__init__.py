@@ -15,6 +15,18 @@ from ppl_loo.stan_bridge import StanModel
 from ppl_loo.workflow.approx.laplace import LaplaceOptions, laplace
 from ppl_loo.workflow.approx.laplace_predictive import laplace_predictive
 from ppl_loo.workflow.approx.qnvb import QNVBOptions, qnvb
+from ppl_loo.workflow.arrays.elpd import elpd
+from ppl_loo.workflow.arrays.gpdfit import gpdfit
+from ppl_loo.workflow.arrays.loo_approximate_posterior import loo_approximate_posterior
+from ppl_loo.workflow.arrays.loo_function import loo_function
+from ppl_loo.workflow.arrays.pointwise import pointwise
+from ppl_loo.workflow.arrays.psis import psis
+from ppl_loo.workflow.arrays.psis_n_eff_values import psis_n_eff_values
+from ppl_loo.workflow.arrays.psis_result import PsisResult
+from ppl_loo.workflow.arrays.result import ElpdResult, WaicResult
+from ppl_loo.workflow.arrays.sis import sis
+from ppl_loo.workflow.arrays.tis import tis
+from ppl_loo.workflow.arrays.waic import waic
 from ppl_loo.workflow.downstream.compare import compare
 from ppl_loo.workflow.downstream.loo_expectations import loo_expectations
 from ppl_loo.workflow.downstream.loo_metrics import LooMetric, loo_metrics
@@ -45,4 +57,5 @@ __all__ = ["loo", "SearchOptions", "SecondOpinions", "ComputeOptions", "loo_mixt
            "DEFAULT_HBAR", "DEFAULT_TRANSFORMS", "pvi", "predictive_scores", "SimulatorModel", "Model", "as_model",
            "qnvb", "laplace", "laplace_predictive", "OptimizerOptions", "ScoreOptions", "OutputOptions", "FlowOptions",
            "QNVBOptions", "LaplaceOptions", "compare", "report", "loo_kfold", "KFoldResult",
-           "relative_eff"]
+           "relative_eff", "loo_function", "loo_approximate_posterior", "waic", "WaicResult", "elpd", "ElpdResult",
+           "pointwise", "psis", "sis", "tis", "PsisResult", "psis_n_eff_values", "gpdfit"]

@@ -5,5 +5,6 @@
 - :mod:`.approx`: ``pl.laplace``, ``pl.laplace_predictive``, ``pl.qnvb``;
 - :mod:`.pvi`: ``pl.pvi``, ``pl.predictive_scores``;
 - :mod:`.report`: ``pl.report``;
+- :mod:`.arrays`: R ``loo``'s array-level functions (``pl.waic``, ``pl.psis``, ``pl.loo_function``, ...);
 - :mod:`.downstream`: ``pl.compare``, ``pl.loo_expectations``, ``pl.loo_roc``.
 """

@@ -21,6 +21,8 @@ from ppl_loo.numerics.gaussian import MeanField
 from ppl_loo.numerics.loo import EngineConfig, candidate_labels
 from ppl_loo.numerics.loo.memory import device_free_bytes
 from ppl_loo.numerics.psis import check_conventions, khat_threshold, psislw
+from ppl_loo.workflow.arrays.log_lik_array import is_array_input
+from ppl_loo.workflow.arrays.log_lik_tree import log_lik_tree
 from ppl_loo.workflow.exact.refit import check_refit_args, refit_stage
 from ppl_loo.workflow.loo.adapt import (
     ACCELERATOR_MAX_BATCH,
@@ -94,8 +96,12 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
 
     Parameters
     ----------
-    data : xarray.DataTree
-        With a ``posterior`` group (and ``log_likelihood`` where present).
+    data : xarray.DataTree, numpy.ndarray or xarray.DataArray
+        With a ``posterior`` group (and ``log_likelihood`` where present). Without a model, also the
+        log-likelihood values themselves (R ``loo``'s ``loo.array`` and ``loo.matrix``): an array ``(chain, draw,
+        *obs)`` or ``(draw, obs)`` (one chain), or a DataArray with ``chain`` and ``draw`` dims; ``reff`` then
+        defaults to 1 (R's default; there are no parameter draws to take an ESS from), or, with
+        ``compute={"conventions": "R"}``, to each observation's :func:`ppl_loo.relative_eff`.
     model : pymc.Model, StanModel, PosteriorModel or None
         A ``pymc.Model`` (wrapped in :class:`~ppl_loo.models.PyMCModel`), a :class:`~ppl_loo.StanModel`
         (exact LOO by data deletion, :class:`~ppl_loo.adapters.stan.posterior.StanPosterior`), a
@@ -118,7 +124,8 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
         variational fit: the weights then use Eq. 13 of the paper instead of Eq. 10. As a JAX
         callable ``log_q(theta)`` of one unconstrained draw, it also enables the mixture
         proposals (``*_mix``), which need ``q`` away from the draws. Default: for a DataTree
-        written by :func:`ppl_loo.pvi`, its ``q`` (checked against the stored ``log_q``).
+        written by :func:`ppl_loo.pvi`, its ``q`` (checked against the stored ``log_q``). Needs the model
+        (without one: a ValueError; :func:`ppl_loo.loo_approximate_posterior` takes the posterior's log density).
     refit : None, "doubtful", "flagged", sequence of int, or float
         Exact LOO by refitting the model without the observation (``reloo`` of R ``loo`` and
         ArviZ), with the model's own sampler and the original fit's settings (overridden by
@@ -176,6 +183,7 @@ def loo(data, model=None, *, var_name=None, k_threshold=None, reff=None, log_q=N
     LooResult
     """
     opts, second, comp = _options(search, second_opinions, compute, random_seed)
+    data, reff = _array_input(data, model, var_name, reff, comp, log_q)
     chunk_size, check_log_lik, mixture, smc = comp.chunk_size, comp.check_log_lik, second.mixture, second.smc
     client = resolve_client(comp.client)  # checked first; found once (None: the active client, if any)
     data = check_datatree(data)
@@ -244,6 +252,27 @@ def _options(search, second_opinions, compute, random_seed):
         raise ValueError(f"search: adapt={opts.adapt!r}: use 'auto', 'all' or 'flagged'.")
     return opts, as_options(second_opinions, SecondOpinions, "second_opinions"), as_options(compute, ComputeOptions,
                                                                                             "compute")
+
+
+def _array_input(data, model, var_name, reff, comp, log_q):
+    """``(data, reff)``: a log-likelihood array as a DataTree (:func:`~ppl_loo.workflow.arrays.log_lik_tree.
+    log_lik_tree`) with ``reff`` 1 by default (R's ``loo.array``) unless R's conventions compute it per observation;
+    a DataTree as is. A model with an array, or ``log_q`` without a model, raise a ValueError naming the fix."""
+    if model is None and log_q is not None:
+        raise ValueError("log_q= without a model: plain PSIS-LOO cannot correct for an approximation without the "
+                         "posterior's log density. Pass the model (pl.loo(data, model, log_q=...)), or call "
+                         "pl.loo_approximate_posterior(log_lik, log_p, log_q) with the log density of the posterior "
+                         "at the draws, log_p.")
+    if not is_array_input(data):
+        return data, reff
+    if model is not None:
+        raise ValueError(f"data is a {type(data).__name__} of log-likelihood values, and a model was given: the model "
+                         "needs the posterior draws. Pass the DataTree of the fit (pl.loo(idata, model)), or leave the "
+                         "model out for plain PSIS-LOO of the array (pl.loo(log_lik)).")
+    data = log_lik_tree(data, var_name)
+    if reff is None and comp.conventions != "R":
+        reff = 1.0
+    return data, reff
 
 
 def _conventions(comp, model):
