@@ -367,16 +367,17 @@ def plain_psis_loo(data, var_name, k_threshold, reff=None, conventions="arviz"):
     r_eff = plain_loo_checks(data, da, reff, conventions)
     elpd_i, k, _, mcse, _ = psis_columns(ll, -ll.T, r_eff, posterior_chains(data), conventions)
     return plain_loo_result(da, k_threshold, ll.shape[0], elpd_i, k, mcse, logmeanexp(ll), -ll.T,
-                            lambda: np.max(np.abs(ll)), stan=stan_labelled(data))
+                            lambda: np.max(np.abs(ll)), stan=stan_labelled(data), conventions=conventions)
 
 
-def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs, stan=False):
+def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs, stan=False, conventions=None):
     """The :class:`LooResult` of plain PSIS-LOO from its pointwise values over the observations of ``da``.
 
     ``lpd``: ``log mean_s p(y_i | theta_s)`` per observation; ``log_ratios[i]``: the ``(S,)`` log ratios of
     observation ``i`` (read only to explain a NaN or infinite k-hat); ``max_abs()``: the largest magnitude
     of the log-likelihood (read only for the overflow message); ``stan``: label observations as Stan does
-    (:func:`~ppl_loo.workflow.loo.inputs.obs_labels`).
+    (:func:`~ppl_loo.workflow.loo.inputs.obs_labels`); ``conventions``: those of its PSIS, recorded on the result
+    (``pl.loo_expectations`` recomputes the weights with them).
     """
     what = f"log_likelihood[{da.name!r}]"
     n = k.shape[0]
@@ -402,5 +403,5 @@ def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_a
         transform=make(np.where(doubtful, "failed", "psis"), "transform"),
         hbar_used=make(np.full(n, np.nan), "hbar_used"), mcse_elpd_i=make(mcse, "mcse_elpd_i"),
         doubtful=make(doubtful, "doubtful"), reason=make(reason.astype(str), "reason"), var_name=da.name,
-        stan_labels=bool(stan),
+        stan_labels=bool(stan), conventions=conventions,
     )
