@@ -22,7 +22,8 @@ from ppl_loo.workflow.loo.plain import (
     relative_eff_columns,
 )
 
-__all__ = ["loo_expectations", "expectation", "summarized", "checked_model", "warn_unkept", "observed_and_loo_means"]
+__all__ = ["loo_expectations", "expectation", "draws_matrix", "summarized", "checked_model", "warn_unkept",
+           "observed_and_loo_means"]
 
 
 @uses_x64
@@ -136,11 +137,11 @@ def _array_expectation(data, res, values, kind, probs, conventions, log_weights,
     """:func:`loo_expectations` of values at the posterior draws (R ``loo``'s ``E_loo`` with a matrix)."""
     probs = _checked_kind(kind, probs)
     template = None if res is None else res.elpd_i
-    x, own = _draws_matrix(values, "values", template)
+    x, own = draws_matrix(values, "values", template)
     S, n = x.shape
     if log_weights is not None:
-        lw, _ = _draws_matrix(log_weights, "log_weights", template)
-        raw = lw if log_ratios is None else _draws_matrix(log_ratios, "log_ratios", template)[0]
+        lw, _ = draws_matrix(log_weights, "log_weights", template)
+        raw = lw if log_ratios is None else draws_matrix(log_ratios, "log_ratios", template)[0]
         for name, arr in (("log_weights", lw), ("log_ratios", raw)):
             if arr.shape != x.shape:
                 raise ValueError(f"{name} has {arr.shape[0]} draws x {arr.shape[1]} observations and values "
@@ -174,7 +175,7 @@ def _array_expectation(data, res, values, kind, probs, conventions, log_weights,
     return _labelled(template, sets, np.full(n, used, dtype=object), kind, probs, True, summary_conv, tails)
 
 
-def _draws_matrix(arr, name, template):
+def draws_matrix(arr, name, template):
     """``(S, n)`` float64 of ``arr`` (a DataArray with ``chain`` and ``draw`` dims, an array ``(chain, draw, *obs)``
     or ``(S, n)``) and a template DataArray over its observation dims."""
     if isinstance(arr, xr.DataArray):
