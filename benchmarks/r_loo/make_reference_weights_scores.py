@@ -67,10 +67,10 @@ def main():
         pos += size
     assert pos == values.size
     K = len(lls)
-    ref["lpd"] = ref["lpd"].reshape(K, n).T  # (n, K)
-    ref["lpd_reff1"] = ref["lpd_reff1"].reshape(K, n).T
+    ref["lpd"] = ref["lpd"].reshape(n, K)  # R wrote t(lpd) column by column: lpd row by row
+    ref["lpd_reff1"] = ref["lpd_reff1"].reshape(K, n).T  # (n, K) written column by column
     for tag in ("", "_alpha05"):
-        ref[f"dirichlet{tag}"] = ref[f"dirichlet{tag}"].reshape(n, BB_N).T  # (BB_n, n)
+        ref[f"dirichlet{tag}"] = ref[f"dirichlet{tag}"].reshape(BB_N, n)  # t() written column by column: row by row
     for P in (1, 3):
         ref[f"shuffle_{P}"] = ref[f"shuffle_{P}"].reshape(P, -1).astype(np.int64) - 1  # (P, S), 0-based
     np.savez_compressed(OUT / "reference_weights_scores.npz", **ref)

@@ -16,7 +16,7 @@ chain_id <- rep(seq_len(chains), each = S / chains)
 lls <- lapply(seq_len(meta$K), function(k) read_mat(sprintf("log_lik_%d.bin", k), S, n))
 fits <- lapply(lls, function(ll) loo(ll, r_eff = relative_eff(exp(ll), chain_id = chain_id)))
 lpd <- sapply(fits, function(f) f$pointwise[, "elpd_loo"])
-put("lpd", t(lpd))  # (K, n) row by row: the (n, K) matrix column by column
+put("lpd", t(lpd))  # the (n, K) matrix row by row
 put("stacking", stacking_weights(lpd))
 put("stacking_tight", stacking_weights(lpd, optim_control = list(reltol = 1e-15, maxit = 10000)))
 put("pseudobma", pseudobma_weights(lpd, BB = FALSE))
@@ -35,7 +35,7 @@ put("stacking_boundary_tight", stacking_weights(lpd_b, optim_control = list(relt
 # pseudo-BMA+ with the Bayesian bootstrap: the Dirichlet draws are the first random numbers it takes after set.seed
 for (alpha in c(1, 0.5)) {
   tag <- if (alpha == 1) "" else "_alpha05"
-  set.seed(meta$seed); put(paste0("dirichlet", tag), t(loo:::dirichlet_rng(meta$BB_n, rep(alpha, n))))  # (N, BB_n)
+  set.seed(meta$seed); put(paste0("dirichlet", tag), t(loo:::dirichlet_rng(meta$BB_n, rep(alpha, n))))  # row by row
   set.seed(meta$seed); put(paste0("pseudobma_bb", tag), pseudobma_weights(lpd, BB = TRUE, BB_n = meta$BB_n,
                                                                            alpha = alpha))
 }
