@@ -185,7 +185,7 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
     elpd = {name: _flat(res.elpd_i, float) for name, res in named.items()}
     table = _sample_sd_dse(table, elpd, best)
     lpd = np.column_stack([elpd[name] for name in table.index])
-    if np.all(np.isfinite(lpd)):  # (a non-finite elpd_i keeps arviz_stats' weight)
+    if lpd.shape[1] > 1 and np.all(np.isfinite(lpd)):  # (one model, or a non-finite elpd_i: arviz_stats' weight)
         table["weight"] = _weights(method, lpd)
     counts = {col: [] for col in FLAG_COLUMNS + WEIGHT_COLUMNS}
     for name in table.index:
