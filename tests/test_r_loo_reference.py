@@ -230,7 +230,8 @@ def test_e_loo_through_loo_expectations_is_r(case):
 
 
 def test_e_loo_quantiles_and_khat_pinned(case):
-    """Under ``arviz_stats``' conventions (``pl.loo_expectations(..., conventions="arviz")``), quantiles: R's ``.wquant`` interpolates the weighted CDF linearly between the sorted draws, ppl_loo
+    """Under ``arviz_stats``' conventions (``pl.loo_expectations(..., conventions="arviz")``), quantiles: R's
+    ``.wquant`` interpolates the weighted CDF linearly between the sorted draws, ppl_loo
     (``arviz_stats``) takes another weighted quantile: where PSIS's k-hat is at most the threshold they differ by a
     fraction of the spacing of the draws (below 0.1 of the LOO predictive SD here, 0.074 measured); above it the
     weight of a few draws separates them (1.05 SDs on the regression's leverage point). The k-hat of an expectation:
@@ -275,7 +276,8 @@ def test_loo_predictive_metric(case):
 
 
 def test_loo_crps_and_scrps(case):
-    """R's ``loo_crps`` / ``loo_scrps`` (``pl.loo_crps`` / ``pl.loo_scrps``): ``E|X - y|`` under the PSIS weights of ``-log_lik`` and ``E|X - X'|``
+    """R's ``loo_crps`` / ``loo_scrps`` (``pl.loo_crps`` / ``pl.loo_scrps``): ``E|X - y|`` under the PSIS weights of
+    ``-log_lik`` and ``E|X - X'|``
     under those of ``-log_lik - log_lik[shuffle]`` (``x2`` and ``log_lik`` permuted by R's ``sample(1:S)``, stored),
     with R's conventions; the SE from the sample SD. ``pl.loo_score`` uses ``arviz_stats``' estimator from one set
     of draws instead (equal in expectation)."""
