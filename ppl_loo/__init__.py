@@ -28,12 +28,15 @@ from ppl_loo.workflow.arrays.sis import sis
 from ppl_loo.workflow.arrays.tis import tis
 from ppl_loo.workflow.arrays.waic import waic
 from ppl_loo.workflow.downstream.compare import compare
+from ppl_loo.workflow.downstream.crps import crps, loo_crps, loo_scrps, scrps
 from ppl_loo.workflow.downstream.loo_expectations import loo_expectations
 from ppl_loo.workflow.downstream.loo_metrics import LooMetric, loo_metrics
 from ppl_loo.workflow.downstream.loo_pit import loo_pit, plot_loo_pit
 from ppl_loo.workflow.downstream.loo_r2 import loo_r2
 from ppl_loo.workflow.downstream.loo_roc import LooROC, loo_roc
 from ppl_loo.workflow.downstream.loo_score import loo_score
+from ppl_loo.workflow.downstream.model_weights import loo_model_weights, pseudobma_weights, stacking_weights
+from ppl_loo.workflow.exact.kfold_split import kfold_split_grouped, kfold_split_random, kfold_split_stratified
 from ppl_loo.workflow.exact.loo_kfold import KFoldResult, loo_kfold
 from ppl_loo.workflow.loo.add_loo import add_loo
 from ppl_loo.workflow.loo.loo import DEFAULT_HBAR, DEFAULT_TRANSFORMS, loo
@@ -58,4 +61,6 @@ __all__ = ["loo", "SearchOptions", "SecondOpinions", "ComputeOptions", "loo_mixt
            "qnvb", "laplace", "laplace_predictive", "OptimizerOptions", "ScoreOptions", "OutputOptions", "FlowOptions",
            "QNVBOptions", "LaplaceOptions", "compare", "report", "loo_kfold", "KFoldResult",
            "relative_eff", "loo_function", "loo_approximate_posterior", "waic", "WaicResult", "elpd", "ElpdResult",
-           "pointwise", "psis", "sis", "tis", "PsisResult", "psis_n_eff_values", "gpdfit"]
+           "pointwise", "psis", "sis", "tis", "PsisResult", "psis_n_eff_values", "gpdfit",
+           "crps", "scrps", "loo_crps", "loo_scrps", "stacking_weights", "pseudobma_weights",
+           "loo_model_weights", "kfold_split_random", "kfold_split_stratified", "kfold_split_grouped"]

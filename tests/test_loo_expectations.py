@@ -154,3 +154,64 @@ def test_weighted_quantile_is_monotone_in_the_level(x, p1, p2, seed):
 def test_equal_weights_give_numpy_quantile(x, p, scale):
     got = weighted_quantile(x, np.full(len(x), scale), p)
     assert got == pytest.approx(float(np.quantile(x, p)), rel=1e-9, abs=1e-6)
+
+
+def test_values_at_the_draws_equal_the_callable(normal):
+    """Values at the posterior draws (an array ``(chain, draw, obs)``, ``(S, n)`` or a DataArray) with a result whose
+    weights are all on the posterior draws: the callable's numbers and k-hats (the same weights and raw ratios),
+    without a model."""
+    model, data, res = normal
+    mu = np.asarray(data["posterior"]["mu"].values)
+    arr = (mu[..., None] - Y) ** 2 + np.arange(Y.size)
+    for kind, probs in (("mean", None), ("sd", None), ("quantile", [0.1, 0.9])):
+        want = pl.loo_expectations(data, res, _shifted_square, model=model, kind=kind, probs=probs)
+        for values in (arr, arr.reshape(-1, Y.size),
+                       xr.DataArray(arr, dims=("chain", "draw", "obs"), coords={"obs": res.elpd_i.obs.values})):
+            got = pl.loo_expectations(data, res, values, kind=kind, probs=probs)
+            np.testing.assert_allclose(got.values, want.values, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(got.pareto_k.values, want.pareto_k.values, rtol=0, atol=1e-12)
+
+
+def test_values_at_the_draws_refused_where_adapted(lev):
+    """Adapted observations' weights are on transformed draws: values at the posterior draws do not apply there,
+    and the error names the fix (a callable with model=)."""
+    model, data, res = lev
+    assert np.any(np.asarray(res.transform.values) != "psis")
+    values = np.zeros((res.n_samples, res.n_data_points))
+    with pytest.raises(ValueError, match=r"use adapted proposals.*values\(params\).*model="):
+        pl.loo_expectations(data, res, values)
+
+
+def test_bad_array_input_names_it(normal):
+    model, data, res = normal
+    S, n = res.n_samples, res.n_data_points
+    with pytest.raises(ValueError, match=r"values has 10 draws x 12 observations but the weights 2000 x 12"):
+        pl.loo_expectations(data, res, np.zeros((10, n)))
+    with pytest.raises(ValueError, match=r"values has shape \(12,\)"):
+        pl.loo_expectations(data, res, np.zeros(n))
+    with pytest.raises(ValueError, match=r"values has NaN or infinite entries"):
+        pl.loo_expectations(data, res, np.full((S, n), np.nan))
+    with pytest.raises(ValueError, match=r"needs res= \(a result of pl.loo\) or log_weights="):
+        pl.loo_expectations(values=np.zeros((S, n)))
+    with pytest.raises(ValueError, match=r"conventions='r'"):
+        pl.loo_expectations(data, res, np.zeros((S, n)), conventions="r")
+    with pytest.raises(ValueError, match=r"log_weights has 2000 draws x 3 observations and values 2000 x 12"):
+        pl.loo_expectations(values=np.zeros((S, n)), log_weights=np.zeros((S, 3)))
+    with pytest.raises(ValueError, match=r"needs values="):
+        pl.loo_expectations(data, res)
+
+
+def test_given_log_weights_are_a_weighted_mean():
+    """``log_weights=`` alone: the weighted mean is ``sum w x / sum w`` (unnormalized weights accepted), the quantile
+    under equal weights is ``numpy.quantile`` (both conventions)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 3))
+    lw = rng.normal(size=(400, 3))
+    got = pl.loo_expectations(values=x, log_weights=lw)
+    w = np.exp(lw)
+    np.testing.assert_allclose(got.values, np.sum(w * x, 0) / np.sum(w, 0), rtol=1e-12)
+    assert set(got.weights.values.tolist()) == {"given"}
+    for conv in ("arviz", "R"):
+        q = pl.loo_expectations(values=x, log_weights=np.zeros_like(x), kind="quantile", probs=[0.25, 0.5],
+                                conventions=conv)
+        np.testing.assert_allclose(q.values, np.quantile(x, [0.25, 0.5], axis=0), rtol=1e-12)

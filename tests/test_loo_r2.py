@@ -109,3 +109,30 @@ def test_pymc_predictive_mean_and_bad_inputs():
         pl.loo_r2(idata, res, model=m, y=[1.0, 2.0, 3.0])
     with pytest.raises(TypeError, match="`mean` must be a callable"):
         pl.loo_r2(idata, res, model=m, mean=np.zeros(13))
+
+
+def test_logistic_regression_has_its_predictive_mean():
+    """``pl.models.LogisticRegression``'s predictive mean is its predicted probability ``sigmoid(beta0 + x beta)``:
+    ``pl.loo_metrics`` and ``pl.loo_r2`` need no ``mean=``, and give the numbers of that function passed as
+    ``mean=`` (mae: the mean absolute difference of ``y`` and the LOO probabilities)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    y = (rng.uniform(size=40) < 1 / (1 + np.exp(-1.5 * X[:, 0]))).astype(int)
+    model = pl.models.LogisticRegression(X, y)
+    data = sample_nuts(model, num_chains=2, num_warmup=200, num_samples=200, random_seed=1)
+    res = _quiet(pl.loo, data, model, progressbar=False)
+    params = {k: data["posterior"][k].values.reshape(400, *data["posterior"][k].shape[2:]) for k in ("beta0", "beta")}
+    np.testing.assert_allclose(model.predicted_probability(params),
+                               1 / (1 + np.exp(-(params["beta0"][:, None] + params["beta"] @ X.T))), rtol=1e-12)
+
+    def mean(p):
+        return 1 / (1 + np.exp(-(np.asarray(p["beta0"])[:, None] + np.asarray(p["beta"]) @ X.T)))
+
+    got = pl.loo_metrics(data, res, model=model, kind="mae")
+    want = pl.loo_metrics(data, res, model=model, kind="mae", mean=mean)
+    assert got.mean == pytest.approx(want.mean, rel=1e-12) and got.se == pytest.approx(want.se, rel=1e-12)
+    prob = pl.loo_expectations(data, res, mean, model=model).values
+    assert got.mean == pytest.approx(np.mean(np.abs(y - prob)), rel=1e-12)
+    r2 = pl.loo_r2(data, res, model=model, random_seed=1)
+    np.testing.assert_allclose(r2.values, pl.loo_r2(data, res, model=model, mean=mean, random_seed=1).values,
+                               rtol=0, atol=1e-14)

@@ -9,15 +9,15 @@ linear regression with a high-leverage outlier; a logistic regression. R runs it
 
 Where the definitions agree, ppl_loo equals R to 1e-8 (measured: 1e-13): ``relative_eff``; PSIS (the tail length,
 the smoothed weights, k-hats, also with ``r_eff = 1``); ``loo``'s pointwise elpd, p_loo and looic, their sums and
-SEs, ``pareto_k_table`` with its minimum ``n_eff``; ``waic``; ``E_loo``'s mean, variance and sd;
-``loo_predictive_metric``; ``loo_compare``'s ``se_diff`` (``pl.compare``'s ``dse``). R's ``mcse_elpd_loo``, ``n_eff``,
-``loo_crps`` and ``loo_scrps`` are other estimators than ppl_loo's (ppl_loo's MCSE adds the spread over chains,
-``pl.loo_score`` uses one set of predictive draws where R uses two): the test computes R's formulas on ppl_loo's
-weights and gets R's numbers to 1e-8.
+SEs, ``pareto_k_table`` with its minimum ``n_eff``; ``waic``; ``E_loo``'s mean, variance, sd, quantiles and each one's
+k-hat (``pl.loo_expectations(data, res, values, conventions="R")``); ``loo_predictive_metric``; ``loo_crps`` and
+``loo_scrps`` (``pl.loo_crps`` / ``pl.loo_scrps`` given R's shuffle); ``loo_compare``'s ``se_diff``
+(``pl.compare``'s ``dse``). R's ``mcse_elpd_loo`` and ``n_eff`` are other estimators than ppl_loo's (ppl_loo's MCSE
+adds the spread over chains): the test computes R's formulas on ppl_loo's weights and gets R's numbers to 1e-8.
 
-Where they do not agree, R's numbers are pinned with a sentence: ``E_loo``'s quantiles (R interpolates the weighted
-CDF linearly between draws, ppl_loo takes ``arviz_stats``' weighted quantile) and the k-hat of an expectation
-(R fits ``posterior::pareto_khat`` with the PSIS tail length; ppl_loo follows ``arviz_stats``), and the relative
+Where they do not agree, R's numbers are pinned with a sentence: ``E_loo``'s quantiles and k-hats under
+``arviz_stats``' conventions (``pl.loo_expectations``' default for results computed so; R interpolates the weighted
+CDF linearly between draws and fits ``posterior::pareto_khat`` with the PSIS tail length), and the relative
 efficiency of very short chains (``posterior``'s Geyer sequence stops two lags earlier than ``arviz_stats``').
 """
 
@@ -202,8 +202,36 @@ def test_e_loo_mean_variance_sd(case):
         np.testing.assert_allclose(got, r[key], rtol=1e-8, atol=1e-12, err_msg=kind)
 
 
+def test_e_loo_through_loo_expectations_is_r(case):
+    """``pl.loo_expectations(data, res, pred)`` with the values at the draws (R's ``E_loo(pred, psis_object,
+    log_ratios = -log_lik)``), on a result of ``pl.loo(data, compute={"conventions": "R"})``: R's conventions by
+    default (the result records them), R's mean, variance, sd, quantiles and every k-hat to 1e-8; the same from the
+    weights given directly (``log_weights=``, ``log_ratios=``, ``reff=``) and from a DataArray of the values."""
+    _needs_pred(case)
+    name, ll, chains, pred, y, data, res, r = case
+    probs = np.load(DATA / "input.npz")["probs"]
+    lw = np.asarray(psislw(-ll.T, r["r_eff"], "R")[0]).T
+    assert res.conventions == "R"
+    for kind, key in (("mean", "E_mean"), ("var", "E_variance"), ("sd", "E_sd"), ("quantile", "E_quantile")):
+        p = probs if kind == "quantile" else None
+        got = pl.loo_expectations(data, res, pred, kind=kind, probs=p)
+        value = got.values.T if kind == "quantile" else got.values
+        np.testing.assert_allclose(value, r[key], rtol=0, atol=TOL, err_msg=kind)
+        np.testing.assert_allclose(got.pareto_k.values, r[key + "_k"], rtol=0, atol=TOL, err_msg=kind)
+        assert set(got.weights.values.tolist()) == {"psis"}
+        given = pl.loo_expectations(values=pred, log_weights=lw, log_ratios=-ll, reff=r["r_eff"], kind=kind, probs=p,
+                                    conventions="R")
+        np.testing.assert_allclose(given.values, got.values, rtol=0, atol=1e-12, err_msg=kind)
+        np.testing.assert_allclose(given.pareto_k.values, got.pareto_k.values, rtol=0, atol=1e-12, err_msg=kind)
+    arr = pred.reshape(chains, -1, pred.shape[1])
+    da = xr.DataArray(arr, dims=("chain", "draw", "obs"), coords={"obs": np.arange(pred.shape[1])})
+    np.testing.assert_allclose(pl.loo_expectations(data, res, da).values, r["E_mean"], rtol=0, atol=TOL)
+    np.testing.assert_allclose(pl.loo_expectations(data, res, arr).values, r["E_mean"], rtol=0, atol=TOL)
+
+
 def test_e_loo_quantiles_and_khat_pinned(case):
-    """Quantiles: R's ``.wquant`` interpolates the weighted CDF linearly between the sorted draws, ppl_loo
+    """Under ``arviz_stats``' conventions (``pl.loo_expectations(..., conventions="arviz")``), quantiles: R's
+    ``.wquant`` interpolates the weighted CDF linearly between the sorted draws, ppl_loo
     (``arviz_stats``) takes another weighted quantile: where PSIS's k-hat is at most the threshold they differ by a
     fraction of the spacing of the draws (below 0.1 of the LOO predictive SD here, 0.074 measured); above it the
     weight of a few draws separates them (1.05 SDs on the regression's leverage point). The k-hat of an expectation:
@@ -215,12 +243,16 @@ def test_e_loo_quantiles_and_khat_pinned(case):
     lw = np.asarray(psislw(-ll.T, r["r_eff"], "R")[0])
     probs = np.load(DATA / "input.npz")["probs"]
     q = np.array([weighted_summary(pred[:, i], lw[i], "quantile", probs) for i in range(ll.shape[1])])
+    via = pl.loo_expectations(data, res, pred, kind="quantile", probs=probs, conventions="arviz")
+    np.testing.assert_allclose(via.values.T, q, rtol=0, atol=1e-12)
     assert r["E_quantile"].shape == q.shape
     good = r["pareto_k"] <= khat_threshold(ll.shape[0])
     assert np.all(np.abs(q - r["E_quantile"])[good] <= 0.1 * r["E_sd"][good, None])
     assert np.all(np.abs(q - r["E_quantile"]) <= 1.1 * r["E_sd"][:, None])
     k = np.array([function_khat(pred[:, i], -ll[:, i], "mean") for i in range(ll.shape[1])])
     np.testing.assert_allclose(k, r["E_mean_k"], rtol=0, atol=1e-12 if name == "few_draws" else 0.45)
+    np.testing.assert_allclose(pl.loo_expectations(data, res, pred, conventions="arviz").pareto_k.values, k, rtol=0,
+                               atol=1e-12)
 
 
 def test_loo_predictive_metric(case):
@@ -244,7 +276,8 @@ def test_loo_predictive_metric(case):
 
 
 def test_loo_crps_and_scrps(case):
-    """R's ``loo_crps`` / ``loo_scrps``: ``E|X - y|`` under the PSIS weights of ``-log_lik`` and ``E|X - X'|``
+    """R's ``loo_crps`` / ``loo_scrps`` (``pl.loo_crps`` / ``pl.loo_scrps``): ``E|X - y|`` under the PSIS weights of
+    ``-log_lik`` and ``E|X - X'|``
     under those of ``-log_lik - log_lik[shuffle]`` (``x2`` and ``log_lik`` permuted by R's ``sample(1:S)``, stored),
     with R's conventions; the SE from the sample SD. ``pl.loo_score`` uses ``arviz_stats``' estimator from one set
     of draws instead (equal in expectation)."""
@@ -262,6 +295,10 @@ def test_loo_crps_and_scrps(case):
     for key, pw in (("crps", 0.5 * exx - exy), ("scrps", -exy / exx - 0.5 * np.log(exx))):
         np.testing.assert_allclose(pw, r[f"{key}_i"], rtol=1e-8)
         np.testing.assert_allclose([pw.mean(), np.std(pw, ddof=1) / np.sqrt(n)], r[key], rtol=1e-8)
+        fn = pl.loo_crps if key == "crps" else pl.loo_scrps
+        got = fn(x, x2, y, ll, permutations=perm[None], reff=r["r_eff"], conventions="R")
+        np.testing.assert_allclose(got.pointwise, r[f"{key}_i"], rtol=0, atol=TOL)
+        np.testing.assert_allclose([got.mean, got.se], r[key], rtol=0, atol=TOL)
 
 
 def test_loo_compare_se_diff(ref):

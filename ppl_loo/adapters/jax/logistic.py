@@ -203,6 +203,17 @@ class LogisticRegression(LayoutMixin, PosteriorModel):
         """``mu = Xtilde @ theta[:q]`` for one draw, shape ``(n,)``."""
         return self._Xt @ theta[: self.q]
 
+    def predicted_probability(self, params) -> np.ndarray:
+        """``p(y_i = 1 | theta) = sigmoid(beta0 + x_i . beta)``, shape ``(M, n)``, at ``M`` points given as constrained
+        parameters (:meth:`constrain`'s ``beta0`` ``(M,)`` and ``beta`` ``(M, p)``): the predictive mean of the binary
+        outcome, for :func:`ppl_loo.loo_expectations`, :func:`ppl_loo.loo_metrics`, :func:`ppl_loo.loo_r2`,
+        :func:`ppl_loo.loo_roc` and :func:`ppl_loo.loo_score`."""
+        beta = np.asarray(params["beta"], dtype=np.float64).reshape(-1, self.p)
+        eta = beta @ self.X.T
+        if self.intercept:
+            eta = eta + np.asarray(params["beta0"], dtype=np.float64).reshape(-1, 1)
+        return 0.5 * (1.0 + np.tanh(0.5 * eta))  # the logistic function, without overflow
+
     def loglik(self, theta):
         return -softplus(-self._sign * self.linear_predictor(theta))
 

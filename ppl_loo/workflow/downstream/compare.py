@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 from arviz_stats.utils import ELPDData, ELPDDataLOOSubsample
-from scipy.stats import norm
+from scipy.stats import dirichlet, norm
 
+from ppl_loo.numerics.model_weights import pseudobma, stacking
 from ppl_loo.workflow.loo.categories import after_loo_weights, observation_categories
 from ppl_loo.workflow.loo.result import LooResult
 
@@ -133,7 +134,10 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
         elpd_diff, dse, p_worse, diag_diff, diag_elpd, p, elpd, se, weight; best model first), except that
         ``dse`` is ``sqrt(n) sd(elpd_i[model] - elpd_i[best])`` with the sample SD (R ``loo_compare``'s
         ``se_diff``, Vehtari et al. 2017; ``arviz_stats`` uses the population SD, ``sqrt((n - 1) / n)`` times
-        it) and ``p_worse`` is computed with that ``dse``, and, per model:
+        it) and ``p_worse`` is computed with that ``dse``, and ``weight`` is :func:`ppl_loo.stacking_weights`' /
+        :func:`ppl_loo.pseudobma_weights`' (stacking: the maximizer to round-off, where ``arviz_stats``' optimizer
+        stops within its tolerance; BB-pseudo-BMA: with ``arviz_stats``' own Dirichlet draws, its numbers), and, per
+        model:
 
         - ``n_adapted``, ``n_second_opinion``, ``n_doubtful``, ``n_refit``: the observations in each
           category of :func:`~ppl_loo.workflow.loo.categories.observation_categories` (each observation
@@ -180,6 +184,9 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
     masks = {name: flag_masks(res) for name, res in named.items()}
     elpd = {name: _flat(res.elpd_i, float) for name, res in named.items()}
     table = _sample_sd_dse(table, elpd, best)
+    lpd = np.column_stack([elpd[name] for name in table.index])
+    if lpd.shape[1] > 1 and np.all(np.isfinite(lpd)):  # (one model, or a non-finite elpd_i: arviz_stats' weight)
+        table["weight"] = _weights(method, lpd)
     counts = {col: [] for col in FLAG_COLUMNS + WEIGHT_COLUMNS}
     for name in table.index:
         if not isinstance(named[name], LooResult):  # a plain ELPDData: nothing known about adaptation
@@ -198,6 +205,21 @@ def compare(results, *, method="stacking", scale="log", round_to=DEFAULT_DECIMAL
     out = CompareTable(table.join(extra))
     out.round_to = decimals
     return out
+
+
+def _weights(method, lpd):
+    """The ``weight`` column (models in the columns of ``lpd``) with ppl_loo's :mod:`~ppl_loo.numerics.model_weights`
+    (the functions of ``pl.stacking_weights`` / ``pl.pseudobma_weights``): stacking's maximizer to round-off (where
+    ``arviz_stats.compare``'s SLSQP stops within its tolerance); pseudo-BMA; the Bayesian bootstrap with
+    ``arviz_stats.compare``'s own Dirichlet draws (``scipy.stats.dirichlet``, ``random_state=124``), so its weights
+    are ``arviz_stats``'."""
+    key = method.lower()
+    if key == "stacking":
+        return stacking(lpd)
+    if key == "pseudo-bma":
+        return pseudobma(lpd, BB=False)
+    draws = dirichlet.rvs(alpha=[1] * lpd.shape[0], size=1000, random_state=124)
+    return pseudobma(lpd, dirichlet=draws)
 
 
 def _sample_sd_dse(table, elpd, best):

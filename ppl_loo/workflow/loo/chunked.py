@@ -246,7 +246,8 @@ def psis_loo(data, var_name, k_threshold, reff=None, chunk_size=None, convention
         raise deferred
     S = int(da.sizes["chain"]) * int(da.sizes["draw"])
     return plain_loo_result(da, k_threshold, S, p.elpd, p.k, p.mcse, p.lpd, LogRatioRows(da, None, chunk_size),
-                            lambda: p.max_abs, stan=stan_labelled(data), n_eff=p.n_eff)
+                            lambda: p.max_abs, stan=stan_labelled(data), n_eff=p.n_eff,
+                            conventions=conventions)
 
 
 def stored_for_chunks(data, var_name, model, chunk_size=None, refit=None):

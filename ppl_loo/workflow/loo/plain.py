@@ -367,17 +367,20 @@ def plain_psis_loo(data, var_name, k_threshold, reff=None, conventions="arviz"):
     r_eff = plain_loo_checks(data, da, reff, conventions)
     elpd_i, k, _, mcse, n_eff = psis_columns(ll, -ll.T, r_eff, posterior_chains(data), conventions)
     return plain_loo_result(da, k_threshold, ll.shape[0], elpd_i, k, mcse, logmeanexp(ll), -ll.T,
-                            lambda: np.max(np.abs(ll)), stan=stan_labelled(data), n_eff=n_eff)
+                            lambda: np.max(np.abs(ll)), stan=stan_labelled(data), n_eff=n_eff,
+                            conventions=conventions)
 
 
-def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs, stan=False, n_eff=None):
+def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_abs, stan=False, n_eff=None,
+                     conventions=None):
     """The :class:`LooResult` of plain PSIS-LOO from its pointwise values over the observations of ``da``.
 
     ``lpd``: ``log mean_s p(y_i | theta_s)`` per observation; ``log_ratios[i]``: the ``(S,)`` log ratios of
     observation ``i`` (read only to explain a NaN or infinite k-hat); ``max_abs()``: the largest magnitude
     of the log-likelihood (read only for the overflow message); ``stan``: label observations as Stan does
     (:func:`~ppl_loo.workflow.loo.inputs.obs_labels`); ``n_eff``: the PSIS effective sample size per observation
-    (``r_eff / sum w^2``, R's ``n_eff``), kept as ``n_eff_i`` where given.
+    (``r_eff / sum w^2``, R's ``n_eff``), kept as ``n_eff_i`` where given; ``conventions``: those of its PSIS,
+    recorded on the result (``pl.loo_expectations`` recomputes the weights with them).
     """
     what = f"log_likelihood[{da.name!r}]"
     n = k.shape[0]
@@ -404,4 +407,5 @@ def plain_loo_result(da, k_threshold, S, elpd_i, k, mcse, lpd, log_ratios, max_a
         hbar_used=make(np.full(n, np.nan), "hbar_used"), mcse_elpd_i=make(mcse, "mcse_elpd_i"),
         doubtful=make(doubtful, "doubtful"), reason=make(reason.astype(str), "reason"), var_name=da.name,
         stan_labels=bool(stan), n_eff_i=None if n_eff is None else make(n_eff, "n_eff_i"),
+        conventions=conventions,
     )

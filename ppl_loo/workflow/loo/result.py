@@ -25,7 +25,8 @@ WEIGHTS = ("log_weights", "log_q", "adapted_log_weights", "kept_draws", "kept_lo
 #: summary numbers and strings, written as attrs (None as "", booleans as 0/1)
 SUMMARY = {"elpd": float, "se": float, "p": float, "good_k": float, "n_samples": int, "n_data_points": int,
            "warning": bool, "scale": str, "approx_posterior": bool, "max_rhat": float, "max_rhat_var": str,
-           "var_name": str, "approximation": str, "pareto_k_q": float, "stan_labels": bool, "n_params": int}
+           "var_name": str, "approximation": str, "pareto_k_q": float, "stan_labels": bool, "n_params": int,
+           "conventions": str}
 
 
 @dataclass(kw_only=True, repr=False)
@@ -132,6 +133,7 @@ class LooResult(ELPDDataLOO):
     smc_info: Any = None
     stan_labels: bool = False  # observations labelled as Stan does (log_lik[8], 1-based): draws from Stan
     n_params: int | None = None  # the model's unconstrained dimension (p_loo above it: misspecification)
+    conventions: str | None = None  # plain PSIS-LOO's conventions ("arviz" or "R"); None for a result with a model
 
     _display_kind = "loo"
 
