@@ -251,7 +251,8 @@ def evaluated(entry, fn, model, own, name="`values`"):
     """``fn(params)`` at the posterior draws and at every other-than-PSIS point, as a list (one item per array ``fn``
     returns: one, or the items of a tuple) of ``(at the draws (S, n), at each row for its own observation (R,))``,
     and whether ``fn`` returned a tuple. ``own``: ``fn`` is a model's own pure function, whose values are kept in
-    ``entry`` for the next call. ``fn`` is called on blocks of ``S`` points (:func:`blocks`)."""
+    ``entry`` for the next call. ``fn`` is called on blocks of ``S`` points (:func:`blocks`), each distinct point
+    once (the mixture run's draws are the points of every observation it vouches for)."""
     if own and fn in entry.values:
         return entry.values[fn]
     pts = entry.points
@@ -267,14 +268,18 @@ def evaluated(entry, fn, model, own, name="`values`"):
         if v.shape[1] != n:
             raise ValueError(f"{name} returned {v.shape[1]} values per draw; the model has {n} observations.")
     at_rows = [np.empty(pts.rows.shape[0]) for _ in at_draws]
-    for start, stop, block in blocks(pts.rows, S):
+    # the mixture run's draws serve every observation it vouches for: each distinct point is evaluated once
+    unique, inverse = np.unique(pts.rows, axis=0, return_inverse=True)
+    order = np.argsort(inverse.ravel(), kind="stable")
+    first = np.searchsorted(inverse.ravel()[order], np.arange(0, unique.shape[0] + S, S))
+    for b, (start, stop, block) in enumerate(blocks(unique, S)):
         vals, block_tuple = call(block)
         if block_tuple != is_tuple or len(vals) != len(at_draws):
             raise ValueError(f"{name} must return the same kind of output (one array, or a tuple of as many) "
                              "at every call.")
-        cols = pts.row_obs[start:stop]
+        rows = order[first[b]:first[b + 1]]
         for out, v in zip(at_rows, vals):
-            out[start:stop] = v[np.arange(stop - start), cols]
+            out[rows] = v[inverse.ravel()[rows] - start, pts.row_obs[rows]]
     result = ([(a, b) for a, b in zip(at_draws, at_rows)], is_tuple)
     if own:
         entry.values[fn] = result
