@@ -90,6 +90,9 @@ def test_report_in_chromium(two_model_report, tmp_path):
         rows = driver.execute_script(READ_TABLE)
         images = driver.execute_script(READ_IMAGES)
         height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+        # the page is no wider than the window: a wide table scrolls in its own box
+        widths = driver.execute_script("const e = document.documentElement; return [e.scrollWidth, e.clientWidth, "
+                                       "document.getElementById('compare-table').scrollWidth]")
         png = _full_page_png(driver)
         log = driver.get_log("browser")
     finally:
@@ -109,6 +112,7 @@ def test_report_in_chromium(two_model_report, tmp_path):
     assert all(complete and width > 0 and h > 0 for complete, width, h in images), images
     assert [e for e in log if e["level"] == "SEVERE"] == []
     assert png[:8] == PNG_SIGNATURE and height > 900
+    assert widths[0] <= widths[1], widths
     shot_path = tmp_path / "report_screenshot.png"
     shot_path.write_bytes(png)
     if os.environ.get("PPL_LOO_SAVE_SCREENSHOT"):  # refresh the committed copy only when asked

@@ -64,6 +64,7 @@ STACKING = ("Stacking weights (column weight): the weights of the combination of
             "posterior model probabilities: a model whose predictions the others already cover can get weight 0 with "
             "an elpd close to the best, and a model with weight 1 need not be the true one.")
 CSS = ("body{font-family:sans-serif;margin:2em;max-width:75em;color:#222}table{border-collapse:collapse;margin:.5em 0}"
+       "div.scroll{overflow-x:auto;max-width:100%}"
        "td,th{border:1px solid #bbb;padding:.2em .5em;text-align:right}th{background:#eee}"
        "td.text,th.text{text-align:left}p.note{color:#555;font-style:italic}img{max-width:100%}"
        "pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap}tr.cat-doubtful td{background:#fde2e2}"
@@ -213,7 +214,8 @@ def _table(header, rows, table_id=None):
     ident = f' id="{escape(table_id)}"' if table_id else ""
     head = "".join(f'<th class="text">{escape(h)}</th>' for h in header)
     body = "\n".join("<tr>" + "".join(r) + "</tr>" for r in rows)
-    return f"<table{ident}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+    return (f'<div class="scroll"><table{ident}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n'
+            "</table></div>")
 
 
 def _provenance(tree):
@@ -347,7 +349,8 @@ def _obs_table(name, res, cats):
     body = "\n".join(f'<tr class="cat-{cat}" data-category="{cat}">' + "".join(r) + "</tr>" for cat, r in rows)
     head = "".join(f'<th class="text">{escape(h)}</th>' for h in header)
     return (_note(f"The {len(order)} observations of {name} not plain PSIS, doubtful first.{more}")
-            + f'<table id="obs-{escape(name)}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>')
+            + f'<div class="scroll"><table id="obs-{escape(name)}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n'
+              "</tbody>\n</table></div>")
 
 
 def _text(value):
