@@ -91,6 +91,40 @@ def test_refits_take_smc_place_and_match_the_closed_form(fit):
     err = np.abs(res.elpd_i.values - exact)
     assert np.all(err < 4 * res.mcse_elpd_i.values + 0.02), (np.max(err), ev)
     assert np.all(err[routed] < 0.1)
-    # forcing SMC gives SMC's estimates there instead
+    # refits of 10 draws per chain do not converge: they are left out, and the search and SMC take those observations
+    short = pl.loo(idata, model, progressbar=False, random_seed=5, second_opinions={"refit_options": {"draws": 10}})
+    unused = short.smc_info["refits_not_used"]
+    assert set(unused) <= set(short.smc_info["refits_instead"]) and len(unused) >= 1
+    assert all(u["rhat_loglik"] > 1.01 or u["rhat_max"] > 1.1 or u["mcse"] > 0.25 for u in unused.values())
+    assert not short.refit.values[list(unused)].any() and short.searched.values[list(unused)].all()
+    assert set(short.smc_info["observations"]) <= set(unused) and short.smc_info["particles"] > 0
+    vouched = ~short.doubtful.values
+    err = np.abs(short.elpd_i.values - exact)[vouched]
+    assert np.all(err < 4 * short.mcse_elpd_i.values[vouched] + 0.02), np.max(err)
+
+
+def test_smc_true_forces_smc(fit):
+    """``smc=True``: SMC on every searched observation, no refit in its place."""
+    _, model, idata, exact = fit
     forced = pl.loo(idata, model, progressbar=False, random_seed=5, second_opinions={"smc": True})
-    assert not forced.refit.values.any() and forced.smc_info["particles"] > 0
+    assert not forced.refit.values.any() and "refits_instead" not in forced.smc_info
+    assert forced.smc_info["observations"] == np.flatnonzero(forced.searched.values).tolist()
+    ok = np.asarray(forced.smc_info["observations"])[np.asarray(forced.smc_info["reached"], bool)]
+    assert ok.size >= 1
+    smc = np.asarray(forced.smc_info["elpd_i"])[np.asarray(forced.smc_info["reached"], bool)]
+    assert np.all(np.abs(smc - exact[ok]) < 0.5), (smc, exact[ok])
+
+
+def test_no_route_where_the_fit_diverged(fit):
+    """A fit with more than 1% divergent transitions (a geometry its sampler struggles with, as refits with its
+    settings would): SMC, not refits."""
+    _, model, idata, _ = fit
+    mdl = as_model(model, data=idata)
+    draws = loo_draws(idata, mdl, None, None)
+    stats = idata["sample_stats"].to_dataset()
+    div = np.zeros(stats["diverging"].shape, bool)
+    for share, routed in ((0.01, True), (0.011, False)):
+        div.ravel()[: int(round(share * div.size))] = True
+        bad = idata.copy()
+        bad["sample_stats"] = xr.DataTree(stats.assign(diverging=(stats["diverging"].dims, div.copy())))
+        assert refit_route(_with_steps(bad, 3.0), mdl, draws, "auto", None, None)[0] is routed

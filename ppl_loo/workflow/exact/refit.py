@@ -478,11 +478,12 @@ def refit_converged(rec):
 
 
 def refit_stage(model, data, draws, refit, refit_kwargs, random_seed, progressbar, *, doubtful, flagged, k_final,
-                kept=None):
+                kept=None, warn=True):
     """Run the requested refits (``refit=``: ``doubtful``, ``flagged`` or indices, :func:`refit_targets`) and return
     their records ``{i: record}`` (``res.refit_info``; the verdict puts their exact ``elpd_i`` in place,
     :func:`ppl_loo.workflow.loo.verdict.verdict`); their draws go to ``kept`` (a
-    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`)."""
+    :class:`~ppl_loo.workflow.loo.kept.KeptDraws`). ``warn``: warn of refits that did not converge (they stay
+    doubtful)."""
     if refit is None:
         return {}
     targets, budget = refit_targets(refit, doubtful=doubtful, flagged=flagged, k_final=k_final, n=draws.ll.shape[1])
@@ -493,7 +494,7 @@ def refit_stage(model, data, draws, refit, refit_kwargs, random_seed, progressba
                                   posterior_draws=not draws.approx,
                                   checkpoint=dict(refit_kwargs or {}).get("checkpoint"), kept=kept)
     bad = [i for i, r in records.items() if not refit_converged(r)]
-    if bad:
+    if bad and warn:
         worst = max(float(np.nan_to_num(records[i][key], nan=np.inf)) for i in bad
                     for key in ("rhat_loglik", "rhat_max"))
         warn_refits_not_converged(bad, worst)

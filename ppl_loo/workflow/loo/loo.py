@@ -23,7 +23,7 @@ from ppl_loo.numerics.loo.memory import device_free_bytes
 from ppl_loo.numerics.psis import check_conventions, khat_threshold, psislw
 from ppl_loo.workflow.arrays.log_lik_array import is_array_input
 from ppl_loo.workflow.arrays.log_lik_tree import log_lik_tree
-from ppl_loo.workflow.exact.refit import check_refit_args, refit_stage
+from ppl_loo.workflow.exact.refit import check_refit_args, refit_converged, refit_stage
 from ppl_loo.workflow.loo.adapt import (
     ACCELERATOR_MAX_BATCH,
     CPU_MAX_BATCH,
@@ -317,7 +317,7 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     if info["mixture_info"] is None and (mixture is True or (mixture == "auto" and v.unsettled.any())):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
-    ev, v, info["smc_info"] = _independent_stage(ev, v, rules, model, data, draws, kept, o, route)
+    ev, v, info["smc_info"] = _independent_stage(ev, v, rules, model, data, draws, cfg, kept, o, route)
     refit_info = refit_stage(model, data, draws, o["refit"], o["refit_kwargs"], o["random_seed"], o["progressbar"],
                              doubtful=v.unsettled & ~np.isin(np.arange(v.elpd.shape[0]), list(ev.refits)),
                              flagged=flagged, k_final=v.k, kept=kept)
@@ -327,21 +327,33 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     return ev, v, info, dict(ev.refits)
 
 
-def _independent_stage(ev, v, rules, model, data, draws, kept, o, route):
+def _independent_stage(ev, v, rules, model, data, draws, cfg, kept, o, route):
     """Independent evidence where the verdict asks for it (:func:`~.vouch.opinions.smc_targets`): tempered SMC, or
     batched refits of those observations where ``route`` (:func:`~.vouch.opinions.refit_route`) says a refit costs
-    fewer gradient evaluations than SMC's cheapest run: exact, and cheaper. SMC then runs on what the refits leave
-    unsettled (a refit that did not converge). ``(evidence, verdict, smc_info)``."""
+    fewer gradient evaluations than SMC's cheapest run: exact, and cheaper. SMC then runs where a refit did not
+    converge or has an SE above the precision rule (that refit is left out of the evidence), after the search where
+    the observation skipped it for the refits. ``(evidence, verdict, smc_info)``."""
     targets = smc_targets(v, ev.plain, ev, o["smc"]) if o["smc"] is not False else np.zeros(0, int)
     routed = None
     if targets.size and route[0]:
         records = refit_stage(model, data, draws, targets.tolist(), route_refit_options(data, o["refit_kwargs"]),
                               o["random_seed"], o["progressbar"], doubtful=v.unsettled, flagged=ev.examine,
-                              k_final=v.k, kept=kept)
-        ev = ev.with_refits(records)
+                              k_final=v.k, kept=kept, warn=False)
+        # a refit that did not converge, or whose estimate is too imprecise to settle its observation (an outlier far
+        # in the tail of the refit's predictive: the bridge's SE above the precision rule), is no evidence here: SMC
+        # takes its observation, as it would have
+        failed = {i: r for i, r in records.items() if not (refit_converged(r) and r["mcse"] <= rules.max_se)}
+        ev = ev.with_refits({i: r for i, r in records.items() if i not in failed})
         v = verdict(ev, rules)
-        routed = {"refits_instead": targets.tolist(), "gradients_per_observation": route[1]}
-        targets = targets[v.unsettled[targets]]
+        routed = {"refits_instead": targets.tolist(), "gradients_per_observation": route[1],
+                  "refits_not_used": {int(i): {k: r.get(k) for k in ("rhat_loglik", "rhat_max", "mcse")}
+                                      for i, r in failed.items()}}
+        targets = np.asarray(sorted(failed), dtype=int)
+        unsearched = np.asarray([i for i in targets if i not in ev.search], dtype=int)
+        if unsearched.size:  # they skipped the search for the refits: its estimate is what SMC may agree with
+            ev = _search(ev, model, draws, cfg, unsearched, o)
+            v = verdict(ev, rules)
+            targets = np.intersect1d(targets, smc_targets(v, ev.plain, ev, o["smc"]))
     op, smc_info = smc_stage(model, draws, targets, o["smc"], o["random_seed"])
     if op is not None:
         ev = ev.with_opinion(op)

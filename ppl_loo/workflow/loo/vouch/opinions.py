@@ -11,12 +11,12 @@ import numpy as np
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
 from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.exact.refit import batched_refit_density, batched_warmup, refit_settings
-from ppl_loo.workflow.loo.vouch.mixture import MIN_ESS, mixture_run_ok, mixture_settings, run_mixture
+from ppl_loo.workflow.loo.vouch.mixture import MAX_DIVERGENT, MIN_ESS, mixture_run_ok, mixture_settings, run_mixture
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 from ppl_loo.workflow.loo.vouch.smc import run_smc, smc_gradients
 
 __all__ = ["mixture_stage", "smc_stage", "smc_targets", "refit_route", "route_refit_options",
-           "ROUTE_DRAWS", "needs_independent",
+           "ROUTE_DRAWS", "needs_independent", "divergent_share",
            "leapfrog_per_draw",
            "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS",
            "SMC_AUTO_MAX_DIM",
@@ -132,6 +132,15 @@ def smc_stage(model, draws, targets, smc, random_seed):
     return run_smc(model, draws, targets, random_seed)
 
 
+def divergent_share(data):
+    """The share of the fit's transitions that diverged (``sample_stats.diverging``; 0 where it is not recorded)."""
+    stats = data.get("sample_stats") if hasattr(data, "get") else None
+    if stats is None or "diverging" not in stats:
+        return 0.0
+    div = np.asarray(stats["diverging"].values)
+    return float(div.astype(bool).mean()) if div.size else 0.0
+
+
 def leapfrog_per_draw(data):
     """The mean number of leapfrog steps per draw of the fit (``sample_stats.n_steps``, as PyMC and arviz_base's
     CmdStan reader name it), or None where it is not recorded."""
@@ -170,10 +179,12 @@ def refit_route(data, model, draws, smc, refit, refit_kwargs):
     :data:`~ppl_loo.workflow.loo.vouch.smc.MOVES` x :data:`~ppl_loo.workflow.loo.vouch.smc.LEAPFROG`; it takes more
     steps the further the LOO posterior is from the posterior. Both counts are per observation (batched refits run
     their observations side by side, as SMC does). Never for draws of an approximation, where the fit's settings
-    cannot be reused (one chain), or under a time budget for refits (``refit=`` seconds: it bounds them all)."""
+    cannot be reused (one chain), under a time budget for refits (``refit=`` seconds: it bounds them all), or where
+    more than :data:`~ppl_loo.workflow.loo.vouch.mixture.MAX_DIVERGENT` of the fit's transitions diverged (its sampler
+    struggles with the geometry, as refits with its settings would: a funnel)."""
     d = int(np.asarray(draws.theta).shape[1])
     budget = isinstance(refit, (int, float, np.integer, np.floating)) and not isinstance(refit, bool)
-    if smc != "auto" or draws.approx or d > SMC_AUTO_MAX_DIM or budget:
+    if smc != "auto" or draws.approx or d > SMC_AUTO_MAX_DIM or budget or divergent_share(data) > MAX_DIVERGENT:
         return False, None
     try:
         settings = refit_settings(data, route_refit_options(data, refit_kwargs))
