@@ -220,3 +220,21 @@ def test_pareto_k_table_before_and_after(leverage, refit_fit):
     t = refit_res.pareto_k_table(after=True)
     assert t.loc["no k-hat (refit, mixture, SMC)", "count"] == 1 and t["count"].sum() == Y.size
     assert refit_res.pareto_k_table()["count"].iloc[1:].sum() == int(np.sum(kz > refit_res.good_k))
+
+
+def test_model_free_print_speaks_of_plain_psis_only():
+    """``print(pl.loo(log_lik))`` without a model: a doubtful observation (a normal mean's draws, one far outlier)
+    keeps plain PSIS's estimate, and the advice names what a model adds, not a search or mixture that never ran."""
+    rng = np.random.default_rng(0)
+    mu = rng.normal(0.0, 0.3, size=(4, 500))
+    y = np.r_[rng.normal(size=20), 5.0]
+    ll = -0.5 * np.log(2 * np.pi) - 0.5 * (y - mu[..., None]) ** 2
+    with pytest.warns(UserWarning, match="Pareto"):
+        res = pl.loo(ll)
+    assert res.doubtful.values[-1] and not res.doubtful.values[:-1].any()
+    lines = res.trust_lines()
+    advice = [line for line in lines if line.startswith("Doubtful observations")]
+    assert advice == ["Doubtful observations keep plain PSIS's estimate (res.reason says why); with the model, "
+                      "pl.loo(data, model) adapts the importance-sampling proposal for them and checks it with "
+                      "independent evidence, and refit='doubtful' refits the model without each."]
+    assert not any("search" in line or "mixture" in line for line in lines[1:]), lines

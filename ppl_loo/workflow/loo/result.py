@@ -202,7 +202,11 @@ class LooResult(ELPDDataLOO):
             lines.append(f"The largest parameter R-hat is {self.max_rhat:.3f} ({self.max_rhat_var}), above "
                          f"{RHAT_VOUCH}: "
                          "the draws vouch only for observations whose log-likelihood draws converged.")
-        if self._flag("doubtful").any():
+        if self._flag("doubtful").any() and self.conventions is not None:  # plain PSIS-LOO, without a model
+            lines.append("Doubtful observations keep plain PSIS's estimate (res.reason says why); with the model, "
+                         "pl.loo(data, model) adapts the importance-sampling proposal for them and checks it with "
+                         "independent evidence, and refit='doubtful' refits the model without each.")
+        elif self._flag("doubtful").any():
             lines.append("Doubtful observations keep the estimate from the posterior draws (plain PSIS or the "
                          "search's; the mixture estimate where only it passed its checks; res.reason gives every "
                          "estimate); pl.loo(..., refit='doubtful', random_seed=...) replaces them by exact refits.")
