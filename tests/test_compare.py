@@ -194,6 +194,16 @@ def test_printed_table_has_fixed_decimals(normal):
     _assert_printed(table.to_string(), table, 2)
     with pd.option_context("display.width", 10_000, "display.max_columns", 100):
         _assert_printed(repr(table), table, 2)  # print(pl.compare(...)) in a script or notebook
+    for width in (80, 120):  # a terminal: every column shown, in blocks no wider than it, nothing elided
+        with pd.option_context("display.width", width):
+            text = repr(table)
+        assert "..." not in text and max(len(line) for line in text.splitlines()) <= width
+        blocks = [b.splitlines() for b in text.split("\n\n")]
+        header = [h for b in blocks for h in b[0].rstrip(" \\").split()]
+        assert header == list(table.columns) and len(blocks) > 1
+        for j, name in enumerate(table.index):
+            cells = [c for b in blocks for c in b[1 + j].rstrip(" \\").split()[1:]]
+            assert [name, *cells] == _expected_tokens(table, name, 2)
     assert "<td>" in table._repr_html_() and f"{table['elpd'].iloc[0]:.2f}" in table._repr_html_()
     one = pl.compare(res, round_to=1)
     _assert_printed(one.to_string(), one, 1)

@@ -10,6 +10,7 @@ precision; only the printed table rounds, every numeric column to the same numbe
 from __future__ import annotations
 
 import contextlib
+import shutil
 from os import PathLike
 
 import arviz_stats as azs
@@ -69,7 +70,8 @@ def display_decimals(round_to):
 
 class CompareTable(pd.DataFrame):
     """:func:`compare`'s table: a ``pandas.DataFrame`` at full precision that prints (``repr``,
-    ``to_string``, the notebook HTML) every float column with ``round_to`` decimals.
+    ``to_string``, the notebook HTML) every float column with ``round_to`` decimals; ``repr`` shows every column, in
+    blocks as wide as ``pandas``' ``display.width`` (the terminal's where it is 0).
 
     Selections and arithmetic on it give plain DataFrames (printed by pandas' own rules).
     """
@@ -90,7 +92,10 @@ class CompareTable(pd.DataFrame):
         return pd.option_context("display.float_format", fmt) if fmt is not None else contextlib.nullcontext()
 
     def __repr__(self):
-        with self._display():
+        # every column, in blocks as wide as the terminal (pandas' display.width), not elided or wrapped mid-line
+        width = pd.get_option("display.width") or shutil.get_terminal_size().columns
+        with self._display(), pd.option_context("display.max_columns", None, "display.expand_frame_repr", True,
+                                                "display.width", width):
             return super().__repr__()
 
     def _repr_html_(self):
