@@ -4,8 +4,8 @@
 The Monte Carlo SE of ``elpd_i`` (:func:`plain_mcse`) is the delta-method SE of the self-normalized estimate
 (:func:`psis_mcse`, R ``loo``'s formula up to its log-normal form), replaced by the spread of the separate chains'
 estimates (:func:`chain_se_psis`) only where that spread is larger than the chains' own noise allows: beyond the
-95% quantile of ``sqrt(chi2(C - 1) / (C - 1))`` times the delta-method SE for ``C`` chains
-(:func:`combine_chain_se`). Taking the larger of the two everywhere reported an SE 15-18% above the true error on
+99% quantile of ``sqrt(chi2(C - 1) / (C - 1))`` times the delta-method SE for ``C`` chains
+(:func:`combine_chain_se`). Taking the larger of the two everywhere reported an SE 15-21% above the true error on
 re-drawn posteriors with mixing chains (``benchmarks/mcse_calibration.py``): with 4 chains the spread is an estimate
 on 3 degrees of freedom, above the delta-method SE about half of the time by chance alone. Where a chain has not
 mixed (one chain shifted), the spread is well beyond that level and the reported SE is the spread, as before.
@@ -52,7 +52,7 @@ AUTO_SMALL_N = 100
 AUTO_SMALL_K = 0.3
 #: the spread over chains raises the Monte Carlo SE of plain PSIS only beyond this quantile of its sampling
 #: distribution under chains that agree (:func:`combine_chain_se`)
-CHAIN_SE_LEVEL = 0.95
+CHAIN_SE_LEVEL = 0.99
 #: what to do about NaN or infinite values of a stored log-likelihood
 NON_FINITE_FIX = "Recompute the log-likelihood; NaN/inf are not allowed."
 
@@ -194,8 +194,8 @@ def combine_chain_se(delta_se, chain_se, n_chains, level=CHAIN_SE_LEVEL):
 
     The spread ``chain_se`` where it is beyond what chains that agree give by chance, else ``delta_se``: with ``C =
     n_chains`` chains that agree, ``chain_se**2 / delta_se**2`` is about ``chi2(C - 1) / (C - 1)``, and the spread
-    counts from ``c`` times the delta-method SE on, ``c**2`` that distribution's ``level`` quantile (``c = 1.61``
-    for 4 chains, 1.96 for 2, 1.42 for 8). Where it counts, the value is the spread itself (as the larger of the
+    counts from ``c`` times the delta-method SE on, ``c**2`` that distribution's ``level`` quantile (``c = 1.94``
+    for 4 chains, 2.58 for 2, 1.62 for 8). Where it counts, the value is the spread itself (as the larger of the
     two would be): chains that have not mixed keep the whole of it. One chain: the delta-method SE.
     """
     delta_se = np.asarray(delta_se, dtype=np.float64)
