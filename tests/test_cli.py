@@ -172,7 +172,8 @@ def _reference(paths, names, **kwargs):
     return pl.compare(trees, **kwargs)
 
 
-def test_compare_equals_pl_compare(two_results):
+def test_compare_equals_pl_compare(two_results, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "10000")  # the table in one block, as to_string() prints it
     a, b = two_results
     code, out, err = run_cli("compare", a, b, "--quiet")
     df = _reference([a, b], ["fit", "narrow"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import textwrap
 
@@ -140,7 +141,7 @@ def run_compare(args):
     if args.json:
         print(json.dumps({"models": compare_records(df)}, indent=1))
     else:
-        print(df.to_string())
+        print(df.to_string(line_width=shutil.get_terminal_size().columns))  # blocks as wide as the terminal
         if not args.quiet:
             print("\n" + textwrap.fill(LEGEND, width=100))
     if html is not None:

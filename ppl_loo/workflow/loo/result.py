@@ -44,7 +44,8 @@ class LooResult(ELPDDataLOO):
     - ``hbar_used``: its step (NaN for ``"psis"``; the damping for ``newton*``, the number of
       iterations for ``mm_iter``);
     - ``mcse_elpd_i``: Monte Carlo standard error of ``elpd_i``; ``n_eff_i``: effective sample
-      size of its weights (times ``r_eff``);
+      size of its weights (times ``r_eff``); :attr:`mcse_elpd_loo`: the Monte Carlo SE of ``elpd_loo``
+      (R ``loo``'s ``mcse_loo``, printed below the table);
     - ``influence``: posterior variance of the observation's log-likelihood, the
       non-k criterion that also triggers adaptation (see :func:`ppl_loo.loo`);
     - ``doubtful``: True where the engine cannot vouch for the estimate (``docs/method.md``,
@@ -145,6 +146,8 @@ class LooResult(ELPDDataLOO):
 
     def _footer(self):
         footer = super()._footer()
+        if self.mcse_elpd_i is not None and "\n------\n" in footer:
+            footer = footer.replace("\n------\n", "\n------\n" + self.mcse_line() + "\n", 1)
         if self.pareto_k is None or self.good_k is None:
             return footer
         n_nan = int(np.isnan(np.asarray(self.pareto_k.values, dtype=float)).sum())
@@ -152,6 +155,30 @@ class LooResult(ELPDDataLOO):
             footer += (f"\n{n_nan} observation(s) have no Pareto k-hat (NaN: elpd_i from a refit, mixture or SMC, "
                        "not importance sampling); the counts above are of the others")
         return footer
+
+    @property
+    def mcse_elpd_loo(self):
+        """The Monte Carlo SE of ``elpd_loo``: ``sqrt(sum(mcse_elpd_i**2))`` (R ``loo``'s ``mcse_loo``; the
+        observations' estimates use the same draws, and their errors are taken as independent, as R does). NaN where
+        an observation is doubtful (R: NA where a k-hat is above the threshold): its Monte Carlo SE understates its
+        error; NaN without pointwise values."""
+        if self.mcse_elpd_i is None:
+            return float("nan")
+        if self.doubtful is not None and bool(np.any(self.doubtful.values)):
+            return float("nan")
+        se = np.asarray(self.mcse_elpd_i.values, dtype=np.float64).ravel()
+        return float(np.sqrt(np.sum(se**2)))
+
+    def mcse_line(self):
+        """The line ``print(res)`` shows below the table, as R ``loo``'s print: ``"MCSE of elpd_loo is 0.12."``, or
+        why there is none."""
+        value = self.mcse_elpd_loo
+        if np.isfinite(value):
+            return f"MCSE of elpd_loo is {value:.2f}."
+        if self.mcse_elpd_i is not None and self.doubtful is not None and bool(np.any(self.doubtful.values)):
+            return ("MCSE of elpd_loo is NA: doubtful observations (res.reason) have Monte Carlo SEs that understate "
+                    "their error.")
+        return f"MCSE of elpd_loo is {value:.2f}."
 
     @property
     def categories(self):

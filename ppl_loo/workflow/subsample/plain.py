@@ -11,7 +11,7 @@ from ppl_loo.numerics.loo import psis_identity
 from ppl_loo.numerics.psis import khat_threshold, psis_tail_length
 from ppl_loo.workflow.loo.inputs import MIN_DRAWS, check_finite, get_log_likelihood, r_eff_of
 from ppl_loo.workflow.loo.messages import warn_plain
-from ppl_loo.workflow.loo.plain import chain_se_psis, logmeanexp, pointwise_reasons, psis_mcse
+from ppl_loo.workflow.loo.plain import logmeanexp, plain_mcse, pointwise_reasons
 from ppl_loo.workflow.subsample.estimate import choose_observations, combine, lpd_of, make_result, select_columns
 
 __all__ = ["plain_subsample", "sample_r_eff"]
@@ -40,7 +40,7 @@ def plain_subsample(data, observations, approximation, estimator, var_name, seed
     r_eff = sample_r_eff(data, S, reff, what)
     elpd_i, k, lw = (np.asarray(a) for a in psis_identity(jnp.asarray(-ll.T), jnp.asarray(ll.T), r_eff))
     n_chains = int(data["posterior"].sizes.get("chain", 1))
-    mcse = np.maximum(psis_mcse(lw, ll.T, r_eff), chain_se_psis(-ll.T, ll, n_chains))
+    mcse = plain_mcse(lw, ll, -ll.T, r_eff, n_chains)
     p_i = logmeanexp(ll) - elpd_i
     k_threshold = khat_threshold(S) if k_threshold is None else float(k_threshold)
     doubtful, reason = pointwise_reasons(k, k_threshold, -ll.T, elpd_i)
