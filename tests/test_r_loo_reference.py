@@ -138,6 +138,11 @@ def test_loo_estimates_and_pointwise(case):
     assert np.sqrt(n) * np.std(res.p_loo_i.values, ddof=1) == pytest.approx(r["se_p_loo"][0], abs=TOL)
     assert -2 * res.elpd == pytest.approx(r["looic"][0], abs=TOL) and 2 * res.se == pytest.approx(r["se_looic"][0],
                                                                                                     abs=TOL)
+    est = res.estimates  # R's fit$estimates
+    want = [[r[q][0], r[f"se_{q}"][0]] for q in ("elpd_loo", "p_loo", "looic")]
+    np.testing.assert_allclose(est.loc[["elpd_loo", "p_loo", "looic"], ["Estimate", "SE"]].values, want, rtol=0,
+                               atol=TOL)
+    assert res.looic == est.loc["looic", "Estimate"] and res.se_looic == est.loc["looic", "SE"]
     # r_eff = 1 (R's default; pl.loo's reff=1.0): only the tail length's rounding differs from arviz_stats
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

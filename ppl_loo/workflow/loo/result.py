@@ -240,6 +240,25 @@ class LooResult(ELPDDataLOO):
         return lines
 
     @property
+    def looic(self):
+        """R ``loo``'s ``looic``: ``-2 elpd_loo``."""
+        return -2.0 * float(self.elpd)
+
+    @property
+    def se_looic(self):
+        """R ``loo``'s SE of ``looic``: twice the SE of ``elpd_loo``."""
+        return 2.0 * float(self.se)
+
+    @property
+    def estimates(self):
+        """R ``loo``'s ``estimates`` table: rows ``elpd_loo``, ``p_loo``, ``looic``; columns ``Estimate``, ``SE``."""
+        import pandas as pd
+
+        return pd.DataFrame({"Estimate": [float(self.elpd), float(self.p), self.looic],
+                             "SE": [float(self.se), self.p_loo_se, self.se_looic]},
+                            index=["elpd_loo", "p_loo", "looic"])
+
+    @property
     def p_loo_se(self):
         """The SE of ``p_loo``: ``sqrt(n)`` times the sample SD of ``p_loo_i`` (R ``loo``'s ``se_p_loo``)."""
         p_loo_i = getattr(self, "p_loo_i", None)
