@@ -57,11 +57,11 @@ def test_route_compares_gradient_counts(fit):
     refit_cost = 4 * (150 + ROUTE_DRAWS)
     for steps, routed in ((3.0, True), (76.0, True), (77.0, False), (1023.0, False)):
         ok, cost = refit_route(_with_steps(idata, steps), mdl, draws, "auto", None, None)
-        assert cost == {"refit": refit_cost * steps, "smc": 200_000.0}
+        assert cost == {"refit": refit_cost * steps, "smc": 200_000.0, "leapfrog_per_draw": steps}
         assert ok is routed == (refit_cost * steps < 200_000)
     # no recorded leapfrog steps: the most a draw can take at the fit's tree depth 10
     ok, cost = refit_route(_with_steps(idata, None), mdl, draws, "auto", None, None)
-    assert not ok and cost["refit"] == refit_cost * 1023
+    assert not ok and cost["refit"] == refit_cost * 1023 and cost["leapfrog_per_draw"] == 1023
     # the user's draws win over ROUTE_DRAWS
     ok, cost = refit_route(_with_steps(idata, 3.0), mdl, draws, "auto", None, {"draws": 1000})
     assert cost["refit"] == 4 * (150 + 1000) * 3.0
@@ -128,3 +128,19 @@ def test_no_route_where_the_fit_diverged(fit):
         bad = idata.copy()
         bad["sample_stats"] = xr.DataTree(stats.assign(diverging=(stats["diverging"].dims, div.copy())))
         assert refit_route(_with_steps(bad, 3.0), mdl, draws, "auto", None, None)[0] is routed
+
+
+def test_refits_before_the_mixture_run_when_they_cost_less(fit):
+    """A few hard observations are refit at once where their refits cost fewer gradient evaluations than the mixture
+    run alone (4 chains x (1,000 + 1,000) x the leapfrog steps, against 4 x (150 + 500) per refit): 3 of them, not 4;
+    never without the route."""
+    _, model, idata, _ = fit
+    from ppl_loo.workflow.loo.vouch.opinions import refits_before_mixture
+
+    mdl = as_model(model, data=idata)
+    draws = loo_draws(idata, mdl, None, None)
+    route = refit_route(_with_steps(idata, 3.0), mdl, draws, "auto", None, None)
+    assert route[1]["leapfrog_per_draw"] == 3.0
+    assert [refits_before_mixture(route, idata, None, m) for m in (0, 1, 3, 4)] == [False, True, True, False]
+    assert 3 * 4 * (150 + 500) < 4 * 2000 < 4 * 4 * (150 + 500)
+    assert not refits_before_mixture((False, None), idata, None, 1)

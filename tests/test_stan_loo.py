@@ -249,8 +249,13 @@ def test_normal_outlier_loo(normal_fit):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pl.loo(dt, stan, progressbar=False)
+        # the defaults refit the outlier (its refit costs less than SMC and the mixture run): exact
+        refit = pl.loo(dt, stan, progressbar=False)
+        # the search through Stan's gradients, with no independent evidence asked for
+        res = pl.loo(dt, stan, progressbar=False, second_opinions={"smc": False})
     exact = closed_form_loo(NORMAL_DATA)
+    assert refit.evidence.values[OUTLIER] == "refit" and refit.mixture_info is None
+    assert abs(refit.elpd_i.values[OUTLIER] - exact[OUTLIER]) <= 4 * refit.mcse_elpd_i.values[OUTLIER] + 0.02
     err = np.abs(res.elpd_i.values - exact)
     assert np.all(err <= 4 * res.mcse_elpd_i.values + 0.02), (err, res.mcse_elpd_i.values)
     assert res.pareto_k_psis.values[OUTLIER] > res.good_k

@@ -71,6 +71,7 @@ from ppl_loo.workflow.loo.vouch.opinions import (
     mixture_stage,
     needs_independent,
     refit_route,
+    refits_before_mixture,
     route_refit_options,
     smc_stage,
     smc_targets,
@@ -296,13 +297,19 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
         return ev if op is None else ev.with_opinion(op)
 
     mixture, flagged = o["mixture"], ev.examine
+    route = refit_route(data, model, draws, o["smc"], o["refit"], o["refit_kwargs"])
+    # a few hard observations whose refits cost less than the mixture run are refit at once (the mixture "auto"),
+    # where their draws converged (the mixture alone can vouch for the others)
+    todo = flagged & v.unsettled
+    if mixture == "auto" and o["adapt"] != "all" and not (todo & ~ev.conv.ok).any() and refits_before_mixture(
+            route, data, o["mixture_kwargs"], int(todo.sum())):
+        mixture = False
     # one mixture run, about the cost of one fit, settles every observation it can before the search, which costs
     # per observation
     if in_memory and (mixture is True or (mixture == "auto" and (flagged & v.unsettled).any())):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
     obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
-    route = refit_route(data, model, draws, o["smc"], o["refit"], o["refit_kwargs"])
     if route[0] and o["adapt"] != "all":  # what the search could not settle alone goes to the refits directly
         obs_idx = np.setdiff1d(obs_idx, needs_independent(ev, obs_idx))
     ev = _search_stage(ev, model, draws, cfg, obs_idx, o, _refit_seconds(data, o["refit"], route[0]))

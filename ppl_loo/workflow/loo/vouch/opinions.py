@@ -17,6 +17,7 @@ from ppl_loo.workflow.loo.vouch.smc import run_smc, smc_gradients
 
 __all__ = ["mixture_stage", "smc_stage", "smc_targets", "refit_route", "route_refit_options",
            "ROUTE_DRAWS", "needs_independent", "divergent_share",
+           "refits_before_mixture",
            "leapfrog_per_draw",
            "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS",
            "SMC_AUTO_MAX_DIM",
@@ -194,7 +195,19 @@ def refit_route(data, model, draws, smc, refit, refit_kwargs):
     warmup = batched_warmup(settings) if batched_refit_density(model) is not None else settings["warmup"]
     refit = settings["chains"] * (warmup + settings["draws"]) * steps
     smc_cost = smc_gradients(int(np.asarray(draws.theta).shape[0]))
-    return bool(refit < smc_cost), {"refit": float(refit), "smc": float(smc_cost)}
+    return bool(refit < smc_cost), {"refit": float(refit), "smc": float(smc_cost), "leapfrog_per_draw": float(steps)}
+
+
+def refits_before_mixture(route, data, mixture_kwargs, n_unsettled):
+    """Whether refitting the ``n_unsettled`` observations plain PSIS leaves unsettled costs fewer gradient evaluations
+    than the mixture run alone (chains x (warmup + draws) of :func:`mixture_run_settings` x the fit's leapfrog steps
+    per draw): a few hard observations of a model whose refits take SMC's place (``route``, :func:`refit_route`) are
+    then refit at once, exact, with neither the mixture run nor the search."""
+    if not route[0] or n_unsettled < 1:
+        return False
+    settings = mixture_run_settings(data, mixture_kwargs)
+    mixture = settings["chains"] * (settings["warmup"] + settings["draws"]) * route[1]["leapfrog_per_draw"]
+    return bool(n_unsettled * route[1]["refit"] < mixture)
 
 
 def needs_independent(ev, idx):
