@@ -65,7 +65,9 @@ def poisson_fit():
     model = _poisson_model(x, y)
     with model:
         idata = pm.sample(**SAMPLE, random_seed=21)
-    res = pl.loo(idata, model, progressbar=False, search={"adapt": "flagged"})  # the flagged ones are refit below
+    # the flagged ones are refit below; SMC as their second opinion (no refit in its place): the estimates the search
+    # and SMC give are checked
+    res = pl.loo(idata, model, progressbar=False, search={"adapt": "flagged"}, second_opinions={"smc": True})
     return model, idata, x, y, outliers, res
 
 

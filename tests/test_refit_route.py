@@ -65,8 +65,9 @@ def test_route_compares_gradient_counts(fit):
     # the user's draws win over ROUTE_DRAWS
     ok, cost = refit_route(_with_steps(idata, 3.0), mdl, draws, "auto", None, {"draws": 1000})
     assert cost["refit"] == 4 * (150 + 1000) * 3.0
-    # never with smc forced or off, under a refit time budget, or above SMC's dimension limit
-    for smc, refit in ((True, None), (False, None), ("auto", 30.0)):
+    # never with smc forced or off, where the user chose the refits, or above SMC's dimension limit
+    assert refit_route(_with_steps(idata, 3.0), mdl, draws, "auto", "doubtful", None)[0]
+    for smc, refit in ((True, None), (False, None), ("auto", 30.0), ("auto", [0, 1]), ("auto", "flagged")):
         assert refit_route(_with_steps(idata, 3.0), mdl, draws, smc, refit, None) == (False, None)
     wide = draws._replace(theta=np.zeros((draws.theta.shape[0], SMC_AUTO_MAX_DIM + 1)))
     assert refit_route(_with_steps(idata, 3.0), mdl, wide, "auto", None, None) == (False, None)

@@ -86,6 +86,12 @@ def check_ties(res, data=None, says="tie"):
     assert np.isfinite(res.elpd) and np.isfinite(res.se)
 
 
+def check_array_input(res):
+    """A constant log-likelihood of -1 per draw: every ``elpd_i`` is -1 and ``p_loo_i`` 0 exactly."""
+    np.testing.assert_array_equal(res.elpd_i.values, [-1.0, -1.0, -1.0])
+    np.testing.assert_array_equal(res.p_loo_i.values, [0.0, 0.0, 0.0])
+
+
 def check_constant(res):
     c = -1.25
     assert np.asarray(res.pareto_k.values)[0] == -np.inf
@@ -304,8 +310,11 @@ ROWS = [
         says=("2 draws", "at least 25", "sample more"), regression=True),
     Row(E, "shapes and types", "4 chains x 5 draws (fewer than PSIS needs)", lambda: pl.loo(few(4, 5)),
         error=ValueError, says=("20 draws", "at least 25"), regression=True),
-    Row(E, "shapes and types", "data is a numpy array", lambda: pl.loo(np.ones((4, 100, 3))), error=ValueError,
-        says=("no 'log_likelihood' group", "model=")),
+    Row(E, "shapes and types", "data is a numpy array of the log-likelihood (R's loo.array)",
+        lambda: pl.loo(-np.ones((4, 100, 3))), check=check_array_input, warns=UserWarning,
+        says=("identical draws",)),
+    Row(E, "shapes and types", "data is a 1-D numpy array", lambda: pl.loo(np.ones(10)), error=ValueError,
+        says=("shape (10,)", "(draw, obs)", "(chain, draw, *obs)")),
     Row(E, "shapes and types", "data is a string", lambda: pl.loo("fit.nc"), error=TypeError,
         says=("DataTree", "str")),
     Row(E, "NaN and inf", "NaN in posterior draws", lambda: pl.loo(with_nan_posterior()), error=ValueError,

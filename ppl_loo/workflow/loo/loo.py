@@ -301,7 +301,7 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     # a few hard observations whose refits cost less than the mixture run are refit at once (the mixture "auto"),
     # where their draws converged (the mixture alone can vouch for the others)
     todo = flagged & v.unsettled
-    if mixture == "auto" and o["adapt"] != "all" and not (todo & ~ev.conv.ok).any() and refits_before_mixture(
+    if mixture == "auto" and o["adapt"] == "auto" and not (todo & ~ev.conv.ok).any() and refits_before_mixture(
             route, data, o["mixture_kwargs"], int(todo.sum())):
         mixture = False
     # one mixture run, about the cost of one fit, settles every observation it can before the search, which costs
@@ -310,9 +310,9 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
         ev = with_mixture(ev)
         v = verdict(ev, rules)
     obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
-    if route[0] and o["adapt"] != "all":  # what the search could not settle alone goes to the refits directly
+    if route[0] and o["adapt"] == "auto":  # what the search could not settle alone goes to the refits directly
         obs_idx = np.setdiff1d(obs_idx, needs_independent(ev, obs_idx))
-    ev = _search_stage(ev, model, draws, cfg, obs_idx, o, _refit_seconds(data, o["refit"], route[0]))
+    ev = _search_stage(ev, model, draws, cfg, obs_idx, o, _refit_seconds(data, o["refit"]))
     if o["adapt"] != "all":
         # where the mixture estimate vouches alone, the search's estimate corroborates it where it is imprecise
         # (and is the more precise), least precise first
@@ -416,12 +416,13 @@ def _corroborate(ev, model, draws, cfg, alone, se, o):
     return _search(ev, model, draws, cfg, alone, o) if alone.size else ev
 
 
-def _refit_seconds(data, refit, routed=False):
+def _refit_seconds(data, refit):
     """The cost of one refit, as the fit's own recorded wall time (:func:`~ppl_loo.workflow.loo.inputs.fit_seconds`),
-    where the observations the search leaves unsettled are refit (``refit="doubtful"``, a time budget, or the refits
-    that take SMC's place, ``routed``); None otherwise or where the fit's time is not recorded. Refits run with the
-    fit's settings, one after the other at most: an upper bound of their cost (batched refits cost less)."""
-    if routed or (isinstance(refit, str) and refit == "doubtful") or _refit_budget(refit) < np.inf:
+    where the observations the search leaves unsettled are refit (``refit="doubtful"`` or a time budget); None
+    otherwise or where the fit's time is not recorded. Refits run with the fit's settings, one after the other at
+    most: an upper bound of their cost (batched refits cost less). The refits that take SMC's place do not stop the
+    search by its measured time: two runs of one call would differ."""
+    if (isinstance(refit, str) and refit == "doubtful") or _refit_budget(refit) < np.inf:
         return fit_seconds(data)
     return None
 

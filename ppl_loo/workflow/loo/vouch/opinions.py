@@ -159,9 +159,9 @@ ROUTE_DRAWS = 500
 
 
 def route_refit_options(data, refit_kwargs):
-    """``refit_options`` of the refits that take SMC's place: the user's, with at most :data:`ROUTE_DRAWS` draws per
-    chain unless they set ``draws``."""
-    options = dict(refit_kwargs or {})
+    """``refit_options`` of the refits that take SMC's place: the user's (without ``checkpoint``, which keeps the
+    refits ``refit=`` asks for), with at most :data:`ROUTE_DRAWS` draws per chain unless they set ``draws``."""
+    options = {k: v for k, v in dict(refit_kwargs or {}).items() if k != "checkpoint"}  # the user's refits' file
     if "draws" not in options:
         options["draws"] = min(int(data["posterior"].sizes["draw"]), ROUTE_DRAWS)
     return options
@@ -180,12 +180,13 @@ def refit_route(data, model, draws, smc, refit, refit_kwargs):
     :data:`~ppl_loo.workflow.loo.vouch.smc.MOVES` x :data:`~ppl_loo.workflow.loo.vouch.smc.LEAPFROG`; it takes more
     steps the further the LOO posterior is from the posterior. Both counts are per observation (batched refits run
     their observations side by side, as SMC does). Never for draws of an approximation, where the fit's settings
-    cannot be reused (one chain), under a time budget for refits (``refit=`` seconds: it bounds them all), or where
+    cannot be reused (one chain), where the user chose the refits (``refit=`` indices, ``"flagged"`` or a time
+    budget; ``"doubtful"`` refits what the route leaves doubtful), or where
     more than :data:`~ppl_loo.workflow.loo.vouch.mixture.MAX_DIVERGENT` of the fit's transitions diverged (its sampler
     struggles with the geometry, as refits with its settings would: a funnel)."""
     d = int(np.asarray(draws.theta).shape[1])
-    budget = isinstance(refit, (int, float, np.integer, np.floating)) and not isinstance(refit, bool)
-    if smc != "auto" or draws.approx or d > SMC_AUTO_MAX_DIM or budget or divergent_share(data) > MAX_DIVERGENT:
+    own = refit is not None and not (isinstance(refit, str) and refit == "doubtful")
+    if smc != "auto" or draws.approx or d > SMC_AUTO_MAX_DIM or own or divergent_share(data) > MAX_DIVERGENT:
         return False, None
     try:
         settings = refit_settings(data, route_refit_options(data, refit_kwargs))
