@@ -169,7 +169,8 @@ def route_refit_options(data, refit_kwargs):
 
 def refit_route(data, model, draws, smc, refit, refit_kwargs):
     """Whether the observations that ask for independent evidence (:func:`smc_targets`) are refit instead of going
-    to tempered SMC, and the costs compared: ``(bool, {"refit": ..., "smc": ...} or None)``. Only with ``smc="auto"``
+    to tempered SMC, and the costs compared: ``(bool, {"refit": ..., "smc": ..., "leapfrog_per_draw": ...} or
+    None)``. Only with ``smc="auto"``
     where SMC would run (at most :data:`SMC_AUTO_MAX_DIM` parameters) and a refit costs fewer gradient evaluations
     than SMC's cheapest run on one observation.
 
