@@ -13,8 +13,9 @@
 - **Persistent XLA compilation cache** (on by default): the first entry point called points JAX's
   ``jax_compilation_cache_dir`` at ``$PPL_LOO_CACHE_DIR``, by default ``$XDG_CACHE_HOME/ppl_loo/xla``
   (``~/.cache/ppl_loo/xla``), so that the adaptive search, the mixture run and the other compiled
-  programs are compiled once per machine rather than once per Python session. The folder is bounded
-  (:data:`CACHE_MAX_BYTES`, least recently used entries evicted) and shared safely by concurrent
+  programs are compiled once per machine rather than once per Python session (every program, the
+  small ones too; the traced programs themselves are kept beside them, :mod:`ppl_loo.program_cache`).
+  The folder is bounded (:data:`CACHE_MAX_BYTES`, least recently used entries evicted) and shared safely by concurrent
   processes (JAX locks it while it writes or evicts). ``PPL_LOO_CACHE_DIR=off`` turns it off; a
   cache directory the user configured in JAX is never replaced.
 """
@@ -34,8 +35,9 @@ __all__ = ["x64", "uses_x64", "CACHE_ENV", "CACHE_MAX_BYTES", "cache_folder"]
 CACHE_ENV = "PPL_LOO_CACHE_DIR"
 #: the most the compilation cache holds on disk; beyond it JAX evicts the least recently used programs
 CACHE_MAX_BYTES = 2 * 1024**3
-#: programs that compile faster than this are not written to the cache (reading them back would save nothing)
-CACHE_MIN_COMPILE_SECONDS = 0.5
+#: programs that compile faster than this are not written to the cache: none, since a new process compiles dozens of
+#: small programs (eager array operations, PSIS), each read back faster than compiled
+CACHE_MIN_COMPILE_SECONDS = 0.0
 
 _LOCK = threading.Lock()
 _GLOBAL = {"depth": 0, "saved": False}  # nesting depth of x64() blocks and the user's process-wide value

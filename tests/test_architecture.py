@@ -28,7 +28,7 @@ MODULES = _modules()
 
 def _layer(name):
     part = name.split(".")[1] if "." in name else ""
-    if name == "ppl_loo.jax_settings" or part == "numerics":
+    if name in ("ppl_loo.jax_settings", "ppl_loo.program_cache") or part == "numerics":
         return 0
     if part in ("stan_bridge", "io", "datasets"):
         return 1

@@ -71,6 +71,7 @@ from blackjax.smc.tempered import TemperedSMCState
 from jax.scipy.special import logsumexp
 
 from ppl_loo.jax_settings import uses_x64
+from ppl_loo.program_cache import exported_jit
 
 __all__ = ["SMCResult", "smc_loo"]
 
@@ -149,7 +150,8 @@ def _smc_one(logp, loglik_i, i, key, particles, *, target_ess, num_mcmc_steps, n
 def smc_loo(logp: Callable, loglik_i: Callable, theta0, obs, key, *, populations: int = 8,
             target_ess: float = 0.8, num_mcmc_steps: int = 10, kernel: str = "hmc",
             max_steps: int = 100, step_size: float | None = None, num_integration_steps: int | None = None,
-            target_accept: float | None = None, batch_size: int = 8) -> SMCResult:
+            target_accept: float | None = None, batch_size: int = 8, program_key=None,
+            store=None) -> SMCResult:
     """Adaptive tempered SMC estimate of ``elpd_i`` (eq. 2) for each observation in ``obs``.
 
     Parameters
@@ -181,6 +183,12 @@ def smc_loo(logp: Callable, loglik_i: Callable, theta0, obs, key, *, populations
         the kernel's defaults.
     batch_size : int
         Observations vmapped together (memory ~ ``batch_size * S * d``).
+    program_key : str, optional
+        A digest that determines ``logp`` and ``loglik_i`` (:func:`ppl_loo.model.fingerprint.model_fingerprint`):
+        the traced program is then kept on disk for later processes (:func:`ppl_loo.program_cache.exported_jit`).
+    store : callable, optional
+        Where that program is kept in this process: ``store(name, key, build)`` (``Model.compiled``; by default,
+        for this call only).
 
     Returns
     -------
@@ -210,8 +218,14 @@ def smc_loo(logp: Callable, loglik_i: Callable, theta0, obs, key, *, populations
            ("n_leapfrog", int(num_integration_steps or n_leap)), ("target_accept", float(target_accept or acc_default)),
            ("max_steps", int(max_steps)), ("step_size", None if step_size is None else float(step_size)))
     pops = theta0[: K * n_part].reshape(K, n_part, theta0.shape[1])
-    fns = tuple(f if _hashable(f) else (lambda *a, f=f: f(*a)) for f in (logp, loglik_i))  # jit static arguments
-    out = _run(*fns, cfg, pops, obs, key, int(batch_size))
+    if program_key is not None:
+        build = partial(exported_jit, partial(_run_body, logp, loglik_i, cfg, batch_size=int(batch_size)), "smc",
+                        (program_key, cfg, int(batch_size)))
+        program = build() if store is None else store("smc", (program_key, cfg, int(batch_size)), build)
+        out = program(pops, obs, key)
+    else:
+        fns = tuple(f if _hashable(f) else (lambda *a, f=f: f(*a)) for f in (logp, loglik_i))  # jit static arguments
+        out = _run(*fns, cfg, pops, obs, key, int(batch_size))
     log_z, n_steps, lam, acc = (np.asarray(a) for a in out)  # each (m, K)
     log_zbar = logsumexp(log_z, axis=1) - np.log(K)
     rel = np.exp(log_z - log_zbar[:, None])
@@ -231,6 +245,11 @@ def _hashable(f):
 
 @partial(jax.jit, static_argnums=(0, 1, 2, 6))
 def _run(logp, loglik_i, cfg, pops, obs, key, batch_size):
+    """:func:`_run_body` jit-compiled for these functions and settings."""
+    return _run_body(logp, loglik_i, cfg, pops, obs, key, batch_size)
+
+
+def _run_body(logp, loglik_i, cfg, pops, obs, key, batch_size):
     """:func:`_smc_one` (settings ``cfg``) on every (observation, population) pair: one ``vmap`` over
     ``batch_size`` observations times ``K`` populations, the batches in ``lax.map`` (``obs`` padded to
     a multiple of ``batch_size``: one compiled body, reused for the same functions and settings).

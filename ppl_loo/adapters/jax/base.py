@@ -243,6 +243,9 @@ class PosteriorModel:
         f = jax.vmap(both)
         return jax.vmap(lambda t: f(theta + t * delta))(ts)
 
+    # a function of logp and loglik_i (loo_logp) only: ppl_loo.model.fingerprint may stand for the search's program
+    line_eval.generic_line_eval = True
+
     def logp_line(self, theta, delta, ts, i=None):
         """Log density at ``theta + t * delta`` for every ``t`` in ``ts``: shape ``(T, S)``.
 

@@ -485,6 +485,9 @@ class PyMCModel(PosteriorModel):
         ll_i = -softplus(-sign[i] * (mu0[:, i][None] + t * dmu[:, i][None]))
         return logp, ll_i
 
+    # generic where the model has no structure (``glm`` None), the only case ppl_loo.model.fingerprint accepts
+    line_eval.generic_line_eval = True
+
     def _line_eval_blocked(self, cache, theta, delta, ts, i):
         """:meth:`line_eval` without the ``(S, n)`` logit: the block displacement as an ``(S, q)`` array
         and the likelihood sum over blocks of rows (:func:`~ppl_loo.numerics.glm_lines.blocked_softplus_sum`)."""

@@ -4,13 +4,14 @@ rebuilt from a stored result."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
 from ppl_loo.adapters.as_model import as_model
+from ppl_loo.model.fingerprint import model_fingerprint
 from ppl_loo.numerics.loo import EngineConfig, EngineData, build_engine, mapped_search
+from ppl_loo.program_cache import exported_jit
 
 __all__ = ["compiled_engine", "config_to_plain", "config_from_plain", "engine_data", "proposal_points", "draws_array",
            "adapted_weights_array"]
@@ -45,7 +46,12 @@ def compiled_engine(model, cfg, posterior_draws, batch_size, log_q_fn=None):
 
     def build():
         search, points = build_engine(model, cfg, posterior_draws=posterior_draws, log_q_fn=log_q_fn)
-        return search, points, mapped_search(search, batch_size), jax.jit(search.prepare)
+        # the traced programs kept on disk for a model its fingerprint determines (not for an approximation's draws)
+        fp = model_fingerprint(model) if log_q_fn is None else None
+        key = None if fp is None else (fp, tuple(cfg), bool(posterior_draws), int(batch_size))
+        mapped = mapped_search(search, batch_size)
+        return (search, points, exported_jit(mapped, "search", key),
+                exported_jit(search.prepare, "search.prepare", key))
 
     return model.compiled("engines", (cfg, bool(posterior_draws), int(batch_size), log_q_fn), build)
 

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from ppl_loo.model.fingerprint import model_fingerprint
 from ppl_loo.numerics.random import prng_key, seed_from
 from ppl_loo.numerics.smc import smc_loo
 from ppl_loo.workflow.loo.interrupt import run_interruptible
@@ -58,9 +59,10 @@ def run_smc(model, draws, targets, random_seed=None):
                 "n_ok": 0, "seconds": 0.0}
         return Opinion("smc", np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, bool)), info
     seed = int(np.random.default_rng(seed_from(random_seed, np.asarray(draws.theta, dtype=np.float64))).integers(2**31))
+    program_key = model_fingerprint(model) if model.factorizes else None  # the program kept on disk
     call = functools.partial(smc_loo, model.logp, model.loglik_i, theta, np.asarray(targets, dtype=np.int64),
                              prng_key(seed + 1), populations=pops, num_mcmc_steps=MOVES,
-                             num_integration_steps=LEAPFROG)
+                             num_integration_steps=LEAPFROG, program_key=program_key, store=model.compiled)
     t0 = time.perf_counter()
     res = run_interruptible(call, model.cancel)
     seconds = time.perf_counter() - t0
