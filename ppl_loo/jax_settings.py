@@ -15,8 +15,9 @@
   (``~/.cache/ppl_loo/xla``), so that the adaptive search, the mixture run and the other compiled
   programs are compiled once per machine rather than once per Python session (every program, the
   small ones too; the traced programs themselves are kept beside them, :mod:`ppl_loo.program_cache`).
-  The folder is bounded (:data:`CACHE_MAX_BYTES`, least recently used entries evicted) and shared safely by concurrent
-  processes (JAX locks it while it writes or evicts). ``PPL_LOO_CACHE_DIR=off`` turns it off; a
+  The folder is bounded (:data:`CACHE_MAX_BYTES`, the oldest entries removed when a process first uses it) and
+  shared by concurrent processes (an entry read while another process writes it is compiled again, with JAX's
+  warning "Error reading persistent compilation cache entry"). ``PPL_LOO_CACHE_DIR=off`` turns it off; a
   cache directory the user configured in JAX is never replaced.
 """
 
@@ -29,11 +30,11 @@ import threading
 
 import jax
 
-__all__ = ["x64", "uses_x64", "CACHE_ENV", "CACHE_MAX_BYTES", "cache_folder"]
+__all__ = ["x64", "uses_x64", "CACHE_ENV", "CACHE_MAX_BYTES", "cache_folder", "bound_folder"]
 
 #: environment variable naming the persistent compilation cache directory ("off": none; unset: the default folder)
 CACHE_ENV = "PPL_LOO_CACHE_DIR"
-#: the most the compilation cache holds on disk; beyond it JAX evicts the least recently used programs
+#: the most the compilation cache holds on disk; beyond it the oldest programs are removed when a process starts
 CACHE_MAX_BYTES = 2 * 1024**3
 #: programs that compile faster than this are not written to the cache: none, since a new process compiles dozens of
 #: small programs (eager array operations, PSIS), each read back faster than compiled
@@ -113,6 +114,32 @@ def _use_cache():
         return
     if not os.access(path, os.W_OK):
         return
+    bound_folder(path, CACHE_MAX_BYTES)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
-    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+    # JAX's own bound scans the whole folder under a lock at every write (thousands of small programs: seconds each);
+    # bound_folder keeps it bounded once per process instead
+    jax.config.update("jax_compilation_cache_max_size", -1)
+
+
+def bound_folder(path, max_bytes):
+    """Remove the oldest files (by modification time) of ``path``, its subfolders included, until it holds at most
+    ``max_bytes``; files another process removes meanwhile are skipped."""
+    entries = []
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            entries.append((st.st_mtime, st.st_size, full))
+    total = sum(size for _, size, _ in entries)
+    for _, size, full in sorted(entries):
+        if total <= max_bytes:
+            break
+        try:
+            os.remove(full)
+        except OSError:
+            continue
+        total -= size

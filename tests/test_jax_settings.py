@@ -103,3 +103,18 @@ def test_the_cache_is_turned_off_or_moved_and_a_users_own_is_kept(tmp_path):
     assert run("-", PPL_LOO_CACHE_DIR=str(tmp_path / "mine")) == str(tmp_path / "mine")
     assert run(str(tmp_path / "users"), PPL_LOO_CACHE_DIR=str(tmp_path / "mine")) == str(tmp_path / "users")
     assert run("-") == str(tmp_path / "ppl_loo" / "xla")
+
+
+def test_the_cache_folder_is_bounded_oldest_first(tmp_path):
+    """Five 100-byte files written one after another (a subfolder too), bounded to 250 bytes: the three oldest go."""
+    from ppl_loo.jax_settings import bound_folder
+
+    (tmp_path / "exported").mkdir()
+    paths = [tmp_path / f"a{k}" for k in range(3)] + [tmp_path / "exported" / f"b{k}" for k in range(2)]
+    for t, p in enumerate(paths):
+        p.write_bytes(b"x" * 100)
+        os.utime(p, (1000 + t, 1000 + t))
+    bound_folder(tmp_path, 250)
+    assert [p.exists() for p in paths] == [False, False, False, True, True]
+    bound_folder(tmp_path, 250)  # within the bound: nothing removed
+    assert sum(p.exists() for p in paths) == 2
