@@ -123,6 +123,25 @@ def test_the_fingerprint_follows_the_model_not_the_object():
         assert a != model_fingerprint(as_model(m))
 
 
+def test_data_inside_a_jitted_likelihood_are_part_of_the_fingerprint():
+    """A JAX model whose log-likelihood is a jitted function closing over its data: the data are constants of the
+    inner jaxpr, which printing does not show; other data give another fingerprint."""
+    import jax.scipy.stats as st
+
+    import ppl_loo as pl
+
+    def model(y):
+        ll = jax.jit(lambda v: st.norm.logpdf(jnp.asarray(y), v["mu"], 1.0))
+        return pl.JaxModel({"mu": ((), None)}, lambda v: st.norm.logpdf(v["mu"], 0.0, 10.0), ll, obs_dims=("obs",),
+                           observed=y)
+
+    y = np.array([0.1, -0.4, 0.3])
+    with x64():
+        a = model_fingerprint(as_model(model(y)))
+        assert a is not None and a == model_fingerprint(as_model(model(y.copy())))
+        assert a != model_fingerprint(as_model(model(np.array([0.1, -0.4, 0.31]))))
+
+
 def test_a_structured_model_has_no_fingerprint():
     import ppl_loo as pl
 

@@ -26,12 +26,34 @@ GENERIC = "generic_line_eval"
 
 
 def _jaxpr_digest(h, fn, *specs):
-    closed = jax.make_jaxpr(fn)(*specs)
-    h.update(str(closed.jaxpr).encode())
+    """Hash the program of ``fn`` and of its gradient in its first argument at ``specs``: the printed jaxprs and the
+    values of every constant, those of the jaxprs nested in its equations (a jitted function's closed-over arrays are
+    constants of its own jaxpr, which printing names but does not show) included."""
+    for f in (fn, jax.grad(fn)):
+        closed = jax.make_jaxpr(f)(*specs)
+        h.update(str(closed.jaxpr).encode())
+        _consts_digest(h, closed)
+
+
+def _consts_digest(h, closed):
     for c in closed.consts:
         a = np.asarray(c)
         h.update(repr((a.shape, str(a.dtype))).encode())
         h.update(np.ascontiguousarray(a).tobytes())
+    for eqn in closed.jaxpr.eqns:
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(sub, "consts") and hasattr(sub, "jaxpr"):  # a ClosedJaxpr
+                    _consts_digest(h, sub)
+                elif hasattr(sub, "eqns"):  # a Jaxpr: its constants are inputs, bound where it is used
+                    _consts_digest(h, _Closed(sub))
+
+
+class _Closed:
+    """A Jaxpr without constants, shaped as a ClosedJaxpr for :func:`_consts_digest`."""
+
+    def __init__(self, jaxpr):
+        self.jaxpr, self.consts = jaxpr, ()
 
 
 def model_fingerprint(model) -> str | None:
