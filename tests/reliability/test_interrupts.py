@@ -214,7 +214,9 @@ print("DONE", flush=True)
 def test_sigint_during_stan_search():
     """Ctrl-C while a batch of the search runs in XLA and Stan's native code (where Python's handler cannot
     run): KeyboardInterrupt reaches the script, and the batch is aborted through the model's cancel flag."""
-    r = interrupt_when(SEARCH_SCRIPT, bar_moved("adaptive LOO"), after_s=1.0, timeout_s=900, env={"ROOT": str(ROOT)})
+    # 0.4 s after the bar moves: inside the next batch (about a second per observation with warm caches), before the
+    # batch's last host callback
+    r = interrupt_when(SEARCH_SCRIPT, bar_moved("adaptive LOO"), after_s=0.4, timeout_s=900, env={"ROOT": str(ROOT)})
     assert "DONE" not in r["output"]
     _stopped(r)
     # the host callbacks saw the cancel flag and raised: the batch was aborted, not left running until its end
