@@ -25,7 +25,7 @@ import ppl_loo as pl
 from ppl_loo.adapters.stan.posterior import loo_adapter
 from ppl_loo.io.cmdstan import read_cmdstan_csv
 from ppl_loo.stan_bridge.compile import SAMPLER_FLAG, cache_key, cached_build
-from ppl_loo.stan_bridge.derived import mixture_program
+from ppl_loo.stan_bridge.derived import sampling_program
 
 ROOT = Path(__file__).resolve().parents[1]
 NORMAL = ROOT / "stan_models" / "normal_known_sigma.stan"
@@ -97,9 +97,9 @@ def test_loo_reuses_the_library_compiled_for_sample(sampled, tmp_path, monkeypat
     assert deleted.compiled is False and deleted.build.library == plain.build.library
 
 
-def test_sample_compiles_the_mixture_program_that_loo_runs(sampled):
+def test_sample_compiles_the_sampling_program_that_loo_runs(sampled):
     """After ``ppl-loo sample`` the derived mixture program is in the cache, under the key ``pl.loo``'s mixture run
     looks up: building it there compiles nothing."""
     model = pl.StanModel(NORMAL, DATA, sampler=True)
-    assert cached_build(mixture_program(model.code, "log_lik"), (SAMPLER_FLAG,)) is not None
-    assert loo_adapter(model)._mixture_program().compiled is False
+    assert cached_build(sampling_program(model.code, "log_lik"), (SAMPLER_FLAG,)) is not None
+    assert loo_adapter(model)._sampling_program().compiled is False

@@ -1,11 +1,13 @@
 """The mixture-importance-sampling target as a derived Stan program, sampled by Stan's own NUTS
-(:func:`ppl_loo.stan_bridge.derived.mixture_program`, :meth:`StanPosterior.mixture_draws`).
+(:func:`ppl_loo.stan_bridge.derived.sampling_program` at ``ppl_loo_obs_index = 0``,
+:meth:`StanPosterior.mixture_draws`); at an observation's index the same program is the posterior without it.
 
 Known answers:
 
 - the derived program's log density is ``logp + logsumexp(-log_lik)``, with ``logp`` and ``log_lik``
   in closed form (NumPy / SciPy) for a linear regression with known noise and for eight schools
-  (non-centred, one parameter per school), and its gradient is the closed-form gradient;
+  (non-centred, one parameter per school), and its gradient is the closed-form gradient; at index ``j + 1``
+  it is ``logp - log_lik[j]``;
 - for the conjugate regression, ``q_mix(beta) ∝ p(beta | y) sum_j 1 / p(y_j | beta)`` is exactly the
   Gaussian mixture ``sum_j w_j N(m_-j, C_-j)`` with ``w_j ∝ 1 / p(y_j | y_-j)``, so the mean of the
   draws is known, and the mixture-IS estimate of every ``elpd_i`` (Silva & Zanella 2023) must match
@@ -33,7 +35,7 @@ import ppl_loo as pl
 from ppl_loo.adapters.stan.posterior import StanPosterior
 from ppl_loo.model.build import from_adapter
 from ppl_loo.numerics.psis import psislw
-from ppl_loo.stan_bridge.derived import canonical, mixture_program
+from ppl_loo.stan_bridge.derived import canonical, sampling_program
 from tests.linear_models import STAN_LINEAR, problem, stan_model
 
 pytestmark = pytest.mark.x64
@@ -91,7 +93,7 @@ def _linear_parts(m, beta):
 
 def test_linear_mixture_density_is_logp_plus_logsumexp(linear):
     m, post = linear
-    sm = post._mixture_program()  # built with the sampler, checked at its own test points
+    sm = post._sampling_program()  # built with the sampler, checked at its own test points
     assert sm.dim == post.dim == m.dim
     assert sm.unconstrained_param_names() == post.bridge.unconstrained_param_names()
     x = np.random.default_rng(1).normal(0.0, 1.5, (6, m.dim))
@@ -106,13 +108,13 @@ def test_linear_mixture_density_is_logp_plus_logsumexp(linear):
     # gradient: grad logp - sum_j softmax(-ll)_j grad ll_j
     want_g = g_logp - np.einsum("sn,snp->sp", softmax(-ll, axis=1), g_ll)
     np.testing.assert_allclose(grad, want_g, rtol=1e-9, atol=1e-9)
-    assert post._mixture_program() is sm  # cached on the posterior
+    assert post._sampling_program() is sm  # cached on the posterior
 
 
 def test_eight_schools_mixture_density_is_logp_plus_logsumexp():
-    code = mixture_program(ES_CODE)
+    code = sampling_program(ES_CODE)
     assert "generated quantities" in code and "y_hat[j] = normal_rng" in code  # kept for the CSV output
-    sm = pl.StanModel(code, {"J": 8, "y": ES_Y, "sigma": ES_SIG})
+    sm = pl.StanModel(code, {"J": 8, "y": ES_Y, "sigma": ES_SIG, "ppl_loo_obs_index": 0})
     assert sm.dim == 10
     assert sm.unconstrained_param_names()[:2] == ["mu", "tau"]
     x = np.random.default_rng(2).normal(0.0, 0.8, (6, 10))
@@ -129,6 +131,12 @@ def test_eight_schools_mixture_density_is_logp_plus_logsumexp():
     gq = sm.param_constrain(x, include_tp=True, include_gq=True)
     cols = [k for k, n in enumerate(sm.constrained_param_names()) if n.startswith("log_lik.")]
     np.testing.assert_allclose(gq[:, cols], ll, rtol=1e-12)
+    # the same compiled program with ppl_loo_obs_index = j + 1: the posterior without school j, logp - ll_j
+    for j in (0, 6):
+        loo = sm.with_data({"J": 8, "y": ES_Y, "sigma": ES_SIG, "ppl_loo_obs_index": j + 1})
+        assert loo.compiled is False
+        got = loo.log_density(x)
+        np.testing.assert_allclose(got, logp - ll[:, j], rtol=1e-10)
 
 
 def _batch_se(z, n_batches=20):
@@ -192,9 +200,9 @@ def test_protocol_field(linear):
 def test_errors():
     no_gq = STAN_LINEAR.split("generated quantities")[0]
     with pytest.raises(ValueError, match="no generated quantities block"):
-        mixture_program(no_gq)
+        sampling_program(no_gq)
     with pytest.raises(ValueError, match="'loglik' is not declared at the top of the generated quantities"):
-        mixture_program(STAN_LINEAR, log_lik="loglik")
+        sampling_program(STAN_LINEAR, log_lik="loglik")
 
 
 def test_program_without_model_block():
@@ -206,7 +214,7 @@ generated quantities {
   for (n in 1:N) log_lik[n] = normal_lpdf(y[n] | mu, 1);
 }
 """
-    derived = mixture_program(code)
+    derived = sampling_program(code)
     assert derived.index("model {") < derived.index("generated quantities {")
     assert "target += log_sum_exp(-to_vector(log_lik));" in derived
     canonical(derived)  # stanc reads it
@@ -217,4 +225,8 @@ def test_check_rejects_a_wrong_program(linear):
     original program itself) raises, naming the derived program and the difference."""
     _, post = linear
     with pytest.raises(ValueError, match=r"derived mixture program .* \(difference [0-9.e+-]+\)"):
-        post._check_mixture_model(post.bridge)
+        post._check_sampling_model(post.bridge)
+    # and at an observation's index: the mixture program is not the posterior without observation 0 (the outlier's
+    # term dominates logsumexp(-log_lik), so the mixture is nearly the posterior without observation 3)
+    with pytest.raises(ValueError, match=r"program of the posterior without observation 0 \(logp - log_lik\[1\]\)"):
+        post._check_sampling_model(post._sampling_program(), obs=0)

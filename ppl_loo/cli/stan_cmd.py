@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import ppl_loo as pl
-from ppl_loo.adapters.stan.posterior import compile_mixture_program
+from ppl_loo.adapters.stan.posterior import compile_sampling_program
 from ppl_loo.cli.errors import (
     BAD_INPUT,
     DOUBTFUL,
@@ -301,9 +301,9 @@ def run_sample(args):
     check_program_file(args.stan_file)
     data = load_data(args.data)
     model = _compile(args, data, sampler=True)
-    ahead = threading.Thread(target=compile_mixture_program, args=(model, getattr(args, "log_lik", "log_lik")),
-                             name="ppl_loo-compile-mixture", daemon=True)
-    ahead.start()  # beside the sampler: the derived program ppl-loo loo samples where plain PSIS does not settle
+    ahead = threading.Thread(target=compile_sampling_program, args=(model, getattr(args, "log_lik", "log_lik")),
+                             name="ppl_loo-compile-sampling", daemon=True)
+    ahead.start()  # beside the sampler: the derived program ppl-loo loo samples (mixture run, refits)
     _say(args, f"sampling {args.stan_file}: {args.chains} chains x ({args.warmup} warmup + {args.draws} draws), "
                f"seed {args.seed}")
     try:

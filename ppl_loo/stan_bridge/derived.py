@@ -1,5 +1,5 @@
-"""The derived Stan programs: one entry of the ``log_lik`` generated quantity, and the mixture of
-all LOO posteriors.
+"""The derived Stan programs: one entry of the ``log_lik`` generated quantity, and the program Stan's NUTS
+samples for LOO (the mixture of all LOO posteriors, or one LOO posterior).
 
 This module owns both programs that ppl_loo derives from a user's Stan program by moving the
 ``generated quantities`` statements into the ``model`` block, so that Stan's autodiff
@@ -7,10 +7,11 @@ differentiates ``log_lik`` and Stan's own NUTS can sample from a density built o
 
 - :func:`loglik_program`: log density ``log_lik[i]`` (exact LOO for programs with parameters
   indexed by observation, below);
-- :func:`mixture_program`: log density ``log p(theta | y) + log sum_j exp(-log_lik[j])``, the
+- :func:`sampling_program`: log density ``log p(theta | y) + log sum_j exp(-log_lik[j])``, the
   mixture-importance-sampling target of Silva & Zanella (2023), ``q_mix(theta) ∝ p(theta | y)
   sum_j 1 / p(y_j | theta)``, on which one MCMC run gives every LOO ``elpd_i`` with finite
-  variance.
+  variance (data ``ppl_loo_obs_index = 0``); or ``log p(theta | y) - log_lik[i]`` (``= i``), the
+  posterior without observation ``i``, which Stan's NUTS samples as that observation's exact refit.
 
 Exact LOO by data deletion needs the program on the data without observation ``i`` to have the
 same parameters. Programs with a parameter per observation (eight schools' ``theta_tilde``, an
@@ -32,12 +33,12 @@ The data, transformed data, parameters and transformed parameters blocks are unc
 derived program has the same unconstrained parameters, in the same order; its log density with
 ``jacobian=False`` is ``log_lik[i]`` and its gradient is Stan's reverse-mode autodiff.
 
-:func:`mixture_program` keeps every block, the ``generated quantities`` included (so a fit of it
-still writes ``log_lik``), and replaces the ``model`` block by two nested blocks, so that the local
-names of the two cannot clash: ``{ <the model block's statements> }`` and ``{ <the generated
-quantities' statements, rewritten as above> target += log_sum_exp(-to_vector(log_lik)); }``. Its
-log density (``propto=False``, ``jacobian=True``) is the original program's plus
-``logsumexp(-log_lik)``.
+:func:`sampling_program` keeps every block, the ``generated quantities`` included (so a fit of it
+still writes ``log_lik``), adds the data entry, and replaces the ``model`` block by two nested blocks, so that the
+local names of the two cannot clash: ``{ <the model block's statements> }`` and ``{ <the generated quantities'
+statements, rewritten as above> <the mixture's or the LOO posterior's term> }``. Its log density
+(``propto=False``, ``jacobian=True``) is the original program's plus ``logsumexp(-log_lik)``, or minus
+``log_lik[i]``.
 
 The rewrite works on stanc's canonical print of the program (``stanc --print-canonical``), with
 a scanner that skips comments and strings. A program it cannot rewrite (``log_lik`` computed from a
@@ -55,7 +56,7 @@ from pathlib import Path
 
 from ppl_loo.stan_bridge.compile import StanCompileError, stanc_path
 
-__all__ = ["OBS_INDEX", "BELOW", "loglik_program", "mixture_program", "cdf_program", "canonical"]
+__all__ = ["OBS_INDEX", "BELOW", "loglik_program", "sampling_program", "cdf_program", "canonical"]
 
 #: the data entry of the derived program that selects the observation (1-based)
 OBS_INDEX = "ppl_loo_obs_index"
@@ -237,9 +238,9 @@ def loglik_program(code: str, log_lik: str = "log_lik") -> str:
     return derived
 
 
-def _insert_data_block(derived: str, blocks: dict) -> str:
-    """Add ``data { int ppl_loo_obs_index; }`` after the functions block (or first)."""
-    decl = f"data {{\n  int<lower=1> {OBS_INDEX};\n}}\n"
+def _insert_data_block(derived: str, blocks: dict, lower: int = 1) -> str:
+    """Add ``data { int<lower=lower> ppl_loo_obs_index; }`` after the functions block (or first)."""
+    decl = f"data {{\n  int<lower={lower}> {OBS_INDEX};\n}}\n"
     if "functions" not in blocks:
         return decl + derived
     inner = _blocks(derived)["functions"]
@@ -262,16 +263,19 @@ def _log_lik_statements(text: str, blocks: dict, log_lik: str) -> str:
     return _drop_rng_statements(_unconstrain_declarations(gq_body))
 
 
-def mixture_program(code: str, log_lik: str = "log_lik") -> str:
-    """The derived program of the mixture of all LOO posteriors (Silva & Zanella 2023, mixture IS).
+def sampling_program(code: str, log_lik: str = "log_lik") -> str:
+    """The derived program that Stan's own NUTS samples for LOO: the mixture of all LOO posteriors (Silva & Zanella
+    2023, mixture IS) or the posterior without one observation, chosen by the data entry ``ppl_loo_obs_index``.
 
-    Its log density (``propto=False``, ``jacobian=True``) is the original program's plus
-    ``log sum_j exp(-log_lik[j])``, so Stan's NUTS on it samples ``q_mix(theta) ∝ p(theta | y)
-    sum_j 1 / p(y_j | theta)``. The ``model`` block becomes two nested blocks, ``{ <the original
-    model statements> }`` then ``{ <the generated quantities' statements, *_rng statements removed,
-    top-level declarations unconstrained> target += log_sum_exp(-to_vector(log_lik)); }``; every
-    other block, the generated quantities included, is kept as it was (same unconstrained
-    parameters in the same order; a fit still writes ``log_lik``).
+    Its log density (``propto=False``, ``jacobian=True``) is the original program's plus ``log sum_j
+    exp(-log_lik[j])`` where ``ppl_loo_obs_index`` is 0, so Stan's NUTS on it samples ``q_mix(theta) ∝ p(theta |
+    y) sum_j 1 / p(y_j | theta)``; and the original program's minus ``log_lik[i]`` where it is ``i >= 1``: the
+    posterior without observation ``i`` in the full parameter space, whose NUTS run is the exact refit of a program
+    with a parameter per observation (data deletion would drop that parameter). One compilation serves both. The
+    ``model`` block becomes two nested blocks, ``{ <the original model statements> }`` then ``{ <the generated
+    quantities' statements, *_rng statements removed, top-level declarations unconstrained> <the term> }``; the
+    data block gets ``int<lower=0> ppl_loo_obs_index;``; every other block, the generated quantities included, is
+    kept as it was (same unconstrained parameters in the same order; a fit still writes ``log_lik``).
 
     Parameters
     ----------
@@ -288,21 +292,32 @@ def mixture_program(code: str, log_lik: str = "log_lik") -> str:
     Raises
     ------
     ValueError
-        The program has no ``generated quantities`` block or does not declare ``log_lik`` at its
-        top level.
+        The program has no ``generated quantities`` block, does not declare ``log_lik`` at its top level, or
+        already uses the name ``ppl_loo_obs_index``.
     StanCompileError
         stanc cannot read the program.
     """
     text = _strip_comments(canonical(code))
     blocks = _blocks(text)
+    if re.search(rf"\b{OBS_INDEX}\b", text):
+        raise ValueError(f"the program already uses the name {OBS_INDEX!r}")
     body = _log_lik_statements(text, blocks, log_lik)
-    gq_part = f"  {{\n{body.strip(chr(10)).rstrip()}\n    target += log_sum_exp(-to_vector({log_lik}));\n  }}\n"
+    term = (f"    if ({OBS_INDEX} == 0) {{\n      target += log_sum_exp(-to_vector({log_lik}));\n    }} else {{\n"
+            f"      target += -{log_lik}[{OBS_INDEX}];\n    }}\n")
+    gq_part = f"  {{\n{body.strip(chr(10)).rstrip()}\n{term}  }}\n"
+    new = {}
+    if "data" in blocks:
+        start, _, end = blocks["data"]
+        new["data"] = text[start:end].rstrip() + f"\n  int<lower=0> {OBS_INDEX};\n}}"
+    if "model" in blocks:
+        _, body_start, end = blocks["model"]
+        model_part = f"  {{\n{text[body_start:end].strip(chr(10)).rstrip()}\n  }}\n"
+        new["model"] = "model {\n" + model_part + gq_part + "}"
+    derived = _replace_blocks(text, blocks, new)
     if "model" not in blocks:  # the model block goes before the generated quantities block
-        start = blocks["generated quantities"][0]
-        return text[:start] + "model {\n" + gq_part + "}\n" + text[start:]
-    _, body_start, end = blocks["model"]
-    model_part = f"  {{\n{text[body_start:end].strip(chr(10)).rstrip()}\n  }}\n"
-    return _replace_blocks(text, blocks, {"model": "model {\n" + model_part + gq_part + "}"})
+        start = _blocks(derived)["generated quantities"][0]
+        derived = derived[:start] + "model {\n" + gq_part + "}\n" + derived[start:]
+    return derived if "data" in blocks else _insert_data_block(derived, blocks, lower=0)
 
 
 #: distributions Stan writes on a link scale and has no CDF for: the CDF of the natural-scale distribution, with the

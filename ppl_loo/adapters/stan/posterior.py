@@ -63,11 +63,11 @@ from ppl_loo.io import from_cmdstan
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.nuts import BatchedTarget
 from ppl_loo.stan_bridge.compile import SAMPLER_FLAG, StanCompileError, build_library
-from ppl_loo.stan_bridge.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, mixture_program
+from ppl_loo.stan_bridge.derived import BELOW, OBS_INDEX, cdf_program, loglik_program, sampling_program
 from ppl_loo.stan_bridge.model import StanDataError, StanModel, merge_loo_options
 from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
 
-__all__ = ["StanPosterior", "compile_mixture_program", "detect_n_obs", "loo_adapter", "resolve_var_name"]
+__all__ = ["StanPosterior", "compile_sampling_program", "detect_n_obs", "loo_adapter", "resolve_var_name"]
 
 #: keywords of :class:`StanPosterior` besides the LOO options that only matter when it builds the StanModel
 _BUILD_OPTIONS = ("random_seed", "n_threads")
@@ -227,7 +227,7 @@ class StanPosterior(PosteriorModel):
         self._deleted: list = [None] * self.n_obs  # (StanModel, keep index, None or LOG_LIK), built lazily
         self._loglik_base = None  # the derived log_lik program (StanModel), built on first need
         self._cdf = None  # the derived CDF program of pit_cdf (compiled on first use)
-        self._mixture_model = None  # the derived mixture program (StanModel with the sampler), built on first need
+        self._sampling_model = None  # the derived sampling program (StanModel with the sampler), built on first need
         #: how the LOO density is obtained: "deletion", "loo_extra" or LOG_LIK (known after the first deletion)
         self.loo_method = None
         self._param_dims = bridge.get_dims(include_tp=False, include_gq=False)
@@ -582,34 +582,40 @@ class StanPosterior(PosteriorModel):
     def batched_refit_density(self):
         """What the batched refits of ``pl.loo(..., refit=...)`` sample, or None.
 
-        None (the refits are Stan's own NUTS on the data without the observation, :meth:`refit_draws`) where the
-        program keeps its parameters without an observation: on a CPU, Stan's native sampler is faster than NUTS
-        on the bridge's callbacks (``docs/method.md``, section 7). Where it loses some (parameters indexed by
-        observation), the refits sample :meth:`loo_logp` in the full parameter space, and then all of them in
-        one batched run (:func:`~ppl_loo.numerics.nuts.batched_nuts`, vectorized: every NUTS step of
-        every lane in one call of the bridge's batched evaluations) instead of NumPyro's NUTS one refit after
-        the other on the same callbacks.
+        None (the refits are Stan's own NUTS, :meth:`refit_draws`) where the program keeps its parameters without an
+        observation, and where it loses some (parameters indexed by observation) but has a ``log_lik`` generated
+        quantity: on a CPU, Stan's native sampler (on the data without the observation, or on the derived program
+        of :func:`~ppl_loo.stan_bridge.derived.sampling_program`) is faster than NUTS on the bridge's callbacks
+        (``docs/method.md``, section 7). Otherwise (``loo_extra`` and no ``log_lik``), the refits sample
+        :meth:`loo_logp` in the full parameter space, all of them in one batched run
+        (:func:`~ppl_loo.numerics.nuts.batched_nuts`, vectorized: every NUTS step of every lane in one call of the
+        bridge's batched evaluations).
         """
         _, keep = self.deleted_model(0)
-        if keep is None:
+        if keep is None or self._ll_cols is not None:
             return None
         return BatchedTarget(self.loo_logp, vectorize=True)
 
     def refit_draws(self, i, *, chains, warmup, draws, random_seed, init, target_accept=0.8, max_tree_depth=10):
-        """Draws without observation ``i``: Stan's own NUTS (in-process, :mod:`ppl_loo.stan_bridge.sampler`) on
-        the program with the data without ``i``, with the original fit's settings.
-
-        A program whose parameters are indexed by observation has fewer parameters without ``i``;
-        its refit draws would lack the coordinates ``log p(y_i | theta)`` needs, so it is refit with
-        NumPyro's NUTS on the LOO density in the full parameter space (``logp - log_lik[i]``, or the
-        deleted program plus ``loo_extra``; :meth:`~ppl_loo.adapters.jax.base.PosteriorModel.refit_draws`,
-        Stan's gradients).
+        """Draws without observation ``i``: Stan's own NUTS (in-process, :mod:`ppl_loo.stan_bridge.sampler`) with
+        the original fit's settings, on the program with the data without ``i``; for a program whose parameters
+        are indexed by observation (fewer parameters without ``i``, so draws that lack the coordinates
+        ``log p(y_i | theta)`` needs), on the derived program whose density is ``logp - log_lik[i]`` in the full
+        parameter space (:meth:`_sampling_program`; the density ``loo_extra`` gives too, where the user gave it).
+        Such a program without a ``log_lik`` generated quantity: NumPyro's NUTS on the LOO density of ``loo_extra``
+        (:meth:`~ppl_loo.adapters.jax.base.PosteriorModel.refit_draws`, Stan's gradients).
         """
-        m, keep = self.deleted_model(int(i))
+        i = int(i)
+        m, keep = self.deleted_model(i)
+        if keep is not None and self._ll_cols is not None:
+            sm = self._sampling_program().with_data({**self.data, OBS_INDEX: i + 1})
+            self._check_sampling_model(sm, obs=i)
+            theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
+            return theta, {"sampler": "Stan NUTS on logp - log_lik[i] (derived program)", "divergences": div}
         if keep is not None:
             return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
                                        init=init, target_accept=target_accept, max_tree_depth=max_tree_depth)
-        sm = StanModel(self.code, self.deleted_data(int(i)), random_seed=self._seed, sampler=True)
+        sm = StanModel(self.code, self.deleted_data(i), random_seed=self._seed, sampler=True)
         theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
         return theta, {"sampler": "Stan NUTS on the program without the observation", "divergences": div}
 
@@ -633,7 +639,7 @@ class StanPosterior(PosteriorModel):
     def mixture_draws(self, *, chains, warmup, draws, random_seed, init=None, target_accept=0.8, max_tree_depth=10):
         """Draws of the mixture of all LOO posteriors, ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
         (Silva & Zanella 2023), by Stan's own NUTS (in-process, :mod:`ppl_loo.stan_bridge.sampler`) on the derived
-        program of :func:`~ppl_loo.stan_bridge.derived.mixture_program`.
+        program of :func:`~ppl_loo.stan_bridge.derived.sampling_program` (``ppl_loo_obs_index = 0``).
 
         The derived program (the model block plus ``target += log_sum_exp(-log_lik)``, with ``log_lik``
         the program's generated quantity) is built once with the sampler and kept on this object; before
@@ -668,33 +674,35 @@ class StanPosterior(PosteriorModel):
             derived program's log density disagrees with ``logp + logsumexp(-log_lik)``.
         """
         del init  # no initial values in ppl_loo.stan_bridge.sampler (docstring)
-        sm = self._mixture_program(n_check=min(int(chains) * int(draws), HOST_CHUNK))
+        sm = self._sampling_program(n_check=min(int(chains) * int(draws), HOST_CHUNK))
         theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
         return theta, {"sampler": "Stan NUTS on the mixture program", "divergences": div, "program": "mixture"}
 
-    def _mixture_program(self, n_check: int = 4) -> StanModel:
-        """The derived mixture program (built with the sampler, checked at ``n_check`` points, cached on this
-        object)."""
-        if self._mixture_model is not None:
-            return self._mixture_model
+    def _sampling_program(self, n_check: int = 4) -> StanModel:
+        """The derived program of :func:`~ppl_loo.stan_bridge.derived.sampling_program` on the data with
+        ``ppl_loo_obs_index = 0`` (the mixture), built with the sampler, checked at ``n_check`` points, cached on
+        this object; ``with_data`` gives the LOO posterior of an observation without compiling again."""
+        if self._sampling_model is not None:
+            return self._sampling_model
         if self._ll_cols is None:
             raise ValueError(f"mixture importance sampling needs the pointwise log-likelihood as a generated "
                              f"quantity of the program, and it has no {self._log_lik_name!r}: add one with "
                              "log p(y_i | theta) per observation (log_likelihood= names it)")
         try:
-            code = mixture_program(self.code, self._log_lik_name)
-            sm = StanModel(code, self.data, random_seed=self._seed, n_threads=self.bridge.n_threads,
+            code = sampling_program(self.code, self._log_lik_name)
+            sm = StanModel(code, {**self.data, OBS_INDEX: 0}, random_seed=self._seed, n_threads=self.bridge.n_threads,
                            log_likelihood=None, sampler=True)
         except (ValueError, StanCompileError, StanDataError) as err:
             raise ValueError(f"ppl_loo samples the mixture of the LOO posteriors with a derived Stan program (the "
                              f"{self._log_lik_name!r} generated quantity moved into the model block, plus "
                              f"target += log_sum_exp(-{self._log_lik_name})), which failed here:\n{err}") from None
-        self._check_mixture_model(sm, n_check)
-        self._mixture_model = sm
+        self._check_sampling_model(sm, n_check)
+        self._sampling_model = sm
         return sm
 
-    def _check_mixture_model(self, sm: StanModel, n_points: int = 4) -> None:
-        """The derived mixture program's log density equals ``logp + logsumexp(-log_lik)`` at test points.
+    def _check_sampling_model(self, sm: StanModel, n_points: int = 4, obs: int | None = None) -> None:
+        """The derived program's log density equals ``logp + logsumexp(-log_lik)`` (the mixture) or, with ``obs``
+        (``sm`` on the data with ``ppl_loo_obs_index = obs + 1``), ``logp - log_lik[obs]`` at test points.
 
         Both densities as the bridge gives them for the full model (``propto=False``, ``jacobian=True``);
         the test points are zero and ``n_points - 1`` uniform points in ``(-1, 1)^d`` (fixed seed), evaluated
@@ -713,18 +721,22 @@ class StanPosterior(PosteriorModel):
                     ll[j] = self._host_loglik_impl(x[j:j + 1])[0]
                 except Exception:  # noqa: BLE001 - Stan's exception at that point; the others decide
                     continue
-        expected = lp + logsumexp(-ll, axis=1)
+        name = self._log_lik_name
+        expected = lp + logsumexp(-ll, axis=1) if obs is None else lp - ll[:, obs]
         diff = np.abs(derived - expected)
         bad = np.isfinite(expected) & ~(diff <= 1e-8 * np.maximum(1.0, np.abs(expected)))  # NaN derived is bad
         if np.any(bad):
             j = int(np.argmax(bad))
+            what, term, advice = (
+                (f"mixture program (logp + log_sum_exp(-{name}))", f"plus logsumexp(-{name})",
+                 ", or pass second_opinions={'mixture': False} to pl.loo to skip the mixture run") if obs is None else
+                (f"program of the posterior without observation {obs} (logp - {name}[{obs + 1}])",
+                 f"minus {name}[{obs + 1}]", ""))
             raise ValueError(
-                f"the derived mixture program (logp + log_sum_exp(-{self._log_lik_name})) disagrees with the "
-                f"program's log density plus logsumexp(-{self._log_lik_name}) from its generated quantity at test "
-                f"point {j}: {derived[j]!r} vs {expected[j]!r} (difference {diff[j]:.3g}). Its value depends on "
-                f"something the derivation cannot keep (a random number in the generated quantities?): make "
-                f"{self._log_lik_name!r} a function of the data and parameters only, or pass "
-                "second_opinions={'mixture': False} to pl.loo to skip the mixture run.")
+                f"the derived {what} disagrees with the program's log density {term} from its generated quantity "
+                f"at test point {j}: {derived[j]!r} vs {expected[j]!r} (difference {diff[j]:.3g}). Its value depends "
+                f"on something the derivation cannot keep (a random number in the generated quantities?): make "
+                f"{name!r} a function of the data and parameters only{advice}.")
 
     # ------------------------------------------------------------------ constrained space
     def unconstrain(self, posterior) -> np.ndarray:
@@ -811,14 +823,15 @@ def _rebuild_posterior(bridge: StanModel, opts: dict) -> StanPosterior:
     return StanPosterior(bridge, **opts)
 
 
-def compile_mixture_program(stan_model: StanModel, log_lik: str = "log_lik") -> bool:
-    """Compile the derived mixture program of ``stan_model`` into the cache of compiled programs, loading nothing:
-    ``pl.loo`` samples it where plain PSIS leaves an observation unsettled (:meth:`StanPosterior.mixture_draws`), and
-    a later process then finds it built (``ppl-loo sample`` runs this beside the sampler). Returns whether it is now
-    cached: False where the program has no ``log_lik`` generated quantity or the derived program does not compile
-    (``pl.loo`` says why when it needs it)."""
+def compile_sampling_program(stan_model: StanModel, log_lik: str = "log_lik") -> bool:
+    """Compile the derived program of :func:`~ppl_loo.stan_bridge.derived.sampling_program` for ``stan_model`` into
+    the cache of compiled programs, loading nothing: ``pl.loo`` samples it for the mixture run where plain PSIS
+    leaves an observation unsettled (:meth:`StanPosterior.mixture_draws`) and for the refits of a program with a
+    parameter per observation, and a later process then finds it built (``ppl-loo sample`` runs this beside the
+    sampler). Returns whether it is now cached: False where the program has no ``log_lik`` generated quantity or the
+    derived program does not compile (``pl.loo`` says why when it needs it)."""
     try:
-        build_library(mixture_program(stan_model.code, log_lik), extra_cxxflags=(SAMPLER_FLAG,))
+        build_library(sampling_program(stan_model.code, log_lik), extra_cxxflags=(SAMPLER_FLAG,))
     except (ValueError, StanCompileError):
         return False
     return True

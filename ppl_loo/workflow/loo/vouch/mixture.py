@@ -6,7 +6,7 @@ One extra MCMC run on ``q_mix(theta) ∝ p(theta | y) sum_j 1 / p(y_j | theta)``
 ``arviz_stats.loo(mixture=True)`` only consumes draws the user sampled; here the model samples it:
 
 - a Stan program through its derived mixture program (``target += log_sum_exp(-log_lik)`` after the model block,
-  :func:`ppl_loo.stan_bridge.derived.mixture_program`), sampled by Stan's own NUTS: one gradient evaluation per step;
+  :func:`ppl_loo.stan_bridge.derived.sampling_program`), sampled by Stan's own NUTS: one gradient evaluation per step;
 - a model with its own mixture sampler (``mixture_draws``: closed-form JAX models) with that;
 - every other model (PyMC, JAX) with BlackJAX's NUTS on ``logp(theta) + logsumexp(-loglik(theta))``, the batched
   refits' sampler (:func:`~ppl_loo.numerics.nuts.batched_nuts`), each chain started at a posterior draw and
