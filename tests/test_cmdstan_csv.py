@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +201,29 @@ def test_real_csv_with_warmup_and_thinning(sampled):
     d0 = from_cmdstan(paths)
     assert "warmup_posterior" not in d0.children
     np.testing.assert_array_equal(d0["posterior"]["W1"].values, d["posterior"]["W1"].values)
+
+
+def test_chains_side_by_side_write_the_draws_of_chains_one_after_the_other(sampled, tmp_path):
+    """Chains in threads (the default, one per CPU) and one after the other (``parallel_chains=1``): each chain has
+    its own seed stream, so every CSV row is the same; only the timing lines differ."""
+    from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
+
+    model, _, _ = sampled
+    kw = dict(chains=3, random_seed=7, num_warmup=100, num_samples=60, max_depth=6)
+    side = sample_cmdstan_csv(model, tmp_path / "side", parallel_chains=2, **kw)[0]
+    one = sample_cmdstan_csv(model, tmp_path / "one", parallel_chains=1, **kw)[0]
+    assert [p.name for p in side] == [p.name for p in one] == ["output_1.csv", "output_2.csv", "output_3.csv"]
+    for a, b in zip(side, one):
+        header_a, rows_a = _raw_rows(a)
+        header_b, rows_b = _raw_rows(b)
+        assert header_a == header_b and len(rows_a) == 60
+        assert rows_a == rows_b
+    assert _raw_rows(side[0])[1] != _raw_rows(side[1])[1]  # the chains differ from each other
+    # each chain put back the Ctrl-C handler it found, maybe the library's own that another chain installed: Python's
+    # is reinstalled after them, so that Ctrl-C still raises KeyboardInterrupt here
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(2.0)
 
 
 def test_real_csv_read_by_cmdstanpy_and_arviz(sampled):

@@ -12,16 +12,25 @@ Each chain runs ``stan::services::sample::hmc_nuts_diag_e_adapt`` (CmdStan's def
 write through the writer CmdStan uses (``unique_stream_writer`` with the ``"# "`` prefix): the
 header row, the warmup draws when saved, the adaptation block (step size, inverse metric), the
 sampling draws and the timing, with CmdStan's default 6 significant digits.
+
+Chains run side by side in threads, as CmdStan's ``num_chains`` and cmdstanpy's ``parallel_chains`` run them (one
+per CPU this process may use, at most ``chains``): each has its own seed stream (``create_rng(random_seed,
+chain)``), autodiff stack and file, so the draws are the same as one chain after the other. Ctrl-C stops the
+running chains and starts no other.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .compile import SAMPLER_FLAG, stanc_version
-from .model import StanEvaluationError, StanModel
+from .model import StanEvaluationError, StanModel, default_threads
 
 __all__ = ["SAMPLER_FLAG", "sample_cmdstan_csv"]
 
@@ -111,6 +120,7 @@ def sample_cmdstan_csv(
     stepsize: float = 1.0,
     prefix: str = "output",
     data_file=None,
+    parallel_chains: int | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Run ``chains`` chains of Stan's NUTS and write ``<output_dir>/<prefix>_<chain>.csv``.
 
@@ -127,6 +137,9 @@ def sample_cmdstan_csv(
     data_file
         The path of the data file the model's data came from, written as the header's ``data file =``
         (CmdStan's ``data file=``); empty when not given (data passed as a dict).
+    parallel_chains
+        Chains run side by side (threads); default: one per CPU this process may use, at most ``chains``. From a
+        thread other than the main thread, one after the other.
 
     Returns
     -------
@@ -139,28 +152,69 @@ def sample_cmdstan_csv(
     _bind(model._lib)
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths, logs = [], []
-    for chain in range(1, int(chains) + 1):  # chains, not draws: one C++ call runs a whole chain
-        path = out_dir / f"{prefix}_{chain}.csv"
-        header = _header(model, path=path, chain=chain, seed=random_seed, num_warmup=num_warmup,
-                         num_samples=num_samples,
-                         thin=thin, save_warmup=save_warmup, adapt_delta=adapt_delta, max_depth=max_depth,
-                         init_radius=init_radius, stepsize=stepsize, data_file=data_file)
-        log, err = ctypes.c_void_p(), ctypes.c_void_p()
-        rc = model._lib.plstan_sample_nuts(
-            model._handle, os.fspath(path).encode(), header.encode(), int(num_warmup), int(num_samples), int(thin),
-            int(bool(save_warmup)), int(random_seed) & 0xFFFFFFFF, chain, float(init_radius), float(stepsize),
-            float(adapt_delta), int(max_depth), ctypes.byref(log), ctypes.byref(err),
-        )
-        text = model._take(log) if log.value else ""
-        if rc == _INTERRUPTED:  # Ctrl-C while the chain ran (the library's own handler caught it)
-            if err.value:
-                model._take(err)
-            path.unlink(missing_ok=True)  # a half-written chain is not output
-            raise KeyboardInterrupt(f"Stan's sampler was interrupted on chain {chain}")
-        if rc != 0:
-            msg = model._take(err) if err.value else text.strip()[-2000:]
-            raise StanEvaluationError(f"Stan's sampler failed on chain {chain} (return code {rc}): {msg}")
-        paths.append(path)
-        logs.append(text)
-    return paths, logs
+    run = functools.partial(_run_chain, model, out_dir, prefix=prefix, random_seed=random_seed,
+                            header_args=dict(seed=random_seed, num_warmup=num_warmup, num_samples=num_samples,
+                                             thin=thin, save_warmup=save_warmup, adapt_delta=adapt_delta,
+                                             max_depth=max_depth, init_radius=init_radius, stepsize=stepsize,
+                                             data_file=data_file))
+    chain_ids = range(1, int(chains) + 1)
+    side_by_side = min(int(chains), default_threads() if parallel_chains is None else max(1, int(parallel_chains)))
+    # the chains install the library's Ctrl-C handler and put back the one they found; side by side they can put
+    # back each other's, so only the main thread, which can reinstall Python's afterwards, runs them so
+    if side_by_side > 1 and threading.current_thread() is threading.main_thread():
+        done = _side_by_side(run, chain_ids, side_by_side)
+    else:
+        done = [run(chain) for chain in chain_ids]
+    return [path for path, _ in done], [log for _, log in done]
+
+
+def _side_by_side(run, chain_ids, n_threads):
+    """``[run(chain) for chain in chain_ids]`` in ``n_threads`` threads. The first failure or interruption stops the
+    chains not yet started and is raised once the running ones return; Python's Ctrl-C handler is reinstalled."""
+    handler = signal.getsignal(signal.SIGINT)
+    stop = threading.Event()
+
+    def one(chain):
+        if stop.is_set():
+            return None
+        try:
+            return run(chain)
+        except BaseException:
+            stop.set()
+            raise
+
+    try:
+        with ThreadPoolExecutor(n_threads, thread_name_prefix="ppl_loo-stan-chain") as pool:
+            futures = [pool.submit(one, chain) for chain in chain_ids]
+            try:
+                done = [f.result() for f in futures]
+            except BaseException:
+                stop.set()
+                raise
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+    return done
+
+
+def _run_chain(model, out_dir, chain, *, prefix, random_seed, header_args):
+    """One chain of Stan's NUTS into ``<out_dir>/<prefix>_<chain>.csv``: ``(path, the logger's output)``."""
+    path = out_dir / f"{prefix}_{chain}.csv"
+    header = _header(model, path=path, chain=chain, **header_args)
+    a = header_args
+    log, err = ctypes.c_void_p(), ctypes.c_void_p()
+    rc = model._lib.plstan_sample_nuts(
+        model._handle, os.fspath(path).encode(), header.encode(), int(a["num_warmup"]), int(a["num_samples"]),
+        int(a["thin"]), int(bool(a["save_warmup"])), int(random_seed) & 0xFFFFFFFF, chain, float(a["init_radius"]),
+        float(a["stepsize"]), float(a["adapt_delta"]), int(a["max_depth"]), ctypes.byref(log), ctypes.byref(err),
+    )
+    text = model._take(log) if log.value else ""
+    if rc == _INTERRUPTED:  # Ctrl-C while the chain ran (the library's own handler caught it)
+        if err.value:
+            model._take(err)
+        path.unlink(missing_ok=True)  # a half-written chain is not output
+        raise KeyboardInterrupt(f"Stan's sampler was interrupted on chain {chain}")
+    if rc != 0:
+        msg = model._take(err) if err.value else text.strip()[-2000:]
+        raise StanEvaluationError(f"Stan's sampler failed on chain {chain} (return code {rc}): {msg}")
+    return path, text
