@@ -390,10 +390,11 @@ def _search_stage(ev, model, draws, cfg, obs_idx, o, refit_seconds):
 
 def _search(ev, model, draws, cfg, idx, o):
     """``ev`` with the search's results on ``idx``. On a model without a declared structure, whose search costs
-    seconds per observation, the quick transformations (:func:`~ppl_loo.workflow.loo.adapt.quick_config`) run first,
-    and every transformation only on what the verdict then leaves unsettled."""
+    seconds per observation, the quick transformations (:func:`~ppl_loo.workflow.loo.adapt.quick_config`) run first
+    where there are several observations, and every transformation only on what the verdict then leaves unsettled
+    (for one observation the quick program's compilation costs more than the transformations it spares)."""
     labels = candidate_labels(cfg)
-    quick = quick_config(cfg) if model.structure is None and len(idx) else None
+    quick = quick_config(cfg) if model.structure is None and len(idx) > 1 else None
     if quick is not None:
         sub = candidate_labels(quick)
         out = run_search(model, draws, quick, idx, o["batch_size"], o["progressbar"], o["client"])
