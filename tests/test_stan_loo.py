@@ -293,6 +293,38 @@ def test_no_python_loop_over_draws(eight_schools, monkeypatch):
     assert len(sizes) > 0 and min(sizes) >= S, sorted(sizes)[:10]
 
 
+def test_a_stan_program_refits_what_its_search_would_cost_more_for(tmp_path):
+    """A moderate outlier (plain k-hat about 0.4, examined on a small data set): a refit by Stan's own NUTS costs
+    fewer gradient evaluations than the search's callbacks on one observation, so the defaults refit it without
+    searching anything; the refit is within 4 of its SEs of the closed form, as plain PSIS is for the others."""
+    import ppl_loo.workflow.loo.loo as loo_module
+    from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
+
+    y = Y_NORMAL.copy()
+    y[OUTLIER] = 4.5
+    data = {**NORMAL_DATA, "y": y}
+    sampler = pl.StanModel(MODELS / "normal_known_sigma.stan", data, sampler=True)
+    paths, _ = sample_cmdstan_csv(sampler, tmp_path, chains=4, random_seed=5, num_warmup=1000, num_samples=1000)
+    dt = pl.from_cmdstan([str(p) for p in paths])
+    stan = pl.StanModel(MODELS / "normal_known_sigma.stan", data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pl.loo(dt, stan, progressbar=False)
+        saved, loo_module.refits_before_search = loo_module.refits_before_search, lambda *a: False
+        try:  # the search's cost not weighed against the refits: the outlier is searched
+            searched = pl.loo(dt, stan, progressbar=False)
+        finally:
+            loo_module.refits_before_search = saved
+    exact = closed_form_loo(data)
+    assert 0.3 < res.pareto_k_psis.values[OUTLIER] <= 0.5
+    assert res.evidence.values[OUTLIER] == "refit" and not res.searched.values.any()
+    assert res.refit_info[OUTLIER]["sampler"] == "Stan NUTS on the program without the observation"
+    assert res.smc_info["refits_instead"] == [OUTLIER]
+    z = (res.elpd_i.values - exact) / res.mcse_elpd_i.values
+    assert np.all(np.abs(z) <= 4), z
+    assert searched.searched.values[OUTLIER] and searched.evidence.values[OUTLIER] != "refit"
+
+
 def test_result_dims_follow_log_likelihood_group(eight_schools):
     """The DataTree's log-likelihood variable names the result and its dims, whatever its name."""
     _, _, model, _ = eight_schools

@@ -72,6 +72,7 @@ from ppl_loo.workflow.loo.vouch.opinions import (
     needs_independent,
     refit_route,
     refits_before_mixture,
+    refits_before_search,
     route_refit_options,
     smc_stage,
     smc_targets,
@@ -312,6 +313,8 @@ def _schedule(ev, rules, model, data, draws, cfg, kept, in_memory, o):
     obs_idx = np.flatnonzero(flagged if o["adapt"] == "all" else flagged & v.unsettled)
     if route[0] and o["adapt"] == "auto":  # what the search could not settle alone goes to the refits directly
         obs_idx = np.setdiff1d(obs_idx, needs_independent(ev, obs_idx))
+        if refits_before_search(route, model, len(candidate_labels(cfg)), draws.theta.shape[0]):
+            obs_idx = obs_idx[~ev.conv.ok[obs_idx]]  # and all of them where a refit costs less than their search
     ev = _search_stage(ev, model, draws, cfg, obs_idx, o, _refit_seconds(data, o["refit"]))
     if o["adapt"] != "all":
         # where the mixture estimate vouches alone, the search's estimate corroborates it where it is imprecise

@@ -17,7 +17,7 @@ from ppl_loo.workflow.loo.vouch.smc import run_smc, smc_gradients
 
 __all__ = ["mixture_stage", "smc_stage", "smc_targets", "refit_route", "route_refit_options",
            "ROUTE_DRAWS", "needs_independent", "divergent_share",
-           "refits_before_mixture",
+           "refits_before_mixture", "refits_before_search",
            "leapfrog_per_draw",
            "check_opinion_args", "mixture_run_settings", "DEFAULT_SETTINGS",
            "SMC_AUTO_MAX_DIM",
@@ -210,6 +210,19 @@ def refits_before_mixture(route, data, mixture_kwargs, n_unsettled):
     settings = mixture_run_settings(data, mixture_kwargs)
     mixture = settings["chains"] * (settings["warmup"] + settings["draws"]) * route[1]["leapfrog_per_draw"]
     return bool(n_unsettled * route[1]["refit"] < mixture)
+
+
+def refits_before_search(route, model, n_candidates, n_draws):
+    """Whether the observations the search would examine are refit first (those a refit cannot settle are searched
+    after): where refits take SMC's place (``route``, :func:`refit_route`) and the model is a Stan program without a
+    declared structure, whose search evaluates the program through the bridge's host callbacks at the same cost per
+    gradient as Stan's own NUTS, and one refit costs fewer gradient evaluations than the search spends on one
+    observation: at least one log density per candidate and draw (``n_candidates`` x ``n_draws``; with the gradient
+    steps of the maps, several times that). A JAX model's search evaluates its candidates vectorized, and a
+    structured model's along lines of its linear predictor, far below NUTS's cost per gradient."""
+    if not route[0] or getattr(model, "kind", None) != "Stan" or getattr(model, "structure", None) is not None:
+        return False
+    return bool(route[1]["refit"] < n_candidates * n_draws)
 
 
 def needs_independent(ev, idx):
