@@ -393,11 +393,13 @@ def _search_stage(ev, model, draws, cfg, obs_idx, o, refit_seconds):
 
 def _search(ev, model, draws, cfg, idx, o):
     """``ev`` with the search's results on ``idx``. On a model without a declared structure, whose search costs
-    seconds per observation, the quick transformations (:func:`~ppl_loo.workflow.loo.adapt.quick_config`) run first
-    where there are several observations, and every transformation only on what the verdict then leaves unsettled
-    (for one observation the quick program's compilation costs more than the transformations it spares)."""
+    seconds per observation, the quick transformations (:func:`~ppl_loo.workflow.loo.adapt.quick_config`) run first,
+    and every transformation only on what the verdict then leaves unsettled; not for one observation of a JAX model,
+    whose evaluations are cheap next to the quick program's compilation (a Stan program's search pays per
+    evaluation, through the bridge's host callbacks, and the quick transformations spare most of them)."""
     labels = candidate_labels(cfg)
-    quick = quick_config(cfg) if model.structure is None and len(idx) > 1 else None
+    several = len(idx) > 1 or (len(idx) and getattr(model, "kind", None) == "Stan")
+    quick = quick_config(cfg) if model.structure is None and several else None
     if quick is not None:
         sub = candidate_labels(quick)
         out = run_search(model, draws, quick, idx, o["batch_size"], o["progressbar"], o["client"])
