@@ -142,6 +142,21 @@ def test_derived_program_refuses_what_it_cannot_keep():
         StanPosterior(MODELS / "eight_schools_noncentered.stan", DATA, log_likelihood="y_hat").deleted_model(0)
 
 
+def test_refit_falls_back_where_the_derived_program_disagrees():
+    """With ``loo_extra`` the search needs no derived program, but a refit samples the derived program of ``logp -
+    log_lik[i]``; where that disagrees with the generated quantity (here random replicates named as the
+    log-likelihood), the refit says so and falls back to NumPyro on the bridge's LOO density, without failing."""
+    def loo_extra(theta, i):  # the dropped school's prior given the others (theta_tilde[i] ~ N(0, 1))
+        return jax.scipy.stats.norm.logpdf(theta[2 + i])
+
+    post = StanPosterior(MODELS / "eight_schools_noncentered.stan", DATA, log_likelihood="y_hat", loo_extra=loo_extra)
+    assert post.deleted_model(0)[1] is not None and post.loo_method == "loo_extra"
+    with pytest.warns(UserWarning, match=r"refit of observation 0: Stan's NUTS cannot sample the derived program .*"
+                                         r"disagrees.* NumPyro's NUTS on the bridge's LOO density"):
+        assert post._loo_program(0) is None
+    assert post.batched_refit_density() is None  # the refits run one after the other (refit_draws)
+
+
 # ----------------------------------------------------------------------------- exact LOO, PyMC and Stan
 @pytest.fixture(scope="module")
 def pymc_fit():

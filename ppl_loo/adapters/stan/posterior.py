@@ -602,15 +602,15 @@ class StanPosterior(PosteriorModel):
         are indexed by observation (fewer parameters without ``i``, so draws that lack the coordinates
         ``log p(y_i | theta)`` needs), on the derived program whose density is ``logp - log_lik[i]`` in the full
         parameter space (:meth:`_sampling_program`; the density ``loo_extra`` gives too, where the user gave it).
-        Such a program without a ``log_lik`` generated quantity: NumPyro's NUTS on the LOO density of ``loo_extra``
+        Such a program without a ``log_lik`` generated quantity, or whose derived program disagrees with it (a
+        warning says so): NumPyro's NUTS on the LOO density of ``loo_extra``
         (:meth:`~ppl_loo.adapters.jax.base.PosteriorModel.refit_draws`, Stan's gradients).
         """
         i = int(i)
         m, keep = self.deleted_model(i)
-        if keep is not None and self._ll_cols is not None:
-            sm = self._sampling_program().with_data({**self.data, OBS_INDEX: i + 1})
-            self._check_sampling_model(sm, obs=i)
-            theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
+        derived = self._loo_program(i) if keep is not None and self._ll_cols is not None else None
+        if derived is not None:
+            theta, div = self._stan_nuts(derived, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
             return theta, {"sampler": "Stan NUTS on logp - log_lik[i] (derived program)", "divergences": div}
         if keep is not None:
             return super().refit_draws(i, chains=chains, warmup=warmup, draws=draws, random_seed=random_seed,
@@ -618,6 +618,20 @@ class StanPosterior(PosteriorModel):
         sm = StanModel(self.code, self.deleted_data(i), random_seed=self._seed, sampler=True)
         theta, div = self._stan_nuts(sm, chains, warmup, draws, random_seed, target_accept, max_tree_depth)
         return theta, {"sampler": "Stan NUTS on the program without the observation", "divergences": div}
+
+    def _loo_program(self, i: int) -> StanModel | None:
+        """The derived program at ``ppl_loo_obs_index = i + 1`` (the posterior without observation ``i``), checked
+        against ``logp - log_lik[i]``; None where it cannot be built or disagrees (the refit then samples the bridge's
+        LOO density, as the search does)."""
+        try:
+            sm = self._sampling_program().with_data({**self.data, OBS_INDEX: i + 1})
+            self._check_sampling_model(sm, obs=i)
+        except ValueError as err:
+            warnings.warn(f"refit of observation {i}: Stan's NUTS cannot sample the derived program of logp - "
+                          f"{self._log_lik_name}[{i + 1}] ({err}); NumPyro's NUTS on the bridge's LOO density samples "
+                          "it instead (slower).", stacklevel=3)
+            return None
+        return sm
 
     def _stan_nuts(self, sm: StanModel, chains, warmup, draws, random_seed, target_accept, max_tree_depth):
         """``(theta (chains, draws, dim), divergences)``: Stan's NUTS on ``sm`` (same parameters as this
