@@ -59,7 +59,7 @@ from ppl_loo.adapters.stan.data import (
     split_name,
     unconstrain_draws,
 )
-from ppl_loo.io import from_cmdstan
+from ppl_loo.io import read_cmdstan_csv
 from ppl_loo.jax_settings import uses_x64
 from ppl_loo.numerics.nuts import BatchedTarget
 from ppl_loo.stan_bridge.compile import SAMPLER_FLAG, StanCompileError, build_library
@@ -635,18 +635,18 @@ class StanPosterior(PosteriorModel):
 
     def _stan_nuts(self, sm: StanModel, chains, warmup, draws, random_seed, target_accept, max_tree_depth):
         """``(theta (chains, draws, dim), divergences)``: Stan's NUTS on ``sm`` (same parameters as this
-        program), its CSV output read back with :func:`~ppl_loo.io.from_cmdstan` and unconstrained."""
+        program), each chain's CSV read with :func:`~ppl_loo.io.read_cmdstan_csv` and its parameter columns (Stan's
+        constrained order) unconstrained by the bridge."""
         seed = int(np.random.default_rng(random_seed).integers(2**31))
+        names = self.bridge.constrained_param_names(include_tp=False, include_gq=False)
         with tempfile.TemporaryDirectory() as tmp:
             paths, _ = sample_cmdstan_csv(sm, tmp, chains=int(chains), random_seed=seed, num_warmup=int(warmup),
                                           num_samples=int(draws), adapt_delta=float(target_accept),
                                           max_depth=int(max_tree_depth))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                tree = from_cmdstan([str(p) for p in paths])
-        theta = np.asarray(self.unconstrain(tree["posterior"])).reshape(int(chains), int(draws), self.dim)
-        stats = tree["sample_stats"]
-        div = int(np.asarray(stats["diverging"].values).sum()) if "diverging" in stats else 0
+            runs = [read_cmdstan_csv(p) for p in paths]
+        values = np.concatenate([f.sampling[:, [f.header.index(n) for n in names]] for f in runs])
+        theta = self.bridge.param_unconstrain(values).reshape(int(chains), int(draws), self.dim)
+        div = int(sum(f.sampling[:, f.header.index("divergent__")].sum() for f in runs))
         return theta, div
 
     # ------------------------------------------------------------------ mixture importance sampling
