@@ -228,14 +228,19 @@ def loglik_program(code: str, log_lik: str = "log_lik") -> str:
     model_body = f"{body.rstrip()}\n  target += {log_lik}[{OBS_INDEX}];\n"
     new = {"generated quantities": "", "model": "model {" + model_body + "}"}
     if "data" in blocks:
-        start, _, end = blocks["data"]
-        new["data"] = text[start:end].rstrip() + f"\n  int<lower=1> {OBS_INDEX};\n}}"
+        new["data"] = _data_with_index(text, blocks, lower=1)
     derived = _replace_blocks(text, blocks, {name: piece for name, piece in new.items() if name in blocks})
     if "data" not in blocks:
         derived = _insert_data_block(derived, blocks)
     if "model" not in blocks:
         derived = derived.rstrip() + "\nmodel {" + model_body + "}\n"
     return derived
+
+
+def _data_with_index(text: str, blocks: dict, lower: int) -> str:
+    """The program's data block with ``int<lower=lower> ppl_loo_obs_index;`` appended."""
+    start, _, end = blocks["data"]
+    return text[start:end].rstrip() + f"\n  int<lower={lower}> {OBS_INDEX};\n}}"
 
 
 def _insert_data_block(derived: str, blocks: dict, lower: int = 1) -> str:
@@ -307,8 +312,7 @@ def sampling_program(code: str, log_lik: str = "log_lik") -> str:
     gq_part = f"  {{\n{body.strip(chr(10)).rstrip()}\n{term}  }}\n"
     new = {}
     if "data" in blocks:
-        start, _, end = blocks["data"]
-        new["data"] = text[start:end].rstrip() + f"\n  int<lower=0> {OBS_INDEX};\n}}"
+        new["data"] = _data_with_index(text, blocks, lower=0)
     if "model" in blocks:
         _, body_start, end = blocks["model"]
         model_part = f"  {{\n{text[body_start:end].strip(chr(10)).rstrip()}\n  }}\n"

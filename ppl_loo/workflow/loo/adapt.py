@@ -22,7 +22,7 @@ from ppl_loo.workflow.loo.distributed import resolve_client, run_search_distribu
 from ppl_loo.workflow.loo.engine import compiled_engine
 from ppl_loo.workflow.loo.interrupt import run_interruptible
 
-__all__ = ["Candidates", "check_transforms", "auto_batch_size", "run_search", "quick_config", "widen",
+__all__ = ["Candidates", "check_transforms", "auto_batch_size", "run_search", "quick_config", "widen", "search_on_host",
            "QUICK_TRANSFORMS", "CPU_MAX_BATCH", "ACCELERATOR_MAX_BATCH"]
 
 #: the transformations a model without a declared structure tries first: moment matching and the Newton step, two
@@ -67,6 +67,13 @@ class Candidates:
 
     def as_dict(self):
         return {"labels": self.labels, **self.table}
+
+
+def search_on_host(model) -> bool:
+    """Whether the search evaluates ``model`` through host callbacks (a Stan program: the bridge, at the cost per
+    gradient of Stan's own NUTS), so that it pays per evaluation rather than for its compilation; a JAX model's
+    search evaluates its candidates vectorized in the compiled program."""
+    return getattr(model, "kind", None) == "Stan"
 
 
 def quick_config(cfg: EngineConfig):

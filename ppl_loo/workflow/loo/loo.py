@@ -31,6 +31,7 @@ from ppl_loo.workflow.loo.adapt import (
     check_transforms,
     quick_config,
     run_search,
+    search_on_host,
     widen,
 )
 from ppl_loo.workflow.loo.chunked import SearchedCandidates, chunked_plain, flagged_log_lik, psis_loo, stored_for_chunks
@@ -398,7 +399,7 @@ def _search(ev, model, draws, cfg, idx, o):
     whose evaluations are cheap next to the quick program's compilation (a Stan program's search pays per
     evaluation, through the bridge's host callbacks, and the quick transformations spare most of them)."""
     labels = candidate_labels(cfg)
-    several = len(idx) > 1 or (len(idx) and getattr(model, "kind", None) == "Stan")
+    several = len(idx) > 1 or (len(idx) == 1 and search_on_host(model))
     quick = quick_config(cfg) if model.structure is None and several else None
     if quick is not None:
         sub = candidate_labels(quick)

@@ -11,6 +11,7 @@ import numpy as np
 from ppl_loo.numerics.loo import PLAIN_VOUCH_K
 from ppl_loo.numerics.random import seed_from
 from ppl_loo.workflow.exact.refit import batched_refit_density, batched_warmup, refit_settings
+from ppl_loo.workflow.loo.adapt import search_on_host
 from ppl_loo.workflow.loo.vouch.mixture import MAX_DIVERGENT, MIN_ESS, mixture_run_ok, mixture_settings, run_mixture
 from ppl_loo.workflow.loo.vouch.rule import Opinion
 from ppl_loo.workflow.loo.vouch.smc import run_smc, smc_gradients
@@ -220,7 +221,7 @@ def refits_before_search(route, model, n_candidates, n_draws):
     observation: at least one log density per candidate and draw (``n_candidates`` x ``n_draws``; with the gradient
     steps of the maps, several times that). A JAX model's search evaluates its candidates vectorized, and a
     structured model's along lines of its linear predictor, far below NUTS's cost per gradient."""
-    if not route[0] or getattr(model, "kind", None) != "Stan" or getattr(model, "structure", None) is not None:
+    if not route[0] or not search_on_host(model) or getattr(model, "structure", None) is not None:
         return False
     return bool(route[1]["refit"] < n_candidates * n_draws)
 
