@@ -226,6 +226,17 @@ def test_chains_side_by_side_write_the_draws_of_chains_one_after_the_other(sampl
         time.sleep(2.0)
 
 
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True, np.nan])
+def test_parallel_chains_must_be_a_positive_count(sampled, tmp_path, bad):
+    from ppl_loo.stan_bridge.sampler import sample_cmdstan_csv
+
+    model, _, _ = sampled
+    with pytest.raises(ValueError, match=r"parallel_chains=.*give a positive number of chains .* or None"):
+        sample_cmdstan_csv(model, tmp_path, chains=2, random_seed=1, num_warmup=10, num_samples=10,
+                           parallel_chains=bad)
+    assert not list(tmp_path.iterdir())  # nothing sampled, nothing written
+
+
 def test_real_csv_read_by_cmdstanpy_and_arviz(sampled):
     """cmdstanpy and ArviZ read the same files to the same values (warmup included)."""
     cmdstanpy = pytest.importorskip("cmdstanpy")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import numbers
 import os
 import signal
 import threading
@@ -149,6 +150,10 @@ def sample_cmdstan_csv(
     if not getattr(model._lib, "plstan_has_sampler", None):
         raise ValueError("this StanModel was built without the sampler: "
                          "construct it with pl.StanModel(..., sampler=True)")
+    counts = isinstance(parallel_chains, numbers.Integral) and not isinstance(parallel_chains, bool)
+    if parallel_chains is not None and not (counts and parallel_chains >= 1):
+        raise ValueError(f"parallel_chains={parallel_chains!r}: give a positive number of chains to run side by side "
+                         "(1: one after the other), or None for one per CPU.")
     _bind(model._lib)
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -158,7 +163,7 @@ def sample_cmdstan_csv(
                                              max_depth=max_depth, init_radius=init_radius, stepsize=stepsize,
                                              data_file=data_file))
     chain_ids = range(1, int(chains) + 1)
-    side_by_side = min(int(chains), default_threads() if parallel_chains is None else max(1, int(parallel_chains)))
+    side_by_side = min(int(chains), default_threads() if parallel_chains is None else int(parallel_chains))
     # the chains install the library's Ctrl-C handler and put back the one they found; side by side they can put
     # back each other's, so only the main thread, which can reinstall Python's afterwards, runs them so
     if side_by_side > 1 and threading.current_thread() is threading.main_thread():
